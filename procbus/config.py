@@ -1,0 +1,139 @@
+"""Settings: every one of them is an environment variable PROCBUS_<NAME> (or a line in .env)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from procbus.errors import ConfigError
+
+ENV_PREFIX = "PROCBUS_"
+
+_HOST_PORT = re.compile(r"^(?P<host>\[[0-9a-fA-F:]+\]|[A-Za-z0-9.\-]+):(?P<port>\d{1,5})$")
+_LOCAL_MASTER = re.compile(r"^local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+
+
+def _check_host_port(value: str, what: str) -> str:
+    match = _HOST_PORT.match(value)
+    if not match or not 0 < int(match["port"]) < 65536:
+        raise ValueError(f"expected host:port for {what}, got {value!r}")
+    return value
+
+
+class Settings(BaseSettings):
+    """What procbus connects to and where it keeps its files."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", validate_default=True
+    )
+
+    temporal_address: str | None = Field(
+        default=None, description="host:port of a Temporal frontend; unset: the embedded server"
+    )
+    temporal_namespace: str = Field(default="default", description="Temporal namespace")
+    temporal_tls_cert: Path | None = Field(default=None, description="client certificate (mTLS)")
+    temporal_tls_key: Path | None = Field(default=None, description="client private key (mTLS)")
+    temporal_tls_ca: Path | None = Field(default=None, description="server CA certificate")
+    temporal_api_key: SecretStr | None = Field(default=None, description="Temporal Cloud API key")
+    task_queue: str = Field(default="procbus", description="task queue of the procbus workers")
+    database_url: SecretStr | None = Field(
+        default=None, description="postgresql:// URL; unset: the embedded PostgreSQL"
+    )
+    warehouse: Path | None = Field(
+        default=None, description="root folder of table data; unset: STATE_DIR/warehouse"
+    )
+    spark_master: str = Field(
+        default="local[*]", description="local[*], spark://host:port or sc://host:port"
+    )
+    state_dir: Path = Field(default=Path(".procbus"), description="files of the embedded stack")
+    dev_temporal_port: int = Field(default=7233, ge=1, le=65535, description="embedded gRPC port")
+    dev_ui_port: int = Field(default=8233, ge=1, le=65535, description="embedded Web UI port")
+    dev_postgres_port: int = Field(
+        default=0, ge=0, le=65535, description="embedded PostgreSQL port; 0: any free port"
+    )
+
+    @field_validator("temporal_address")
+    @classmethod
+    def _temporal_address(cls, value: str | None) -> str | None:
+        return None if not value else _check_host_port(value, "the Temporal frontend")
+
+    @field_validator("temporal_namespace", "task_queue")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"expected letters, digits, '_', '.', '-' (1-200), got {value!r}")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None
+        parts = urlsplit(value.get_secret_value())
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(
+                f"expected a postgresql:// URL, got scheme {parts.scheme or '(none)'!r}"
+            )
+        if not parts.hostname and "host=" not in parts.query:
+            raise ValueError("the URL names no host")
+        try:
+            parts.port  # noqa: B018  # raises on a non-numeric port
+        except ValueError:
+            raise ValueError("the URL has a port that is not a number") from None
+        return value
+
+    @field_validator("spark_master")
+    @classmethod
+    def _spark_master(cls, value: str) -> str:
+        if _LOCAL_MASTER.match(value):
+            return value
+        for scheme in ("spark://", "sc://"):
+            if value.startswith(scheme):
+                _check_host_port(value.removeprefix(scheme).split("/")[0], f"a {scheme} master")
+                return value
+        raise ValueError(f"expected local[*], local[N], spark://host:port or sc://host:port, got {value!r}")
+
+    @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca")
+    @classmethod
+    def _readable_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            raise ValueError(
+                "PROCBUS_TEMPORAL_TLS_CERT and PROCBUS_TEMPORAL_TLS_KEY must be set together"
+            )
+        return self
+
+    @property
+    def warehouse_root(self) -> Path:
+        return self.warehouse if self.warehouse is not None else self.state_dir / "warehouse"
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.temporal_tls_ca is not None or self.temporal_tls_cert is not None
+
+
+def setting_names() -> set[str]:
+    """Every environment variable the settings model reads."""
+    return {ENV_PREFIX + name.upper() for name in Settings.model_fields}
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings, turning a validation failure into one line that names the setting."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        name = ENV_PREFIX + field.upper() if field else "settings"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"invalid setting {name}: {message}") from None

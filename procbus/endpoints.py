@@ -1,0 +1,62 @@
+"""Which Temporal server, namespace, task queue and database a command talks to.
+
+Settings win; what they leave unset comes from the embedded stack running on STATE_DIR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from procbus.config import Settings
+from procbus.errors import StackError
+from procbus.stack.state import read_live_stack
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    temporal_address: str
+    namespace: str
+    task_queue: str
+    database_url: str
+    ui_url: str | None
+    source: Literal["settings", "embedded"]
+
+
+def mask_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
+def resolve_endpoints(settings: Settings) -> Endpoints:
+    database_url = settings.database_url.get_secret_value() if settings.database_url else None
+    if settings.temporal_address and database_url:
+        return Endpoints(
+            settings.temporal_address,
+            settings.temporal_namespace,
+            settings.task_queue,
+            database_url,
+            None,
+            "settings",
+        )
+    stack = read_live_stack(settings.state_dir)
+    if stack is None:
+        missing = "PROCBUS_TEMPORAL_ADDRESS" if not settings.temporal_address else "PROCBUS_DATABASE_URL"
+        raise StackError(
+            f"{missing} is not set and no embedded stack runs on {settings.state_dir}: start one "
+            f"with `procbus dev`, or set {missing}"
+        )
+    return Endpoints(
+        settings.temporal_address or stack.temporal_address,
+        settings.temporal_namespace if settings.temporal_address else stack.namespace,
+        stack.task_queue,
+        database_url or stack.database_url,
+        None if settings.temporal_address else stack.ui_url,
+        "embedded",
+    )

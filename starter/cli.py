@@ -1,0 +1,165 @@
+"""The `procbus` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import typer
+from rich.table import Table
+
+from procbus.config import Settings, load_settings
+from procbus.db import connect
+from procbus.db.migrate import applied_migrations, migrate
+from procbus.endpoints import resolve_endpoints
+from procbus.errors import ConfigError, ProcbusError
+from procbus.status import check_status
+from starter.output import console, print_error, print_json
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="procbus",
+    help="Safe multi-step, multi-system operations for data platforms, on Temporal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="The procbus database: schema migrations.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coroutine)
+
+
+@app.command()
+def dev(
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing once started."),
+) -> None:
+    """Run the embedded stack in the foreground: Temporal server + Web UI, PostgreSQL, a worker.
+
+    State lives in PROCBUS_STATE_DIR (default .procbus/) and survives restarts. Ctrl-C or
+    SIGTERM stops everything it started.
+    """
+    from starter.dev import run_dev
+
+    _run(run_dev(_settings(), quiet=quiet))
+
+
+@app.command()
+def status(json_output: bool = JSON_OPTION) -> None:
+    """Whether Temporal, PostgreSQL and a worker are up; exits 0 only when all are."""
+    result = _run(check_status(_settings()))
+    if json_output:
+        print_json(result)
+    else:
+        table = Table(show_header=False, box=None)
+        for component in result.components:
+            mark = "[green]up[/]" if component.up else "[red]down[/]"
+            table.add_row(component.name, mark, component.detail)
+        console.print(table)
+        for label, value in (
+            ("Temporal", result.temporal_address),
+            ("namespace", result.namespace),
+            ("Web UI", result.ui_url),
+            ("database", result.database_url),
+            ("task queue", result.task_queue),
+        ):
+            if value:
+                console.print(f"{label:<11}{value}", highlight=False)
+    raise typer.Exit(0 if result.up else 1)
+
+
+@app.command()
+def worker() -> None:
+    """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
+    from worker import run_worker
+
+    settings = _settings()
+    endpoints = resolve_endpoints(settings)
+    console.print(
+        f"worker on task queue {endpoints.task_queue!r} at {endpoints.temporal_address} "
+        f"(namespace {endpoints.namespace}); Ctrl-C stops it",
+        highlight=False,
+    )
+    _run(run_worker(settings))
+
+
+@app.command()
+def demo(json_output: bool = JSON_OPTION) -> None:
+    """Run the main job end to end, on the running stack or on an embedded one it starts."""
+    from starter.demo import run_demo
+
+    report = _run(run_demo(_settings(), quiet=json_output))
+    if json_output:
+        print_json(report)
+
+
+@db_app.command("migrate")
+def db_migrate(json_output: bool = JSON_OPTION) -> None:
+    """Apply the pending schema migrations (each once; safe to run from two places at once)."""
+
+    async def apply() -> tuple[list[str], int]:
+        connection = await connect(resolve_endpoints(_settings()).database_url)
+        try:
+            applied_now = await migrate(connection)
+            total = len(await applied_migrations(connection))
+        finally:
+            await connection.close()
+        return [f"{m.version:04d}_{m.name}" for m in applied_now], total
+
+    applied_now, total = _run(apply())
+    if json_output:
+        print_json({"applied": applied_now, "schema_version": total})
+    elif applied_now:
+        console.print(f"applied {', '.join(applied_now)}; schema at version {total}")
+    else:
+        console.print(f"nothing to apply; schema at version {total}")
+
+
+def main() -> None:
+    """Entry point: one line per user error, and a hard exit (temporalio sdk-python #300)."""
+    code = 0
+    try:
+        returned = app(standalone_mode=False)
+        # Without standalone mode click returns the code of typer.Exit instead of raising it.
+        code = returned if isinstance(returned, int) else 0
+    except ConfigError as error:
+        print_error(str(error))
+        code = 2
+    except ProcbusError as error:
+        print_error(str(error))
+        code = 1
+    except typer.Abort:
+        print_error("aborted")
+        code = 130
+    except KeyboardInterrupt:
+        code = 130
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    except Exception as error:  # click usage errors and the like
+        import click
+
+        if isinstance(error, click.ClickException):
+            error.show()
+            code = error.exit_code
+        else:
+            raise
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A process that used a Temporal client can abort in interpreter shutdown; skip it.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
