@@ -96,7 +96,9 @@ class Settings(BaseSettings):
             if value.startswith(scheme):
                 _check_host_port(value.removeprefix(scheme).split("/")[0], f"a {scheme} master")
                 return value
-        raise ValueError(f"expected local[*], local[N], spark://host:port or sc://host:port, got {value!r}")
+        raise ValueError(
+            f"expected local[*], local[N], spark://host:port or sc://host:port, got {value!r}"
+        )
 
     @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca")
     @classmethod

@@ -47,7 +47,9 @@ def resolve_endpoints(settings: Settings) -> Endpoints:
         )
     stack = read_live_stack(settings.state_dir)
     if stack is None:
-        missing = "PROCBUS_TEMPORAL_ADDRESS" if not settings.temporal_address else "PROCBUS_DATABASE_URL"
+        missing = (
+            "PROCBUS_TEMPORAL_ADDRESS" if not settings.temporal_address else "PROCBUS_DATABASE_URL"
+        )
         raise StackError(
             f"{missing} is not set and no embedded stack runs on {settings.state_dir}: start one "
             f"with `procbus dev`, or set {missing}"

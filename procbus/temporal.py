@@ -15,9 +15,13 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
         # Temporal Cloud with an API key still speaks TLS, with the system's CA roots.
         return settings.temporal_api_key is not None
     return TLSConfig(
-        server_root_ca_cert=settings.temporal_tls_ca.read_bytes() if settings.temporal_tls_ca else None,
+        server_root_ca_cert=settings.temporal_tls_ca.read_bytes()
+        if settings.temporal_tls_ca
+        else None,
         client_cert=settings.temporal_tls_cert.read_bytes() if settings.temporal_tls_cert else None,
-        client_private_key=settings.temporal_tls_key.read_bytes() if settings.temporal_tls_key else None,
+        client_private_key=settings.temporal_tls_key.read_bytes()
+        if settings.temporal_tls_key
+        else None,
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import typer
+from typer.exceptions import TyperException
 from rich.table import Table
 
 from procbus.config import Settings, load_settings
@@ -147,14 +148,13 @@ def main() -> None:
         code = 130
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
-    except Exception as error:  # click usage errors and the like
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            code = error.exit_code
+    except TyperException as error:  # usage errors: unknown option, missing argument, ...
+        show = getattr(error, "show", None)
+        if callable(show):
+            show()
         else:
-            raise
+            print_error(error.format_message())
+        code = error.exit_code
     sys.stdout.flush()
     sys.stderr.flush()
     # A process that used a Temporal client can abort in interpreter shutdown; skip it.

@@ -52,15 +52,20 @@ def _say(quiet: bool, message: str) -> None:
 async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
     _say(quiet, "[bold]procbus demo[/]")
     async with _stack(settings) as (endpoints, started):
-        _say(quiet, f"stack: {'started an embedded one' if started else 'using the running one'}"
-                    f" (Temporal {endpoints.temporal_address})")
+        _say(
+            quiet,
+            f"stack: {'started an embedded one' if started else 'using the running one'}"
+            f" (Temporal {endpoints.temporal_address})",
+        )
         client = await connect_client(endpoints.temporal_address, endpoints.namespace, settings)
         pool = await create_pool(endpoints.database_url)
         try:
             # Our own worker too: the demo works whether or not another one is running.
             async with build_worker(client, pool, endpoints.task_queue):
                 workflow_id = f"demo-stack-check-{uuid.uuid4().hex[:8]}"
-                _say(quiet, f"1. StackCheck {workflow_id}: a worker writes to PostgreSQL, reads back")
+                _say(
+                    quiet, f"1. StackCheck {workflow_id}: a worker writes to PostgreSQL, reads back"
+                )
                 result = await client.execute_workflow(
                     StackCheck.run,
                     StackCheckInput(check_id=workflow_id, message="hello from procbus demo"),
@@ -71,8 +76,11 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         finally:
             await pool.close()
     url = workflow_ui_url(endpoints.ui_url, endpoints.namespace, workflow_id)
-    _say(quiet, f"   row {result.row_id} written by {result.worker} at {result.written_at:%X} "
-                f"and read back ({result.total_checks} checks in the database)")
+    _say(
+        quiet,
+        f"   row {result.row_id} written by {result.worker} at {result.written_at:%X} "
+        f"and read back ({result.total_checks} checks in the database)",
+    )
     if url:
         later = " (after `procbus dev` starts the stack again)" if started else ""
         _say(quiet, f"   in the Temporal UI{later}: {url}")

@@ -26,8 +26,12 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
         try:
             async with build_worker(client, pool, info.task_queue):
                 if not quiet:
-                    console.print(f"[bold green]procbus dev[/] is up (state in {services.state_dir})")
-                    console.print(f"  Temporal   {info.temporal_address}  namespace {info.namespace}")
+                    console.print(
+                        f"[bold green]procbus dev[/] is up (state in {services.state_dir})"
+                    )
+                    console.print(
+                        f"  Temporal   {info.temporal_address}  namespace {info.namespace}"
+                    )
                     console.print(f"  Web UI     {info.ui_url}")
                     console.print(f"  PostgreSQL {info.database_url}")
                     console.print(f"  worker     task queue {info.task_queue}")

@@ -15,7 +15,7 @@ class StackCheck:
 
     @workflow.run
     async def run(self, request: StackCheckInput) -> StackCheckResult:
-        return await workflow.execute_activity(
+        result: StackCheckResult = await workflow.execute_activity(
             "record_stack_check",
             request,
             result_type=StackCheckResult,
@@ -24,3 +24,4 @@ class StackCheck:
             retry_policy=RetryPolicy(maximum_attempts=5),
             summary=f"write check {request.check_id} to PostgreSQL and read it back",
         )
+        return result

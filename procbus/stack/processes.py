@@ -49,7 +49,7 @@ def _die_with_parent(death_signal: int) -> Callable[[], None]:
 
     def hook() -> None:
         with contextlib.suppress(OSError):
-            os.setpgrp()  # a Ctrl-C in the terminal reaches procbus only; it stops children in order
+            os.setpgrp()  # Ctrl-C reaches procbus only; it stops the children in order
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, death_signal)
 
@@ -90,9 +90,12 @@ class ManagedProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                # Drop root's groups too: a root-group folder on the path would otherwise deny.
                 user=self.user,
+                group=self.user,
+                extra_groups=[] if self.user else None,
                 env=self.env,
-                preexec_fn=_die_with_parent(self.stop_signal),  # noqa: PLW1509
+                preexec_fn=_die_with_parent(self.stop_signal),
             )
 
     def exited(self) -> int | None:

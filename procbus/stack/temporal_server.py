@@ -51,10 +51,15 @@ class DevTemporalServer:
         self.namespace = namespace
         self.ui = ui
         argv = [
-            str(temporal_binary()), "server", "start-dev",
-            "--ip", LOOPBACK,
-            "--port", str(port),
-            "--log-format", "json",
+            str(temporal_binary()),
+            "server",
+            "start-dev",
+            "--ip",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--log-format",
+            "json",
         ]
         if ui:
             # No news fetch: the UI would otherwise call out to the internet.

@@ -1,0 +1,108 @@
+"""Session services and per-test isolation (fresh task queue, fresh database)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from procbus.db import create_pool
+from procbus.temporal import connect_client
+from tests.services import (
+    SessionServices,
+    create_template,
+    create_test_database,
+    drop_test_database,
+    start_services,
+)
+from worker import build_worker
+
+_exit_status: list[int] = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # temporalio sdk-python #300: the interpreter can abort while shutting down after a client
+    # or worker was used; leave with the session's real status instead.
+    if _exit_status and not hasattr(config, "workerinput"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_exit_status[-1])
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[SessionServices]:
+    yield from start_services()
+
+
+@pytest.fixture(scope="session")
+async def postgres_url(services: SessionServices) -> str:
+    url = services.postgres.url()
+    await create_template(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def temporal_address(services: SessionServices) -> str:
+    return services.temporal.address
+
+
+@pytest.fixture(scope="session")
+async def client(temporal_address: str) -> Client:
+    return await connect_client(temporal_address, "default")
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+async def database_url(postgres_url: str) -> AsyncIterator[str]:
+    url = await create_test_database(postgres_url)
+    yield url
+    await drop_test_database(postgres_url, url)
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(database_url)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[Worker]:
+    """Every procbus workflow and activity, polling this test's own task queue."""
+    async with build_worker(client, pool, task_queue) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from procbus.spark import spark_session
+
+    session = spark_session("local[2]", tmp_path_factory.mktemp("spark-warehouse"), "procbus-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    tmp_path.chmod(0o755)
+    return folder

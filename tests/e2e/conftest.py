@@ -1,0 +1,112 @@
+"""`procbus` run as its users run it: a subprocess with its own state folder and ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from procbus.stack.processes import free_port
+from tests.services import subprocess_environment
+
+PROCBUS = str(Path(sys.executable).parent / "procbus")
+STACK_START_SECONDS = 120
+
+
+def procbus(
+    env: dict[str, str], *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PROCBUS, *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too: it only waits for its parent to read its status.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+def wait_until_dead(pids: list[int], timeout: float = 30) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        alive = [pid for pid in pids if pid_alive(pid)]
+        if not alive:
+            return []
+        time.sleep(0.2)
+    return [pid for pid in pids if pid_alive(pid)]
+
+
+@dataclass
+class DevStack:
+    """A `procbus dev` subprocess on its own state folder and free ports."""
+
+    env: dict[str, str]
+    state_dir: Path
+    process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        log = (self.state_dir.parent / "dev.log").open("a")
+        self.process = subprocess.Popen(
+            [PROCBUS, "dev", "--quiet"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + STACK_START_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"procbus dev exited {self.process.returncode}: {self.log()}")
+            if procbus(self.env, "status", "--json").returncode == 0:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"procbus dev was not up after {STACK_START_SECONDS}s: {self.log()}")
+
+    def log(self) -> str:
+        return (self.state_dir.parent / "dev.log").read_text()[-3000:]
+
+    def stack(self) -> dict[str, object]:
+        loaded: dict[str, object] = json.loads((self.state_dir / "stack.json").read_text())
+        return loaded
+
+    def server_pids(self) -> list[int]:
+        stack = self.stack()
+        return [int(str(stack["postgres_pid"])), int(str(stack["temporal_pid"]))]
+
+    def signal(self, sig: signal.Signals) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        return self.process.wait(timeout=60)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+
+
+@pytest.fixture
+def dev_env(state_dir: Path) -> dict[str, str]:
+    return subprocess_environment(
+        state_dir, dev_temporal_port=str(free_port()), dev_ui_port=str(free_port())
+    )
+
+
+@pytest.fixture
+def dev_stack(dev_env: dict[str, str], state_dir: Path) -> Iterator[DevStack]:
+    stack = DevStack(dev_env, state_dir)
+    try:
+        yield stack
+    finally:
+        stack.stop()

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+from procbus.stack.processes import free_port
+from procbus.stack.temporal_server import temporal_binary
+from tests.e2e.conftest import DevStack, procbus, wait_until_dead
+from tests.services import subprocess_environment
+
+
+def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    status = json.loads(procbus(dev_stack.env, "status", "--json").stdout)
+    assert status["up"] is True
+    assert status["ui_url"].startswith("http://127.0.0.1:")
+    assert status["source"] == "embedded"
+
+    demo = procbus(dev_stack.env, "demo", "--json")
+    assert demo.returncode == 0, demo.stderr
+    report = json.loads(demo.stdout)
+    assert report["started_stack"] is False
+    workflow_id = report["stack_check_workflow_id"]
+
+    servers = dev_stack.server_pids()
+    dev_stack.signal(signal.SIGKILL)
+    # The servers die with their parent: nothing is left holding ports or files.
+    assert wait_until_dead(servers) == []
+    assert procbus(dev_stack.env, "status").returncode == 1
+
+    dev_stack.start()
+    assert procbus(dev_stack.env, "status").returncode == 0
+    listed = subprocess.run(
+        [
+            str(temporal_binary()),
+            "workflow",
+            "list",
+            "--address",
+            status["temporal_address"],
+            "--query",
+            f"WorkflowId = '{workflow_id}'",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert [run["execution"]["workflowId"] for run in json.loads(listed.stdout)] == [workflow_id]
+    rows = procbus(dev_stack.env, "db", "migrate", "--json")
+    assert json.loads(rows.stdout)["applied"] == []  # a restart reuses the migrated database
+
+    servers = dev_stack.server_pids()
+    assert dev_stack.signal(signal.SIGTERM) == 0
+    assert wait_until_dead(servers, timeout=5) == []
+    assert not (dev_stack.state_dir / "stack.json").exists()
+
+
+def test_a_second_dev_on_the_same_state_is_refused(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    second = procbus(dev_stack.env, "dev", timeout=30)
+    assert second.returncode == 1
+    assert "already runs" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    assert procbus(dev_stack.env, "status").returncode == 0
+
+
+def test_a_port_in_use_is_one_line(state_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = subprocess_environment(
+            state_dir, dev_temporal_port=str(port), dev_ui_port=str(free_port())
+        )
+        result = procbus(env, "dev", timeout=30)
+    assert result.returncode == 1
+    assert "PROCBUS_DEV_TEMPORAL_PORT" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (state_dir / "stack.json").exists()
+
+
+def test_a_bad_setting_is_one_line_without_traceback(state_dir: Path) -> None:
+    env = subprocess_environment(state_dir, database_url="mysql://db:3306/procbus")
+    result = procbus(env, "status")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: invalid setting PROCBUS_DATABASE_URL: expected a postgresql:// URL, got scheme "
+        "'mysql'"
+    ]
+
+
+def test_commands_without_a_stack_say_how_to_start_one(state_dir: Path) -> None:
+    result = procbus(subprocess_environment(state_dir), "db", "migrate")
+    assert result.returncode == 1
+    assert "procbus dev" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state_dir: Path) -> None:
+    result = procbus(dev_env, "demo", "--json", timeout=240)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["started_stack"] is True
+    assert report["stack_check"]["check_id"] == report["stack_check_workflow_id"]
+    # It stopped what it started.
+    assert not (state_dir / "stack.json").exists()
+
+
+def test_every_command_has_help() -> None:
+    env = subprocess_environment(Path("/nonexistent"))
+    for command in (
+        ["--help"],
+        ["dev", "--help"],
+        ["status", "--help"],
+        ["worker", "--help"],
+        ["demo", "--help"],
+        ["db", "migrate", "--help"],
+    ):
+        result = procbus(env, *command)
+        assert result.returncode == 0, (command, result.stderr)
+        assert "Usage" in result.stdout

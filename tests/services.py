@@ -1,0 +1,131 @@
+"""The real services of a test session: one Temporal server, one PostgreSQL, one Spark.
+
+Each is started once per session on loopback and free ports; a test that needs one that failed
+to start fails with the server's log tail, never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from procbus.db import connect
+from procbus.db.migrate import migrate
+from procbus.stack.postgres import EmbeddedPostgres
+from procbus.stack.processes import free_port
+from procbus.stack.temporal_server import DevTemporalServer
+
+TEMPLATE_DATABASE = "procbus_test_template"
+
+
+def service_dir(prefix: str) -> Path:
+    """A folder the embedded PostgreSQL user can enter even when tests run as root."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    return folder
+
+
+@dataclass
+class SessionServices:
+    temporal: DevTemporalServer
+    postgres: EmbeddedPostgres
+    root: Path
+
+
+def start_services() -> Iterator[SessionServices]:
+    root = service_dir("procbus-test-")
+    # In-memory Temporal and fsync-off PostgreSQL: tests need speed, not durability.
+    temporal = DevTemporalServer(free_port(), free_port(), root / "temporal.log", ui=False)
+    postgres = EmbeddedPostgres(
+        root / "postgres", free_port(), root / "postgres.log", ephemeral=True
+    )
+    try:
+        postgres.prepare()
+        temporal.prepare()
+        postgres.launch()
+        temporal.launch()
+        postgres.wait_ready()
+        temporal.wait_ready()
+        yield SessionServices(temporal, postgres, root)
+    finally:
+        for server in (temporal, postgres):
+            try:
+                server.stop()
+            except Exception as error:  # report, but still stop the other
+                print(f"could not stop {type(server).__name__}: {error}")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def create_template(server_url: str) -> None:
+    """One migrated database that every test's fresh database is copied from."""
+    admin = await connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DATABASE}"')
+        await admin.execute(f'CREATE DATABASE "{TEMPLATE_DATABASE}"')
+    finally:
+        await admin.close()
+    template = await connect(_with_database(server_url, TEMPLATE_DATABASE))
+    try:
+        await migrate(template)
+    finally:
+        await template.close()
+
+
+async def create_test_database(server_url: str, *, migrated: bool = True) -> str:
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    admin = await connect(server_url)
+    try:
+        template = f' TEMPLATE "{TEMPLATE_DATABASE}"' if migrated else ""
+        await admin.execute(f'CREATE DATABASE "{name}"{template}')
+    finally:
+        await admin.close()
+    return _with_database(server_url, name)
+
+
+async def drop_test_database(server_url: str, database_url: str) -> None:
+    name = database_url.rsplit("/", 1)[1]
+    admin = await connect(server_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except asyncpg.PostgresError as error:
+        print(f"could not drop {name}: {error}")
+    finally:
+        await admin.close()
+
+
+def _with_database(server_url: str, database: str) -> str:
+    return server_url.rsplit("/", 1)[0] + "/" + database
+
+
+def subprocess_environment(state_dir: Path, **settings: str) -> dict[str, str]:
+    """The environment for a procbus subprocess: only its own state, no inherited PROCBUS_."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PROCBUS_")}
+    env["PROCBUS_STATE_DIR"] = str(state_dir)
+    env.update({f"PROCBUS_{key.upper()}": value for key, value in settings.items()})
+    return env
+
+
+async def run_command(
+    *argv: str, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run a command without blocking the event loop (the test's worker runs on it)."""
+    import asyncio
+
+    process = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
