@@ -9,8 +9,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import typer
-from typer.exceptions import TyperException
 from rich.table import Table
+from typer.exceptions import TyperException
 
 from procbus.config import Settings, load_settings
 from procbus.db import connect

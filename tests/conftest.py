@@ -15,13 +15,12 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.db import create_pool
+from procbus.stack.ephemeral import EphemeralServices, ephemeral_services
 from procbus.temporal import connect_client
 from tests.services import (
-    SessionServices,
     create_template,
     create_test_database,
     drop_test_database,
-    start_services,
 )
 from worker import build_worker
 
@@ -44,19 +43,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[SessionServices]:
-    yield from start_services()
+def services() -> Iterator[EphemeralServices]:
+    with ephemeral_services("procbus-test-") as started:
+        yield started
 
 
 @pytest.fixture(scope="session")
-async def postgres_url(services: SessionServices) -> str:
+async def postgres_url(services: EphemeralServices) -> str:
     url = services.postgres.url()
     await create_template(url)
     return url
 
 
 @pytest.fixture(scope="session")
-def temporal_address(services: SessionServices) -> str:
+def temporal_address(services: EphemeralServices) -> str:
     return services.temporal.address
 
 

@@ -1,66 +1,17 @@
-"""The real services of a test session: one Temporal server, one PostgreSQL, one Spark.
-
-Each is started once per session on loopback and free ports; a test that needs one that failed
-to start fails with the server's log tail, never skipped.
-"""
+"""Helpers on the session's real services: a fresh migrated database per test, subprocesses."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 
 from procbus.db import connect
 from procbus.db.migrate import migrate
-from procbus.stack.postgres import EmbeddedPostgres
-from procbus.stack.processes import free_port
-from procbus.stack.temporal_server import DevTemporalServer
 
 TEMPLATE_DATABASE = "procbus_test_template"
-
-
-def service_dir(prefix: str) -> Path:
-    """A folder the embedded PostgreSQL user can enter even when tests run as root."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
-    folder.chmod(0o755)
-    return folder
-
-
-@dataclass
-class SessionServices:
-    temporal: DevTemporalServer
-    postgres: EmbeddedPostgres
-    root: Path
-
-
-def start_services() -> Iterator[SessionServices]:
-    root = service_dir("procbus-test-")
-    # In-memory Temporal and fsync-off PostgreSQL: tests need speed, not durability.
-    temporal = DevTemporalServer(free_port(), free_port(), root / "temporal.log", ui=False)
-    postgres = EmbeddedPostgres(
-        root / "postgres", free_port(), root / "postgres.log", ephemeral=True
-    )
-    try:
-        postgres.prepare()
-        temporal.prepare()
-        postgres.launch()
-        temporal.launch()
-        postgres.wait_ready()
-        temporal.wait_ready()
-        yield SessionServices(temporal, postgres, root)
-    finally:
-        for server in (temporal, postgres):
-            try:
-                server.stop()
-            except Exception as error:  # report, but still stop the other
-                print(f"could not stop {type(server).__name__}: {error}")
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def create_template(server_url: str) -> None:

@@ -4,6 +4,7 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from procbus.stack.processes import free_port
@@ -24,6 +25,16 @@ def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> No
     report = json.loads(demo.stdout)
     assert report["started_stack"] is False
     workflow_id = report["stack_check_workflow_id"]
+
+    starter = subprocess.run(
+        [sys.executable, "-m", "starter.start_stack_check", "e2e"],
+        env=dev_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert starter.returncode == 0, starter.stderr
+    assert json.loads(starter.stdout)["message"] == "hello from a starter script"
 
     servers = dev_stack.server_pids()
     dev_stack.signal(signal.SIGKILL)

@@ -1,0 +1,92 @@
+"""docker-compose.yml cannot run here (no Docker engine): check what can be checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from procbus.config import setting_names
+from procbus.stack.temporal_server import SEARCH_ATTRIBUTES
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((PROJECT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def test_the_whole_system_is_there(compose: dict[str, Any]) -> None:
+    assert {
+        "postgresql",
+        "temporal",
+        "temporal-ui",
+        "temporal-search-attributes",
+        "spark-master",
+        "spark-worker",
+        "procbus-worker",
+    } <= set(compose["services"])
+
+
+def test_images_are_pinned(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        image = service.get("image")
+        if image is None:
+            assert "build" in service, name
+            continue
+        repository, _, tag = image.rpartition(":")
+        assert repository and tag and tag != "latest", f"{name}: pin {image}"
+
+
+def test_long_running_services_have_health_checks(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        if service.get("restart") == "no":  # one-shot jobs
+            continue
+        assert "healthcheck" in service, name
+        assert service["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), name
+
+
+def test_ports_are_published_on_loopback_only(compose: dict[str, Any]) -> None:
+    published = {}
+    for name, service in compose["services"].items():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+            published[int(port.split(":")[1])] = name
+    assert published[7233] == "temporal"
+    assert published[8233] == "temporal-ui"
+    assert published[5432] == "postgresql"
+    assert published[7077] == "spark-master"
+
+
+def test_dependencies_name_real_services(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert dependency in services, f"{name} depends on unknown {dependency}"
+            if condition["condition"] == "service_healthy":
+                assert "healthcheck" in services[dependency], dependency
+
+
+def test_every_procbus_setting_exists(compose: dict[str, Any]) -> None:
+    used = {
+        key
+        for service in compose["services"].values()
+        for key in (service.get("environment") or {})
+        if key.startswith("PROCBUS_")
+    }
+    assert used, "no service sets a PROCBUS_ setting"
+    assert used <= setting_names(), used - setting_names()
+    worker = compose["services"]["procbus-worker"]["environment"]
+    assert worker["PROCBUS_TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert worker["PROCBUS_DATABASE_URL"].startswith("postgresql://")
+
+
+def test_the_search_attributes_are_created(compose: dict[str, Any]) -> None:
+    script = " ".join(compose["services"]["temporal-search-attributes"]["command"])
+    assert "--type Keyword" in script
+    for name in SEARCH_ATTRIBUTES:
+        assert name in script
