@@ -59,7 +59,9 @@ async def main() -> dict[str, float | int]:
             )
 
         direct_seconds = await _in_batches(COUNT, direct)
-        async with build_worker(client, pool, f"bench-{run}"):
+        async with build_worker(
+            client, pool, f"bench-{run}", warehouse_root=services.root / "warehouse"
+        ):
             workflow_seconds = await _in_batches(COUNT, through_temporal)
         await pool.close()
     direct_rate = COUNT / direct_seconds

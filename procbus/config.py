@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from procbus.errors import ConfigError
+from procbus.faults import parse_faults
 
 ENV_PREFIX = "PROCBUS_"
 
@@ -56,6 +57,17 @@ class Settings(BaseSettings):
     dev_postgres_port: int = Field(
         default=0, ge=0, le=65535, description="embedded PostgreSQL port; 0: any free port"
     )
+
+    faults: str | None = Field(
+        default=None,
+        description="fault injection for drills, e.g. CreateTable.add_to_catalog:fail_after",
+    )
+
+    @field_validator("faults")
+    @classmethod
+    def _faults(cls, value: str | None) -> str | None:
+        parse_faults(value)
+        return value or None
 
     @field_validator("temporal_address")
     @classmethod

@@ -61,7 +61,9 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         pool = await create_pool(endpoints.database_url)
         try:
             # Our own worker too: the demo works whether or not another one is running.
-            async with build_worker(client, pool, endpoints.task_queue):
+            async with build_worker(
+                client, pool, endpoints.task_queue, warehouse_root=settings.warehouse_root
+            ):
                 workflow_id = f"demo-stack-check-{uuid.uuid4().hex[:8]}"
                 _say(
                     quiet, f"1. StackCheck {workflow_id}: a worker writes to PostgreSQL, reads back"

@@ -7,6 +7,7 @@ import signal
 
 from procbus.config import Settings
 from procbus.db import create_pool
+from procbus.faults import parse_faults
 from procbus.stack.embedded import EmbeddedServices
 from procbus.temporal import connect_client
 from starter.output import console
@@ -24,7 +25,13 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
         client = await connect_client(info.temporal_address, info.namespace, settings)
         pool = await create_pool(info.database_url)
         try:
-            async with build_worker(client, pool, info.task_queue):
+            async with build_worker(
+                client,
+                pool,
+                info.task_queue,
+                warehouse_root=settings.warehouse_root,
+                faults=parse_faults(settings.faults),
+            ):
                 if not quiet:
                     console.print(
                         f"[bold green]procbus dev[/] is up (state in {services.state_dir})"

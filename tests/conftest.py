@@ -85,9 +85,18 @@ async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 @pytest.fixture
-async def worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[Worker]:
+def warehouse(tmp_path: Path) -> Path:
+    folder = tmp_path / "warehouse"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+async def worker(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> AsyncIterator[Worker]:
     """Every procbus workflow and activity, polling this test's own task queue."""
-    async with build_worker(client, pool, task_queue) as running:
+    async with build_worker(client, pool, task_queue, warehouse_root=warehouse) as running:
         yield running
 
 
@@ -106,3 +115,22 @@ def state_dir(tmp_path: Path) -> Path:
     folder.mkdir()
     tmp_path.chmod(0o755)
     return folder
+
+
+@pytest.fixture
+def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path) -> Any:
+    """A worker with fault rules (PROCBUS_FAULTS syntax) on this test's queue; use `async with`."""
+    from procbus.descriptor_cache import DescriptorCache
+    from procbus.faults import parse_faults
+
+    def start(faults: str = "", cache: DescriptorCache | None = None) -> Worker:
+        return build_worker(
+            client,
+            pool,
+            task_queue,
+            warehouse_root=warehouse,
+            faults=parse_faults(faults),
+            cache=cache,
+        )
+
+    return start

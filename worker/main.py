@@ -3,34 +3,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
 from activities.stack_check import StackCheckActivities
+from activities.tables import TableActivities
 from procbus.config import Settings
 from procbus.db import create_pool
+from procbus.descriptor_cache import DescriptorCache
 from procbus.endpoints import resolve_endpoints
+from procbus.faults import Fault, FaultInterceptor, parse_faults
 from procbus.temporal import connect_client
 from workflows.stack_check import StackCheck
+from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
-WORKFLOWS: Sequence[type] = (StackCheck,)
-
-
-def activities_for(pool: asyncpg.Pool) -> list[Any]:
-    return [StackCheckActivities(pool).record_stack_check]
+WORKFLOWS: Sequence[type] = (StackCheck, CreateNamespace, DeleteNamespace, CreateTable, DeleteTable)
 
 
-def build_worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> Worker:
+def activities_for(
+    pool: asyncpg.Pool, warehouse_root: Path, cache: DescriptorCache
+) -> list[Callable[..., object]]:
+    return [
+        StackCheckActivities(pool).record_stack_check,
+        *TableActivities(pool, warehouse_root, cache).all(),
+    ]
+
+
+def build_worker(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    *,
+    warehouse_root: Path,
+    faults: Sequence[Fault] = (),
+    cache: DescriptorCache | None = None,
+) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`."""
+    interceptors: list[Interceptor] = [FaultInterceptor(list(faults))] if faults else []
+    warehouse_root.mkdir(parents=True, exist_ok=True)
     return Worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=activities_for(pool),
+        activities=activities_for(pool, warehouse_root, cache or DescriptorCache()),
+        interceptors=interceptors,
     )
 
 
@@ -44,7 +64,13 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        worker = build_worker(client, pool, endpoints.task_queue)
+        worker = build_worker(
+            client,
+            pool,
+            endpoints.task_queue,
+            warehouse_root=settings.warehouse_root,
+            faults=parse_faults(settings.faults),
+        )
         async with worker:
             await stop.wait()
     finally:

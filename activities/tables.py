@@ -1,0 +1,179 @@
+"""Activities of the table procedures: thin adapters from steps to procbus.catalog/warehouse.
+
+Every action is idempotent per procedure, every undo removes only its own procedure's work.
+Bad requests fail as non-retryable `InvalidRequest` errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import asyncpg
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from procbus import warehouse
+from procbus.catalog import Catalog, InvalidRequest, NamespaceDescriptor, TableDescriptor
+from procbus.descriptor_cache import DescriptorCache
+from procbus.table_models import EventStep, NamespaceRef, NamespaceStep, TableStep
+
+T = TypeVar("T")
+
+
+async def _refusing_bad_requests(operation: Awaitable[T]) -> T:
+    try:
+        return await operation
+    except InvalidRequest as error:
+        raise ApplicationError(str(error), type="InvalidRequest", non_retryable=True) from None
+
+
+class TableActivities:
+    def __init__(self, pool: asyncpg.Pool, warehouse_root: Path, cache: DescriptorCache) -> None:
+        self.catalog = Catalog(pool)
+        self.warehouse_root = warehouse_root
+        self.cache = cache
+
+    # ---- namespaces ----
+
+    @activity.defn(name="preflight_create_namespace")
+    async def preflight_create_namespace(self, step: NamespaceStep) -> NamespaceDescriptor:
+        existing = await self.catalog.get_namespace(step.namespace.name)
+        if existing is not None and existing.created_by != step.procedure_id:
+            raise _invalid(f"namespace {step.namespace.name!r} exists already")
+        return step.namespace
+
+    @activity.defn(name="create_namespace")
+    async def create_namespace(self, step: NamespaceStep) -> None:
+        await _refusing_bad_requests(self.catalog.create_namespace(step.namespace))
+
+    @activity.defn(name="remove_created_namespace")
+    async def remove_created_namespace(self, step: NamespaceStep) -> None:
+        await self.catalog.remove_namespace_created_by(step.namespace.name, step.procedure_id)
+
+    @activity.defn(name="preflight_delete_namespace")
+    async def preflight_delete_namespace(self, ref: NamespaceRef) -> NamespaceDescriptor:
+        namespace = await self.catalog.get_namespace(ref.namespace)
+        if namespace is None:
+            raise _invalid(f"namespace {ref.namespace!r} does not exist")
+        tables = await self.catalog.count_tables(ref.namespace)
+        if tables:
+            raise _invalid(f"namespace {ref.namespace!r} holds {tables} tables: delete them first")
+        return namespace
+
+    @activity.defn(name="delete_namespace")
+    async def delete_namespace(self, ref: NamespaceRef) -> None:
+        await _refusing_bad_requests(self.catalog.delete_empty_namespace(ref.namespace))
+
+    @activity.defn(name="restore_namespace")
+    async def restore_namespace(self, step: NamespaceStep) -> None:
+        await self.catalog.restore_namespace(step.namespace)
+
+    # ---- tables ----
+
+    @activity.defn(name="preflight_create_table")
+    async def preflight_create_table(self, step: TableStep) -> TableDescriptor:
+        table = step.table
+        if await self.catalog.get_namespace(table.namespace) is None:
+            raise _invalid(f"namespace {table.namespace!r} does not exist")
+        existing = await self.catalog.get_table(table.namespace, table.name)
+        if existing is not None and existing.created_by != step.procedure_id:
+            raise _invalid(f"table {table.qualified_name!r} exists already")
+        folder = warehouse.table_folder(self.warehouse_root, table.namespace, table.name)
+        return table.model_copy(update={"location": str(folder.resolve())})
+
+    @activity.defn(name="create_layout")
+    async def create_layout(self, step: TableStep) -> None:
+        await _refusing_bad_requests(
+            asyncio.to_thread(warehouse.create_layout, self.warehouse_root, step.table)
+        )
+
+    @activity.defn(name="remove_layout")
+    async def remove_layout(self, step: TableStep) -> None:
+        await asyncio.to_thread(
+            warehouse.remove_layout,
+            self.warehouse_root,
+            step.table.namespace,
+            step.table.name,
+            step.procedure_id,
+        )
+
+    @activity.defn(name="add_to_catalog")
+    async def add_to_catalog(self, step: TableStep) -> None:
+        await _refusing_bad_requests(self.catalog.add_table(step.table))
+
+    @activity.defn(name="remove_added_table")
+    async def remove_added_table(self, step: TableStep) -> None:
+        await self.catalog.remove_table_created_by(
+            step.table.namespace, step.table.name, step.procedure_id
+        )
+
+    @activity.defn(name="refresh_cache")
+    async def refresh_cache(self, step: TableStep) -> None:
+        self.cache.put(step.table)
+
+    @activity.defn(name="evict_cache")
+    async def evict_cache(self, step: TableStep) -> None:
+        self.cache.evict(step.table.qualified_name)
+
+    @activity.defn(name="preflight_delete_table")
+    async def preflight_delete_table(self, step: TableStep) -> TableDescriptor:
+        table = await self.catalog.get_table(step.table.namespace, step.table.name)
+        if table is None:
+            raise _invalid(f"table {step.table.qualified_name!r} does not exist")
+        return table
+
+    @activity.defn(name="remove_from_catalog")
+    async def remove_from_catalog(self, step: TableStep) -> None:
+        await self.catalog.remove_table(step.table.namespace, step.table.name)
+
+    @activity.defn(name="restore_to_catalog")
+    async def restore_to_catalog(self, step: TableStep) -> None:
+        await self.catalog.restore_table(step.table)
+
+    @activity.defn(name="delete_data")
+    async def delete_data(self, step: TableStep) -> None:
+        await asyncio.to_thread(
+            warehouse.delete_data, self.warehouse_root, step.table.namespace, step.table.name
+        )
+
+    # ---- events ----
+
+    @activity.defn(name="record_event")
+    async def record_event(self, step: EventStep) -> None:
+        await self.catalog.record_event(
+            step.procedure_id, step.event_type, step.namespace, step.table, step.payload
+        )
+
+    @activity.defn(name="remove_event")
+    async def remove_event(self, step: EventStep) -> None:
+        await self.catalog.remove_event(step.procedure_id, step.event_type)
+
+    def all(self) -> list[Callable[..., object]]:
+        return [
+            self.preflight_create_namespace,
+            self.create_namespace,
+            self.remove_created_namespace,
+            self.preflight_delete_namespace,
+            self.delete_namespace,
+            self.restore_namespace,
+            self.preflight_create_table,
+            self.create_layout,
+            self.remove_layout,
+            self.add_to_catalog,
+            self.remove_added_table,
+            self.refresh_cache,
+            self.evict_cache,
+            self.preflight_delete_table,
+            self.remove_from_catalog,
+            self.restore_to_catalog,
+            self.delete_data,
+            self.record_event,
+            self.remove_event,
+        ]
+
+
+def _invalid(message: str) -> ApplicationError:
+    return ApplicationError(message, type="InvalidRequest", non_retryable=True)

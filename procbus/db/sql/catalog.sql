@@ -1,0 +1,78 @@
+-- name: get_namespace
+SELECT "name", "properties", "created_by", "created_at"
+FROM "procbus_namespaces" WHERE "name" = $1;
+
+-- name: list_namespaces
+SELECT "name", "properties", "created_by", "created_at"
+FROM "procbus_namespaces" ORDER BY "name";
+
+-- name: insert_namespace
+-- A retried step finds its own row; a row of another procedure makes the insert return nothing.
+INSERT INTO "procbus_namespaces" ("name", "properties", "created_by")
+VALUES ($1, $2, $3)
+ON CONFLICT ("name") DO UPDATE SET "name" = EXCLUDED."name"
+    WHERE "procbus_namespaces"."created_by" = EXCLUDED."created_by"
+RETURNING "name";
+
+-- name: delete_namespace_created_by
+DELETE FROM "procbus_namespaces" WHERE "name" = $1 AND "created_by" = $2;
+
+-- name: delete_empty_namespace
+-- Refused (no row) while the namespace holds tables.
+DELETE FROM "procbus_namespaces" AS n
+WHERE n."name" = $1
+  AND NOT EXISTS (SELECT 1 FROM "procbus_tables" AS t WHERE t."namespace" = n."name")
+RETURNING n."name";
+
+-- name: restore_namespace
+INSERT INTO "procbus_namespaces" ("name", "properties", "created_by", "created_at")
+VALUES ($1, $2, $3, $4)
+ON CONFLICT ("name") DO NOTHING;
+
+-- name: count_tables_in_namespace
+SELECT count(*) FROM "procbus_tables" WHERE "namespace" = $1;
+
+-- name: get_table
+SELECT "namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
+       "created_at"
+FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
+
+-- name: list_tables
+SELECT "namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
+       "created_at"
+FROM "procbus_tables"
+WHERE $1::text IS NULL OR "namespace" = $1
+ORDER BY "namespace", "name";
+
+-- name: insert_table
+INSERT INTO "procbus_tables"
+    ("namespace", "name", "columns", "partition_by", "properties", "location", "created_by")
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT ("namespace", "name") DO UPDATE SET "name" = EXCLUDED."name"
+    WHERE "procbus_tables"."created_by" = EXCLUDED."created_by"
+RETURNING "name";
+
+-- name: delete_table_created_by
+DELETE FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3;
+
+-- name: delete_table
+DELETE FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
+
+-- name: restore_table
+INSERT INTO "procbus_tables"
+    ("namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
+     "created_at")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT ("namespace", "name") DO NOTHING;
+
+-- name: insert_event
+INSERT INTO "procbus_events" ("procedure_id", "event_type", "namespace", "table_name", "payload")
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT ("procedure_id", "event_type") DO NOTHING;
+
+-- name: delete_event
+DELETE FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2;
+
+-- name: list_events
+SELECT "id", "procedure_id", "event_type", "namespace", "table_name", "payload", "created_at"
+FROM "procbus_events" ORDER BY "id";

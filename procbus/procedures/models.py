@@ -1,0 +1,102 @@
+"""What a procedure is made of, as JSON-friendly models: its state, its status, its undo stack.
+
+Pure data: safe to import in the Temporal workflow sandbox.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class ProcedureState(StrEnum):
+    RUNNING = "RUNNING"  # steps run forward
+    WAITING = "WAITING"  # waits for something outside it (locks) before its next step
+    ROLLING_BACK = "ROLLING_BACK"  # a step failed or it was cancelled: undoing, newest first
+    ROLLING_FORWARD = "ROLLING_FORWARD"  # past the pivot a step failed: retried until it succeeds
+    STUCK = "STUCK"  # a compensation failed past its retries: waits for an operator
+    SUCCEEDED = "SUCCEEDED"  # every step done
+    ROLLED_BACK = "ROLLED_BACK"  # undone completely (compensations done or skipped by an operator)
+    FAILED = "FAILED"  # ended in error without a rollback (a bug past the pivot)
+
+    @property
+    def finished(self) -> bool:
+        return self in (ProcedureState.SUCCEEDED, ProcedureState.ROLLED_BACK, ProcedureState.FAILED)
+
+
+class Compensation(BaseModel):
+    """One undo on the stack: the activity to run and its argument, as JSON."""
+
+    step: str
+    activity: str
+    arg: Any = None
+    procedure_id: str | None = None  # set when it came from a finished child procedure
+
+
+class SkippedCompensation(BaseModel):
+    step: str
+    reason: str
+    error: str | None = None
+
+
+class ProcedureCarry(BaseModel):
+    """What a procedure hands to its next run when it continues as new."""
+
+    steps_done: list[str] = Field(default_factory=list)
+    results: dict[str, Any] = Field(default_factory=dict)
+    compensations: list[Compensation] = Field(default_factory=list)
+    pivot_step: str | None = None
+    deadline_at: datetime | None = None
+    runs: int = 1
+
+
+class ProcedureInput(BaseModel):
+    """Base of every procedure's input; procedures add their own fields."""
+
+    deadline_seconds: float | None = Field(
+        default=None, description="roll back when not finished this many seconds after start"
+    )
+    carried: ProcedureCarry | None = Field(
+        default=None, description="set by the engine when it continues as new; leave unset"
+    )
+
+
+class AbortRequest(BaseModel):
+    reason: str = "aborted by an operator"
+
+
+class SkipRequest(BaseModel):
+    reason: str
+
+
+class ChildCompensations(BaseModel):
+    """A finished child's undo stack, sent to its parent so the parent can undo it too."""
+
+    procedure_id: str
+    compensations: list[Compensation]
+
+
+class ProcedureStatus(BaseModel):
+    """What the `status` query returns."""
+
+    procedure_id: str
+    procedure_type: str
+    target: str
+    state: ProcedureState
+    steps_done: list[str] = Field(default_factory=list)
+    step_running: str | None = None
+    pivot_step: str | None = None
+    compensations_done: list[str] = Field(default_factory=list)
+    compensations_skipped: list[SkippedCompensation] = Field(default_factory=list)
+    failed_step: str | None = None
+    error: str | None = None
+    rollback_reason: str | None = None
+    stuck_step: str | None = None
+    stuck_error: str | None = None
+    waiting_for: list[str] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list)
+    children: list[str] = Field(default_factory=list)
+    runs: int = 1

@@ -1,0 +1,65 @@
+"""Table data folders under the warehouse root: <root>/<namespace>/<table>/.
+
+A folder carries a marker naming the procedure that made it, so undo removes only its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from procbus.catalog import InvalidRequest, TableDescriptor
+
+MARKER = "_procbus_table.json"
+DATA_FOLDER = "data"
+
+
+def table_folder(root: Path, namespace: str, table: str) -> Path:
+    return root / namespace / table
+
+
+def create_layout(root: Path, table: TableDescriptor) -> Path:
+    """Make the folder and its marker; a retry by the same procedure finds it done."""
+    folder = table_folder(root, table.namespace, table.name)
+    marker = folder / MARKER
+    if marker.exists():
+        owner = json.loads(marker.read_text()).get("created_by")
+        if owner != table.created_by:
+            raise InvalidRequest(f"{folder} already holds table data made by {owner}")
+        return folder
+    (folder / DATA_FOLDER).mkdir(parents=True, exist_ok=True)
+    staging = folder / f".{MARKER}.tmp"
+    staging.write_text(table.model_dump_json(indent=2))
+    os.replace(staging, marker)  # the marker appears whole or not at all
+    return folder
+
+
+def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> bool:
+    """Undo create_layout: remove the folder if this procedure made it."""
+    folder = table_folder(root, namespace, table)
+    marker = folder / MARKER
+    if marker.exists() and json.loads(marker.read_text()).get("created_by") != procedure_id:
+        return False
+    if not folder.exists():
+        return False
+    shutil.rmtree(folder)
+    _remove_if_empty(folder.parent)
+    return True
+
+
+def delete_data(root: Path, namespace: str, table: str) -> bool:
+    """Remove the table's folder, whoever made it (after the catalog dropped it)."""
+    folder = table_folder(root, namespace, table)
+    if not folder.exists():
+        return False
+    shutil.rmtree(folder)
+    _remove_if_empty(folder.parent)
+    return True
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty, or gone: either way nothing to do
+        folder.rmdir()

@@ -1,0 +1,31 @@
+"""What the table procedures touched: catalog, warehouse, events, cache; for before/after checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from procbus.catalog import Catalog
+from procbus.descriptor_cache import DescriptorCache
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    namespaces: tuple[str, ...]
+    tables: tuple[str, ...]
+    files: tuple[str, ...]
+    events: tuple[tuple[str, str | None], ...]
+    cached: tuple[str, ...]
+
+
+async def snapshot(pool: asyncpg.Pool, warehouse: Path, cache: DescriptorCache) -> Snapshot:
+    catalog = Catalog(pool)
+    return Snapshot(
+        namespaces=tuple(n.name for n in await catalog.list_namespaces()),
+        tables=tuple(t.qualified_name for t in await catalog.list_tables()),
+        files=tuple(sorted(str(p.relative_to(warehouse)) for p in warehouse.rglob("*"))),
+        events=tuple((e["event_type"], e["table_name"]) for e in await catalog.list_events()),
+        cached=tuple(cache.names()),
+    )

@@ -1,0 +1,253 @@
+"""The table procedures: CreateNamespace, DeleteNamespace, CreateTable, DeleteTable.
+
+Each is a `Procedure`: steps with their undo, so a failure anywhere leaves the catalog, the
+warehouse and the workers' caches as they were (or, past DeleteTable's pivot, as after).
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.tables import TableActivities
+    from procbus.catalog import (
+        InvalidRequest,
+        NamespaceDescriptor,
+        TableDescriptor,
+        parse_columns,
+        parse_table_name,
+        validate_name,
+        validate_partitioning,
+    )
+    from procbus.table_models import (
+        CreateNamespaceInput,
+        CreateTableInput,
+        DeleteNamespaceInput,
+        DeleteTableInput,
+        EventStep,
+        NamespaceRef,
+        NamespaceResult,
+        NamespaceStep,
+        TableResult,
+        TableStep,
+    )
+
+from workflows.procedure import Procedure, invalid_input
+
+
+def _table_name(qualified: str) -> tuple[str, str]:
+    try:
+        return parse_table_name(qualified)
+    except InvalidRequest as error:
+        raise invalid_input(str(error)) from None
+
+
+@workflow.defn(name="CreateNamespace")
+class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
+    @workflow.run
+    async def run(self, request: CreateNamespaceInput) -> NamespaceResult:
+        return await self.execute(request)
+
+    def target(self, request: CreateNamespaceInput) -> str:
+        return request.namespace
+
+    def validate(self, request: CreateNamespaceInput) -> None:
+        try:
+            validate_name("namespace", request.namespace)
+        except InvalidRequest as error:
+            raise invalid_input(str(error)) from None
+
+    async def steps(self, request: CreateNamespaceInput) -> NamespaceResult:
+        procedure_id = workflow.info().workflow_id
+        step = NamespaceStep(
+            procedure_id=procedure_id,
+            namespace=NamespaceDescriptor(
+                name=request.namespace, properties=request.properties, created_by=procedure_id
+            ),
+        )
+        await self.step("preflight", TableActivities.preflight_create_namespace, step)
+        await self.step(
+            "create_namespace",
+            TableActivities.create_namespace,
+            step,
+            undo=TableActivities.remove_created_namespace,
+            summary=f"add namespace {request.namespace} to the catalog",
+        )
+        event = EventStep(
+            procedure_id=procedure_id, event_type="NamespaceCreated", namespace=request.namespace
+        )
+        await self.step(
+            "record_event",
+            TableActivities.record_event,
+            event,
+            undo=TableActivities.remove_event,
+            summary="record NamespaceCreated",
+        )
+        return NamespaceResult(namespace=step.namespace)
+
+
+@workflow.defn(name="DeleteNamespace")
+class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
+    @workflow.run
+    async def run(self, request: DeleteNamespaceInput) -> NamespaceResult:
+        return await self.execute(request)
+
+    def target(self, request: DeleteNamespaceInput) -> str:
+        return request.namespace
+
+    def validate(self, request: DeleteNamespaceInput) -> None:
+        try:
+            validate_name("namespace", request.namespace)
+        except InvalidRequest as error:
+            raise invalid_input(str(error)) from None
+
+    async def steps(self, request: DeleteNamespaceInput) -> NamespaceResult:
+        procedure_id = workflow.info().workflow_id
+        ref = NamespaceRef(procedure_id=procedure_id, namespace=request.namespace)
+        namespace = await self.step("preflight", TableActivities.preflight_delete_namespace, ref)
+        await self.step(
+            "delete_namespace",
+            TableActivities.delete_namespace,
+            ref,
+            undo=TableActivities.restore_namespace,
+            undo_arg=NamespaceStep(procedure_id=procedure_id, namespace=namespace),
+            pivot=True,
+            summary=f"remove namespace {request.namespace} from the catalog (point of no return)",
+        )
+        await self.step(
+            "record_event",
+            TableActivities.record_event,
+            EventStep(
+                procedure_id=procedure_id,
+                event_type="NamespaceDeleted",
+                namespace=request.namespace,
+            ),
+            summary="record NamespaceDeleted",
+        )
+        return NamespaceResult(namespace=namespace)
+
+
+@workflow.defn(name="CreateTable")
+class CreateTable(Procedure[CreateTableInput, TableResult]):
+    @workflow.run
+    async def run(self, request: CreateTableInput) -> TableResult:
+        return await self.execute(request)
+
+    def target(self, request: CreateTableInput) -> str:
+        return request.table
+
+    def validate(self, request: CreateTableInput) -> None:
+        self._descriptor(request)
+
+    def _descriptor(self, request: CreateTableInput) -> TableDescriptor:
+        namespace, name = _table_name(request.table)
+        try:
+            columns = parse_columns(request.columns)
+            partition_by = validate_partitioning(columns, request.partition_by)
+        except InvalidRequest as error:
+            raise invalid_input(str(error)) from None
+        return TableDescriptor(
+            namespace=namespace,
+            name=name,
+            columns=columns,
+            partition_by=partition_by,
+            properties=request.properties,
+            created_by=workflow.info().workflow_id,
+        )
+
+    async def steps(self, request: CreateTableInput) -> TableResult:
+        procedure_id = workflow.info().workflow_id
+        planned = TableStep(procedure_id=procedure_id, table=self._descriptor(request))
+        table = await self.step("preflight", TableActivities.preflight_create_table, planned)
+        step = TableStep(procedure_id=procedure_id, table=table)
+        await self.step(
+            "create_layout",
+            TableActivities.create_layout,
+            step,
+            undo=TableActivities.remove_layout,
+            summary=f"create the folder {table.location}",
+        )
+        await self.step(
+            "add_to_catalog",
+            TableActivities.add_to_catalog,
+            step,
+            undo=TableActivities.remove_added_table,
+            summary=f"add {table.qualified_name} to the catalog",
+        )
+        await self.step(
+            "refresh_cache",
+            TableActivities.refresh_cache,
+            step,
+            undo=TableActivities.evict_cache,
+            summary="refresh the workers' table-descriptor cache",
+        )
+        await self.step(
+            "record_event",
+            TableActivities.record_event,
+            EventStep(
+                procedure_id=procedure_id,
+                event_type="TableCreated",
+                namespace=table.namespace,
+                table=table.name,
+                payload={"columns": [c.model_dump() for c in table.columns]},
+            ),
+            undo=TableActivities.remove_event,
+            summary="record TableCreated for delivery",
+        )
+        return TableResult(table=table)
+
+
+@workflow.defn(name="DeleteTable")
+class DeleteTable(Procedure[DeleteTableInput, TableResult]):
+    @workflow.run
+    async def run(self, request: DeleteTableInput) -> TableResult:
+        return await self.execute(request)
+
+    def target(self, request: DeleteTableInput) -> str:
+        return request.table
+
+    def validate(self, request: DeleteTableInput) -> None:
+        _table_name(request.table)
+
+    async def steps(self, request: DeleteTableInput) -> TableResult:
+        procedure_id = workflow.info().workflow_id
+        namespace, name = _table_name(request.table)
+        wanted = TableStep(
+            procedure_id=procedure_id,
+            table=TableDescriptor(namespace=namespace, name=name, columns=[]),
+        )
+        table = await self.step("preflight", TableActivities.preflight_delete_table, wanted)
+        step = TableStep(procedure_id=procedure_id, table=table)
+        await self.step(
+            "evict_cache",
+            TableActivities.evict_cache,
+            step,
+            undo=TableActivities.refresh_cache,
+            summary="evict the table from the workers' descriptor cache",
+        )
+        await self.step(
+            "remove_from_catalog",
+            TableActivities.remove_from_catalog,
+            step,
+            undo=TableActivities.restore_to_catalog,
+            pivot=True,
+            summary=f"remove {table.qualified_name} from the catalog (point of no return)",
+        )
+        await self.step(
+            "delete_data",
+            TableActivities.delete_data,
+            step,
+            summary=f"delete the folder {table.location}",
+        )
+        await self.step(
+            "record_event",
+            TableActivities.record_event,
+            EventStep(
+                procedure_id=procedure_id,
+                event_type="TableDeleted",
+                namespace=table.namespace,
+                table=table.name,
+            ),
+            summary="record TableDeleted for delivery",
+        )
+        return TableResult(table=table)
