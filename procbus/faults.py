@@ -148,15 +148,11 @@ class _FaultActivityInbound(ActivityInboundInterceptor):
             elif fault.kind is FaultKind.FAIL_BEFORE and self.owner.should_fail(
                 info.workflow_id or "", fault
             ):
-                raise ApplicationError(
-                    f"injected fault before {where}", type=INJECTED_FAULT, non_retryable=True
-                )
+                raise _injected(fault, f"injected fault before {where}")
         result = await super().execute_activity(input)
         for fault in faults:
             if fault.kind is FaultKind.FAIL_AFTER and self.owner.should_fail(
                 info.workflow_id or "", fault
             ):
-                raise ApplicationError(
-                    f"injected fault after {where}", type=INJECTED_FAULT, non_retryable=True
-                )
+                raise _injected(fault, f"injected fault after {where}")
         return result

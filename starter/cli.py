@@ -19,6 +19,7 @@ from procbus.endpoints import resolve_endpoints
 from procbus.errors import ConfigError, ProcbusError
 from procbus.status import check_status
 from starter.output import console, print_error, print_json
+from starter.procedures import namespace_app, proc_app, table_app
 
 T = TypeVar("T")
 
@@ -31,6 +32,9 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="The procbus database: schema migrations.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(namespace_app, name="namespace")
+app.add_typer(table_app, name="table")
+app.add_typer(proc_app, name="proc")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, TypeVar, get_type_hints
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar, get_type_hints
 
 from pydantic import TypeAdapter
 from temporalio import activity, workflow
@@ -37,6 +37,7 @@ from temporalio.exceptions import (
     ChildWorkflowError,
     FailureError,
 )
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
@@ -137,6 +138,7 @@ class Procedure(Generic[InputT, ResultT]):
         self._child_compensations: dict[str, list[Compensation]] = {}
         self._body: asyncio.Task[ResultT] | None = None
         self._current_input: ProcedureInput = ProcedureInput()
+        self._step_timeout = self.step_timeout
 
     # ---- what a procedure defines ----
 
@@ -161,6 +163,8 @@ class Procedure(Generic[InputT, ResultT]):
         """Run the steps; roll back on failure, cancellation, abort or deadline."""
         info = workflow.info()
         self._current_input = request
+        if request.step_timeout_seconds is not None:
+            self._step_timeout = timedelta(seconds=request.step_timeout_seconds)
         self._status = ProcedureStatus(
             procedure_id=info.workflow_id,
             procedure_type=info.workflow_type,
@@ -176,6 +180,10 @@ class Procedure(Generic[InputT, ResultT]):
         )
         self._set_state(self.status.state)
         try:
+            for name in ("deadline_seconds", "step_timeout_seconds"):
+                value = getattr(request, name)
+                if value is not None and value <= 0:
+                    raise invalid_input(f"{name} must be more than 0, got {value}")
             self.validate(request)
         except ApplicationError as error:
             self.status.error = error.message
@@ -240,17 +248,11 @@ class Procedure(Generic[InputT, ResultT]):
         except workflow.ContinueAsNewError:
             raise
         except asyncio.CancelledError:
-            await self._roll_back(self._rollback_reason or "it was cancelled")
-            if self._cancel_requested:
-                raise  # Temporal shows the run as Canceled
-            raise ApplicationError(
-                f"{self.status.procedure_type} {self.status.procedure_id} rolled back: "
-                f"{self.status.rollback_reason}",
-                self.status,
-                type=ROLLED_BACK_ERROR,
-                non_retryable=True,
-            ) from None
+            await self._roll_back_on_request()
         except Exception as error:
+            if self._rollback_reason is not None and self.status.pivot_step is None:
+                # The step ended because we cancelled it: a requested rollback, not a failure.
+                await self._roll_back_on_request()
             # Includes bugs in steps(): a half-done procedure is worse than a rolled-back one.
             self.status.error = _error_text(error)
             if self.status.pivot_step is not None:
@@ -277,6 +279,18 @@ class Procedure(Generic[InputT, ResultT]):
         await self._hand_undo_stack_to_parent()
         return result
 
+    async def _roll_back_on_request(self) -> NoReturn:
+        await self._roll_back(self._rollback_reason or "it was cancelled")
+        if self._cancel_requested:
+            raise asyncio.CancelledError()  # Temporal shows the run as Canceled
+        raise ApplicationError(
+            f"{self.status.procedure_type} {self.status.procedure_id} rolled back: "
+            f"{self.status.rollback_reason}",
+            self.status,
+            type=ROLLED_BACK_ERROR,
+            non_retryable=True,
+        )
+
     async def step(
         self,
         name: str,
@@ -289,19 +303,22 @@ class Procedure(Generic[InputT, ResultT]):
         result_type: type | None = None,
         summary: str | None = None,
         step_timeout: timedelta | None = None,
+        heartbeat_timeout: timedelta | None = None,
     ) -> Any:
         """Run one step: its undo goes on the stack before the action starts.
 
         The action and its undo are activities that must be idempotent; they can read their
         idempotency key (procedure ID + step name) with `procbus.procedures.step_key()`.
         """
-        if name in self.status.steps_done or name == self.status.step_running:
-            raise ValueError(f"step {name!r} ran already: step names must be unique")
         if result_type is None and not isinstance(action, str):
             result_type = get_type_hints(action).get("return")
         if name in self._carried_steps:  # done in an earlier run, before continue-as-new
+            self._carried_steps.discard(name)
             stored = self._results.get(name)
             return TypeAdapter(result_type).validate_python(stored) if result_type else stored
+        if name in self.status.steps_done or name == self.status.step_running:
+            raise ValueError(f"step {name!r} ran already: step names must be unique")
+        self._stop_if_rolling_back()
         self._continue_as_new_if_due()
         past_pivot = self.status.pivot_step is not None
         if undo is not None:
@@ -323,8 +340,11 @@ class Procedure(Generic[InputT, ResultT]):
                     arg,
                     activity_id=name if attempt == 1 else f"{name}#{attempt}",
                     result_type=result_type,
-                    start_to_close_timeout=step_timeout or self.step_timeout,
+                    start_to_close_timeout=step_timeout or self._step_timeout,
                     retry_policy=self.step_retry,
+                    heartbeat_timeout=heartbeat_timeout,
+                    # Undo only once the action has stopped, or it could redo its work after.
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=summary or name,
                 )
                 break
@@ -346,7 +366,13 @@ class Procedure(Generic[InputT, ResultT]):
         if pivot:
             self.status.pivot_step = name
             self._compensations.clear()  # nothing before the pivot is ever undone now
+        self._stop_if_rolling_back()
         return result
+
+    def _stop_if_rolling_back(self) -> None:
+        """A step that finished despite a cancel request must not let the next one start."""
+        if self._rollback_reason is not None and self.status.pivot_step is None:
+            raise asyncio.CancelledError()
 
     async def run_children(
         self,
@@ -385,6 +411,7 @@ class Procedure(Generic[InputT, ResultT]):
             await self._stop_children(tasks, child_ids)
             raise failure
         self._adopt_child_undo(child_ids)
+        self._stop_if_rolling_back()
         return [task.result() for task in tasks]
 
     async def _stop_children(self, tasks: list[asyncio.Task[Any]], child_ids: list[str]) -> None:
@@ -441,7 +468,7 @@ class Procedure(Generic[InputT, ResultT]):
                     compensation.activity,
                     compensation.arg,
                     activity_id=activity_id,
-                    start_to_close_timeout=self.step_timeout,
+                    start_to_close_timeout=self._step_timeout,
                     retry_policy=self.compensation_retry,
                     summary=f"undo {label}",
                 )

@@ -59,6 +59,10 @@ class ProcedureInput(BaseModel):
     deadline_seconds: float | None = Field(
         default=None, description="roll back when not finished this many seconds after start"
     )
+    step_timeout_seconds: float | None = Field(
+        default=None,
+        description="how long one attempt of a step may run before it is retried elsewhere",
+    )
     carried: ProcedureCarry | None = Field(
         default=None, description="set by the engine when it continues as new; leave unset"
     )

@@ -1,0 +1,176 @@
+"""Starting and steering procedures from outside: start, status, list, wait, abort, retry, skip.
+
+What the CLI uses, and what a starter script can use instead of raw Temporal calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from procbus.errors import ProcbusError
+from procbus.procedures import AbortRequest, ProcedureInput, ProcedureState, ProcedureStatus
+from procbus.procedures.models import SkipRequest
+
+POLL_SECONDS = 0.25
+
+
+class ProcedureSummary(BaseModel):
+    procedure_id: str
+    procedure_type: str
+    target: str
+    state: str
+    temporal_status: str
+    started_at: datetime | None
+    closed_at: datetime | None
+
+
+def new_procedure_id(procedure_type: str, target: str) -> str:
+    return f"{procedure_type}-{target}-{uuid.uuid4().hex[:8]}"
+
+
+async def start_procedure(
+    client: Client,
+    procedure_type: str,
+    request: ProcedureInput,
+    *,
+    task_queue: str,
+    procedure_id: str,
+    summary: str | None = None,
+) -> WorkflowHandle[object, object]:
+    """Start it; the same ID again returns the procedure already running under it."""
+    return await client.start_workflow(
+        procedure_type,
+        request,
+        id=procedure_id,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=summary,
+    )
+
+
+async def procedure_status(client: Client, procedure_id: str) -> ProcedureStatus:
+    try:
+        status: ProcedureStatus = await client.get_workflow_handle(procedure_id).query(
+            "status", result_type=ProcedureStatus
+        )
+        return status
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            raise ProcbusError(f"no procedure with ID {procedure_id!r}") from None
+        raise ProcbusError(f"cannot read procedure {procedure_id!r}: {error.message}") from None
+
+
+async def list_procedures(
+    client: Client, *, state: str | None = None, procedure_type: str | None = None, limit: int = 200
+) -> list[ProcedureSummary]:
+    """Procedures, newest first, found by their search attributes."""
+    conditions = ["ProcedureType IS NOT NULL"]
+    if state:
+        if state.upper() not in ProcedureState.__members__:
+            known = ", ".join(ProcedureState.__members__)
+            raise ProcbusError(f"unknown state {state!r}; known: {known}")
+        conditions.append(f"ProcedureState = '{state.upper()}'")
+    if procedure_type:
+        if not procedure_type.isidentifier():
+            raise ProcbusError(f"unknown procedure type {procedure_type!r}")
+        conditions.append(f"ProcedureType = '{procedure_type}'")
+    summaries = []
+    async for execution in client.list_workflows(" AND ".join(conditions), limit=limit):
+        attributes = execution.typed_search_attributes
+        values = {pair.key.name: pair.value for pair in attributes}
+        summaries.append(
+            ProcedureSummary(
+                procedure_id=execution.id,
+                procedure_type=str(values.get("ProcedureType", execution.workflow_type)),
+                target=str(values.get("ProcedureTarget", "")),
+                state=str(values.get("ProcedureState", "")),
+                temporal_status=execution.status.name if execution.status else "UNKNOWN",
+                started_at=execution.start_time,
+                closed_at=execution.close_time,
+            )
+        )
+    return summaries
+
+
+async def wait_for_procedure(
+    client: Client,
+    procedure_id: str,
+    *,
+    timeout_seconds: float | None = None,
+    on_change: Callable[[ProcedureStatus], None] | None = None,
+) -> ProcedureStatus:
+    """Poll until it ends (or is STUCK, which needs a person); calls on_change as it moves."""
+    deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    last: ProcedureStatus | None = None
+    handle = client.get_workflow_handle(procedure_id)
+    while True:
+        status = await procedure_status(client, procedure_id)
+        if on_change is not None and status != last:
+            on_change(status)
+        last = status
+        if status.state.finished or status.state is ProcedureState.STUCK:
+            # The state is final before the workflow closes; let the run close too.
+            if status.state.finished:
+                await _closed(handle)
+            return status
+        if deadline is not None and time.monotonic() > deadline:
+            raise ProcbusError(
+                f"procedure {procedure_id} is still {status.state.value} after {timeout_seconds:g}s"
+            )
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def _closed(handle: WorkflowHandle[object, object]) -> None:
+    for _ in range(40):
+        description = await handle.describe()
+        if description.status not in (None, WorkflowExecutionStatus.RUNNING):
+            return
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def _update(client: Client, procedure_id: str, update: str, *args: object) -> ProcedureStatus:
+    handle = client.get_workflow_handle(procedure_id)
+    try:
+        status: ProcedureStatus = await handle.execute_update(
+            update, *args, result_type=ProcedureStatus
+        )
+        return status
+    except WorkflowUpdateFailedError as error:
+        raise ProcbusError(f"{update} refused: {error.cause}") from None
+    except RPCError as error:
+        if "already completed" in error.message:
+            status = await procedure_status(client, procedure_id)
+            raise ProcbusError(
+                f"{update} refused: procedure {procedure_id} already ended {status.state.value}"
+            ) from None
+        if error.status is RPCStatusCode.NOT_FOUND:
+            raise ProcbusError(f"no procedure with ID {procedure_id!r}") from None
+        raise ProcbusError(f"{update} failed: {error.message}") from None
+
+
+async def abort_procedure(client: Client, procedure_id: str, reason: str) -> ProcedureStatus:
+    return await _update(client, procedure_id, "abort", AbortRequest(reason=reason))
+
+
+async def retry_procedure(client: Client, procedure_id: str) -> ProcedureStatus:
+    return await _update(client, procedure_id, "retry")
+
+
+async def skip_compensation(client: Client, procedure_id: str, reason: str) -> ProcedureStatus:
+    if not reason.strip():
+        raise ProcbusError("skip needs a reason: it is recorded in the procedure's status")
+    return await _update(client, procedure_id, "skip", SkipRequest(reason=reason))

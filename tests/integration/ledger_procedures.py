@@ -1,0 +1,110 @@
+"""Procedures written with the engine for its own tests: entries in a ledger table, undone by
+erasing them. Children, slow steps and failing steps are chosen by the input."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from pydantic import BaseModel, Field
+from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    import asyncpg
+
+    from procbus.procedures import ProcedureInput, step_key
+
+from workflows.procedure import Procedure
+
+LEDGER_TABLE = """CREATE TABLE IF NOT EXISTS "test_ledger" (
+    "key" text PRIMARY KEY, "entry" text NOT NULL, "step_key" text NOT NULL)"""
+
+
+class Entry(BaseModel):
+    key: str
+    entry: str
+    seconds: float = 0.0  # how long the action takes
+    fail: bool = False  # fail after writing
+
+
+class LedgerInput(ProcedureInput):
+    entries: list[Entry] = Field(default_factory=list)
+    children: list[LedgerInput] = Field(default_factory=list)
+    child_ids: list[str] = Field(default_factory=list)
+
+
+class LedgerResult(BaseModel):
+    written: list[str]
+
+
+class LedgerActivities:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @activity.defn(name="ledger_write")
+    async def write(self, entry: Entry) -> str:
+        deadline = asyncio.get_running_loop().time() + entry.seconds
+        while asyncio.get_running_loop().time() < deadline:  # heartbeats let cancellation in
+            activity.heartbeat()
+            await asyncio.sleep(0.1)
+        await self.pool.execute(
+            'INSERT INTO "test_ledger" ("key", "entry", "step_key") VALUES ($1, $2, $3) '
+            'ON CONFLICT ("key") DO NOTHING',
+            entry.key,
+            entry.entry,
+            step_key(),
+        )
+        if entry.fail:
+            raise ApplicationError(
+                f"entry {entry.key} failed", type="LedgerError", non_retryable=True
+            )
+        return entry.key
+
+    @activity.defn(name="ledger_erase")
+    async def erase(self, entry: Entry) -> None:
+        await self.pool.execute('DELETE FROM "test_ledger" WHERE "key" = $1', entry.key)
+
+
+@workflow.defn(name="Ledger")
+class Ledger(Procedure[LedgerInput, LedgerResult]):
+    @workflow.run
+    async def run(self, request: LedgerInput) -> LedgerResult:
+        return await self.execute(request)
+
+    def target(self, request: LedgerInput) -> str:
+        return "ledger"
+
+    async def steps(self, request: LedgerInput) -> LedgerResult:
+        written = []
+        for entry in request.entries:
+            written.append(
+                await self.step(
+                    f"write_{entry.key}",
+                    LedgerActivities.write,
+                    entry,
+                    undo=LedgerActivities.erase,
+                    step_timeout=timedelta(seconds=max(30.0, entry.seconds * 3)),
+                    # Heartbeats carry cancellation to a running step within a second or so.
+                    heartbeat_timeout=timedelta(seconds=2),
+                )
+            )
+        if request.children:
+            await self.run_children(
+                [
+                    ("Ledger", child_id, child)
+                    for child_id, child in zip(request.child_ids, request.children, strict=True)
+                ]
+            )
+        return LedgerResult(written=written)
+
+
+@workflow.defn(name="ShortHistoryLedger")
+class ShortHistoryLedger(Ledger):
+    """Continues as new every few steps, to test that the undo stack travels along."""
+
+    max_history_events = 40
+
+    @workflow.run
+    async def run(self, request: LedgerInput) -> LedgerResult:
+        return await self.execute(request)

@@ -1,0 +1,353 @@
+"""The engine on the real Temporal server: rollback, cancellation, deadline, STUCK, children."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from procbus.faults import FaultInterceptor, parse_faults
+from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
+from tests.integration.ledger_procedures import (
+    LEDGER_TABLE,
+    Entry,
+    Ledger,
+    LedgerActivities,
+    LedgerInput,
+    ShortHistoryLedger,
+)
+
+
+@pytest.fixture
+async def ledger(pool: asyncpg.Pool) -> asyncpg.Pool:
+    await pool.execute(LEDGER_TABLE)
+    return pool
+
+
+@pytest.fixture
+def ledger_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any:
+    def start(faults: str = "") -> Worker:
+        rules = parse_faults(faults)
+        return Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[Ledger, ShortHistoryLedger],
+            activities=[LedgerActivities(ledger).write, LedgerActivities(ledger).erase],
+            interceptors=[FaultInterceptor(rules)] if rules else [],
+        )
+
+    return start
+
+
+async def keys(pool: asyncpg.Pool) -> list[str]:
+    return [row["key"] for row in await pool.fetch('SELECT "key" FROM "test_ledger" ORDER BY 1')]
+
+
+async def status_of(client: Client, procedure_id: str) -> ProcedureStatus:
+    return await client.get_workflow_handle(procedure_id).query(
+        "status", result_type=ProcedureStatus
+    )
+
+
+async def wait_for(
+    client: Client, procedure_id: str, predicate: Any, timeout: float = 30
+) -> ProcedureStatus:
+    """Poll the status query until `predicate(status)` holds."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                status = await status_of(client, procedure_id)
+            except Exception:  # not started yet
+                status = None
+            if status is not None and predicate(status):
+                return status
+            await asyncio.sleep(0.1)
+
+
+def entries(*names: str, slow: str | None = None, fail: str | None = None) -> list[Entry]:
+    return [
+        Entry(
+            key=name,
+            entry=f"entry {name}",
+            seconds=10.0 if name == slow else 0.0,
+            fail=name == fail,
+        )
+        for name in names
+    ]
+
+
+def new_id() -> str:
+    return f"ledger-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def running(ledger_worker: Any) -> AsyncIterator[None]:
+    async with ledger_worker():
+        yield
+
+
+async def test_a_failing_step_undoes_every_started_step_newest_first(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await client.execute_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("a", "b", "c", fail="c")),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+    status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    # c failed after writing: its undo was registered first, so it is erased too.
+    assert status.compensations_done == ["write_c", "write_b", "write_a"]
+    assert status.failed_step == "write_c"
+    assert "LedgerError: entry c failed" in (status.error or "")
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "ProcedureRolledBack"
+    assert await keys(ledger) == []
+
+
+async def test_cancellation_mid_step_rolls_back_after_the_step_stopped(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    handle = await client.start_workflow(
+        Ledger.run,
+        LedgerInput(entries=entries("a", "b", "c", slow="b")),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    await wait_for(client, procedure_id, lambda s: s.step_running == "write_b")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert isinstance(failure.value.cause, CancelledError)
+    status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.rollback_reason == "it was cancelled"
+    assert status.compensations_done == ["write_b", "write_a"]
+    await asyncio.sleep(0.5)  # nothing may arrive late from the cancelled step
+    assert await keys(ledger) == []
+
+
+async def test_the_deadline_rolls_back(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    with pytest.raises(WorkflowFailureError) as failure:
+        await client.execute_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("a", "b", slow="b"), deadline_seconds=1.5),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+    assert "its deadline passed" in str(failure.value.cause)
+    status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert await keys(ledger) == []
+
+
+async def test_abort_rolls_back_before_the_pivot(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    handle = await client.start_workflow(
+        Ledger.run,
+        LedgerInput(entries=entries("a", "b", slow="b")),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    await wait_for(client, procedure_id, lambda s: s.step_running == "write_b")
+    await handle.execute_update("abort", AbortRequest(reason="wrong table"))
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert "aborted: wrong table" in str(failure.value.cause)
+    assert await keys(ledger) == []
+    # An ended workflow takes no updates: the server says so.
+    with pytest.raises(RPCError, match="already completed"):
+        await handle.execute_update("abort", AbortRequest())
+
+
+async def test_a_compensation_that_fails_a_few_times_is_retried(
+    client: Client, ledger_worker: Any, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    async with ledger_worker("Ledger.write_a.undo:fail_before=2"):
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                Ledger.run,
+                LedgerInput(entries=entries("a", "b", fail="b")),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.compensations_done == ["write_b", "write_a"]
+    assert await keys(ledger) == []
+
+
+async def test_a_compensation_that_always_fails_is_stuck_until_an_operator_skips_it(
+    client: Client, ledger_worker: Any, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    async with ledger_worker("Ledger.write_a.undo:fail_before"):
+        handle = await client.start_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("a", "b", fail="b")),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        stuck = await wait_for(client, procedure_id, lambda s: s.state == "STUCK")
+        assert stuck.stuck_step == "write_a"
+        assert "InjectedFault" in (stuck.stuck_error or "")
+        # Nothing is lost while STUCK: a is still there, b was already undone.
+        assert await keys(ledger) == ["a"]
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("skip", SkipRequest(reason=" "))
+        assert "skip needs a reason" in str(refused.value.cause)
+        await handle.execute_update("skip", SkipRequest(reason="erased by hand, ticket 42"))
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert [(s.step, s.reason) for s in status.compensations_skipped] == [
+        ("write_a", "erased by hand, ticket 42")
+    ]
+    assert status.compensations_done == ["write_b"]
+
+
+async def test_retry_runs_a_stuck_compensation_again(
+    client: Client, ledger_worker: Any, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    # Fails through the whole retry policy (5 attempts), then works on the operator's retry.
+    async with ledger_worker("Ledger.write_a.undo:fail_before=5"):
+        handle = await client.start_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("a", "b", fail="b")),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for(client, procedure_id, lambda s: s.state == "STUCK")
+        await handle.execute_update("retry")
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.compensations_done == ["write_b", "write_a"]
+    assert await keys(ledger) == []
+
+
+async def test_parallel_children_one_failing(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    parent_id = new_id()
+    ids = [f"{parent_id}-fast", f"{parent_id}-slow", f"{parent_id}-failing"]
+    children = [
+        LedgerInput(entries=entries("fast1", "fast2")),
+        LedgerInput(entries=entries("slow1", "slow2", slow="slow2")),
+        LedgerInput(entries=[*entries("late"), Entry(key="bad", entry="x", seconds=2, fail=True)]),
+    ]
+    with pytest.raises(WorkflowFailureError):
+        await client.execute_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("parent"), children=children, child_ids=ids),
+            id=parent_id,
+            task_queue=task_queue,
+        )
+    parent = await status_of(client, parent_id)
+    fast, slow, failing = [await status_of(client, child) for child in ids]
+    assert fast.state is ProcedureState.SUCCEEDED  # finished, then undone by the parent
+    assert slow.state is ProcedureState.ROLLED_BACK  # cancelled while running
+    assert slow.rollback_reason == "it was cancelled"
+    assert failing.state is ProcedureState.ROLLED_BACK
+    assert parent.state is ProcedureState.ROLLED_BACK
+    assert parent.compensations_done == [
+        f"{ids[0]}/write_fast2",
+        f"{ids[0]}/write_fast1",
+        "write_parent",
+    ]
+    assert await keys(ledger) == []
+
+
+async def test_submitting_the_same_id_twice_returns_the_same_procedure(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    request = LedgerInput(entries=entries("a", "b", slow="b"))
+    first = await client.start_workflow(
+        Ledger.run,
+        request,
+        id=procedure_id,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    second = await client.start_workflow(
+        Ledger.run,
+        request,
+        id=procedure_id,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    assert first.result_run_id == second.result_run_id
+    assert (await second.result()).written == ["a", "b"]
+
+
+async def test_continue_as_new_carries_the_undo_stack(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    names = [f"k{i:02d}" for i in range(16)]
+    with pytest.raises(WorkflowFailureError):
+        await client.execute_workflow(
+            ShortHistoryLedger.run,
+            LedgerInput(entries=entries(*names, fail=names[-1])),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+    status = await status_of(client, procedure_id)
+    assert status.runs > 1, "the procedure never continued as new"
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.compensations_done == [f"write_{name}" for name in reversed(names)]
+    assert await keys(ledger) == []
+
+
+async def test_bad_engine_input_fails_before_any_step(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    with pytest.raises(WorkflowFailureError) as failure:
+        await client.execute_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("a"), deadline_seconds=-1),
+            id=new_id(),
+            task_queue=task_queue,
+        )
+    assert "deadline_seconds must be more than 0" in str(failure.value.cause)
+    assert await keys(ledger) == []
+
+
+async def test_retry_and_skip_are_refused_unless_stuck(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    handle = await client.start_workflow(
+        Ledger.run,
+        LedgerInput(entries=entries("a", slow="a")),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    await wait_for(client, procedure_id, lambda s: s.step_running == "write_a")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("retry")
+    assert "applies to a STUCK procedure; this one is RUNNING" in str(refused.value.cause)
+    assert (await handle.result()).written == ["a"]
