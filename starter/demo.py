@@ -3,21 +3,41 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
+import asyncpg
 from pydantic import BaseModel
+from temporalio.client import Client, WorkflowFailureError
 
+from procbus import warehouse
+from procbus.catalog import Catalog
 from procbus.config import Settings
 from procbus.db import create_pool
+from procbus.descriptor_cache import DescriptorCache
 from procbus.endpoints import Endpoints, resolve_endpoints
-from procbus.errors import StackError
+from procbus.errors import ProcbusError, StackError
+from procbus.faults import parse_faults
+from procbus.procedure_client import procedure_status
+from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.stack.embedded import EmbeddedServices
 from procbus.stack_check import StackCheckInput, StackCheckResult
+from procbus.table_models import CreateNamespaceInput, CreateTableInput
 from procbus.temporal import connect_client, workflow_ui_url
 from starter.output import console
 from worker import build_worker
 from workflows.stack_check import StackCheck
+from workflows.tables import CreateNamespace, CreateTable
+
+# The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
+DRILL_FAULT = "CreateTable.refresh_cache:fail_before"
+
+
+class DemoProcedure(BaseModel):
+    procedure_id: str
+    url: str | None
+    status: ProcedureStatus
 
 
 class DemoReport(BaseModel):
@@ -27,6 +47,9 @@ class DemoReport(BaseModel):
     stack_check_workflow_id: str
     stack_check_url: str | None
     stack_check: StackCheckResult
+    create_table: DemoProcedure
+    failed_create_table: DemoProcedure
+    residue_after_rollback: list[str]
 
 
 @contextlib.asynccontextmanager
@@ -44,54 +67,171 @@ async def _stack(settings: Settings) -> AsyncIterator[tuple[Endpoints, bool]]:
         yield resolve_endpoints(settings), True
 
 
-def _say(quiet: bool, message: str) -> None:
-    if not quiet:
-        console.print(message, highlight=False)
+class Demo:
+    def __init__(
+        self,
+        settings: Settings,
+        endpoints: Endpoints,
+        client: Client,
+        pool: asyncpg.Pool,
+        quiet: bool,
+    ) -> None:
+        self.settings = settings
+        self.endpoints = endpoints
+        self.client = client
+        self.pool = pool
+        self.quiet = quiet
+        self.run_id = uuid.uuid4().hex[:6]
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            console.print(message, highlight=False)
+
+    def url(self, workflow_id: str) -> str | None:
+        return workflow_ui_url(self.endpoints.ui_url, self.endpoints.namespace, workflow_id)
+
+    def show_steps(self, status: ProcedureStatus) -> None:
+        undone = set(status.compensations_done)
+        for step in status.steps_done:
+            self.say(f"     {step:<16} done" + (", then undone" if step in undone else ""))
+        if status.failed_step:
+            failed = status.failed_step
+            undone_note = ", its undo ran too" if failed in undone else ""
+            self.say(f"     {failed:<16} FAILED ({status.error}){undone_note}")
+
+    async def stack_check(self) -> tuple[str, StackCheckResult]:
+        workflow_id = f"demo-stack-check-{self.run_id}"
+        self.say(f"1. StackCheck {workflow_id}: a worker writes to PostgreSQL, reads back")
+        result = await self.client.execute_workflow(
+            StackCheck.run,
+            StackCheckInput(check_id=workflow_id, message="hello from procbus demo"),
+            id=workflow_id,
+            task_queue=self.endpoints.task_queue,
+            static_summary="procbus demo: stack check",
+        )
+        self.say(
+            f"   row {result.row_id} written by {result.worker} at {result.written_at:%X} and "
+            f"read back ({result.total_checks} checks in the database)"
+        )
+        return workflow_id, result
+
+    async def create_table(self, namespace: str) -> DemoProcedure:
+        self.say(f"2. CreateNamespace {namespace}, then CreateTable {namespace}.orders")
+        await self.client.execute_workflow(
+            CreateNamespace.run,
+            CreateNamespaceInput(namespace=namespace),
+            id=f"demo-create-namespace-{self.run_id}",
+            task_queue=self.endpoints.task_queue,
+            static_summary=f"procbus demo: namespace {namespace}",
+        )
+        procedure_id = f"demo-create-table-{self.run_id}"
+        await self.client.execute_workflow(
+            CreateTable.run,
+            CreateTableInput(
+                table=f"{namespace}.orders",
+                columns="id:bigint,amount:decimal(12,2),dt:date",
+                partition_by=["dt"],
+            ),
+            id=procedure_id,
+            task_queue=self.endpoints.task_queue,
+            static_summary=f"procbus demo: CreateTable {namespace}.orders",
+        )
+        status = await procedure_status(self.client, procedure_id)
+        self.say(f"   {procedure_id}: {status.state.value}")
+        self.show_steps(status)
+        if status.state is not ProcedureState.SUCCEEDED:
+            raise ProcbusError(f"demo: {procedure_id} ended {status.state.value}")
+        return DemoProcedure(procedure_id=procedure_id, url=self.url(procedure_id), status=status)
+
+    async def failed_create_table(self, namespace: str) -> tuple[DemoProcedure, list[str]]:
+        table = f"{namespace}.returns"
+        self.say(f"3. CreateTable {table} on a worker where step 3 (refresh_cache) fails")
+        drill_queue = f"{self.endpoints.task_queue}-demo-drill-{self.run_id}"
+        procedure_id = f"demo-create-table-rollback-{self.run_id}"
+        cache = DescriptorCache()
+        activity_log = logging.getLogger("temporalio.activity")
+        level = activity_log.level
+        activity_log.setLevel(logging.ERROR)  # the injected failure is expected: no traceback
+        try:
+            async with build_worker(
+                self.client,
+                self.pool,
+                drill_queue,
+                warehouse_root=self.settings.warehouse_root,
+                faults=parse_faults(DRILL_FAULT),
+                cache=cache,
+            ):
+                # Expected to fail: the status below says how it ended.
+                with contextlib.suppress(WorkflowFailureError):
+                    await self.client.execute_workflow(
+                        CreateTable.run,
+                        CreateTableInput(table=table, columns="id:bigint,reason:string"),
+                        id=procedure_id,
+                        task_queue=drill_queue,
+                        static_summary=f"procbus demo: CreateTable {table}, rolled back",
+                    )
+                status = await procedure_status(self.client, procedure_id)
+        finally:
+            activity_log.setLevel(level)
+        self.say(f"   {procedure_id}: {status.state.value}")
+        self.show_steps(status)
+        residue = await self.residue(namespace, "returns", procedure_id)
+        if cache.get(table) is not None:
+            residue.append("cache entry")
+        if status.state is not ProcedureState.ROLLED_BACK or residue:
+            raise ProcbusError(f"demo: rollback of {procedure_id} left {residue or status.state}")
+        self.say("   no residue: not in the catalog, no folder, no event, not in the cache")
+        drill = DemoProcedure(procedure_id=procedure_id, url=self.url(procedure_id), status=status)
+        return drill, residue
+
+    async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
+        catalog = Catalog(self.pool)
+        found = []
+        if await catalog.get_table(namespace, table) is not None:
+            found.append("catalog row")
+        if warehouse.table_folder(self.settings.warehouse_root, namespace, table).exists():
+            found.append("warehouse folder")
+        if any(event["procedure_id"] == procedure_id for event in await catalog.list_events()):
+            found.append("event")
+        return found
 
 
 async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
-    _say(quiet, "[bold]procbus demo[/]")
+    if not quiet:
+        console.print("[bold]procbus demo[/]")
     async with _stack(settings) as (endpoints, started):
-        _say(
-            quiet,
-            f"stack: {'started an embedded one' if started else 'using the running one'}"
-            f" (Temporal {endpoints.temporal_address})",
-        )
         client = await connect_client(endpoints.temporal_address, endpoints.namespace, settings)
         pool = await create_pool(endpoints.database_url)
+        demo = Demo(settings, endpoints, client, pool, quiet)
+        demo.say(
+            f"stack: {'started an embedded one' if started else 'using the running one'}"
+            f" (Temporal {endpoints.temporal_address})"
+        )
         try:
             # Our own worker too: the demo works whether or not another one is running.
             async with build_worker(
                 client, pool, endpoints.task_queue, warehouse_root=settings.warehouse_root
             ):
-                workflow_id = f"demo-stack-check-{uuid.uuid4().hex[:8]}"
-                _say(
-                    quiet, f"1. StackCheck {workflow_id}: a worker writes to PostgreSQL, reads back"
-                )
-                result = await client.execute_workflow(
-                    StackCheck.run,
-                    StackCheckInput(check_id=workflow_id, message="hello from procbus demo"),
-                    id=workflow_id,
-                    task_queue=endpoints.task_queue,
-                    static_summary="procbus demo: stack check",
-                )
+                check_id, check = await demo.stack_check()
+                namespace = f"demo_{demo.run_id}"
+                created = await demo.create_table(namespace)
+                failed, residue = await demo.failed_create_table(namespace)
         finally:
             await pool.close()
-    url = workflow_ui_url(endpoints.ui_url, endpoints.namespace, workflow_id)
-    _say(
-        quiet,
-        f"   row {result.row_id} written by {result.worker} at {result.written_at:%X} "
-        f"and read back ({result.total_checks} checks in the database)",
-    )
-    if url:
-        later = " (after `procbus dev` starts the stack again)" if started else ""
-        _say(quiet, f"   in the Temporal UI{later}: {url}")
-    _say(quiet, "[bold green]demo finished: every step worked[/]")
+    later = " (after `procbus dev` starts the stack again)" if started and endpoints.ui_url else ""
+    if endpoints.ui_url:
+        demo.say(f"In the Temporal UI{later}:")
+        for workflow_id in (check_id, created.procedure_id, failed.procedure_id):
+            demo.say(f"   {demo.url(workflow_id)}")
+    demo.say("[bold green]demo finished: every step worked[/]")
     return DemoReport(
         started_stack=started,
         temporal_address=endpoints.temporal_address,
         ui_url=endpoints.ui_url,
-        stack_check_workflow_id=workflow_id,
-        stack_check_url=url,
-        stack_check=result,
+        stack_check_workflow_id=check_id,
+        stack_check_url=demo.url(check_id),
+        stack_check=check,
+        create_table=created,
+        failed_create_table=failed,
+        residue_after_rollback=residue,
     )

@@ -96,7 +96,7 @@ def _steps_table(status: ProcedureStatus) -> Table:
         ProcedureState.ROLLING_FORWARD: "magenta",
     }.get(status.state, "cyan")
     table = Table(
-        title=f"{status.procedure_type} {status.procedure_id}  [{colour}]{status.state.value}[/]",
+        title=f"{status.procedure_type}: [{colour}]{status.state.value}[/]",
         title_justify="left",
         show_header=True,
     )
