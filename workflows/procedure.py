@@ -540,7 +540,10 @@ class Procedure(Generic[InputT, ResultT]):
                 f"refused: the procedure passed its pivot {self.status.pivot_step!r}; it can "
                 "only roll forward"
             )
-        if self.status.state is ProcedureState.ROLLING_BACK or self._rollback_reason:
+        if self._rollback_reason or self.status.state in (
+            ProcedureState.ROLLING_BACK,
+            ProcedureState.STUCK,
+        ):
             raise ValueError("the procedure is already rolling back")
 
     @workflow.update

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -10,10 +12,19 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from procbus.descriptor_cache import DescriptorCache
+from procbus.errors import ProcbusError
+from procbus.procedure_client import abort_procedure, list_procedures
 from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.table_models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
+from procbus.stack.temporal_server import temporal_binary
+from procbus.table_models import (
+    CreateNamespaceInput,
+    CreateTableInput,
+    DeleteNamespaceInput,
+    DeleteTableInput,
+)
 from tests.integration.tables_state import snapshot
-from workflows.tables import CreateNamespace, CreateTable, DeleteTable
+from tests.services import run_command
+from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
 
 def new_id(kind: str) -> str:
@@ -147,3 +158,160 @@ async def test_delete_table_rolls_back_before_the_pivot_and_forward_after(
     else:
         assert status.state is ProcedureState.ROLLED_BACK
         assert after == before
+
+
+async def test_abort_is_refused_past_the_pivot(
+    client: Client, start_worker: Any, task_queue: str, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    cache = DescriptorCache()
+    async with start_worker(faults="DeleteTable.delete_data:delay=3", cache=cache):
+        await create_namespace(client, task_queue)
+        await client.execute_workflow(
+            CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+        )
+        procedure_id = new_id("delete")
+        handle = await client.start_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.orders"),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        async with asyncio.timeout(30):
+            while (await status_of(client, procedure_id)).step_running != "delete_data":
+                await asyncio.sleep(0.1)
+        with pytest.raises(ProcbusError, match="passed its pivot 'remove_from_catalog'"):
+            await abort_procedure(client, procedure_id, "too late")
+        await handle.cancel()  # a Temporal cancel is refused too, and recorded
+        await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert any("can only roll forward" in refusal for refusal in status.refused)
+    assert (await snapshot(pool, warehouse, cache)).tables == ()
+
+
+async def test_search_attributes_find_procedures_by_target_and_state(
+    client: Client, worker: Any, task_queue: str
+) -> None:
+    await create_namespace(client, task_queue, "finance")
+    target = "finance.ledger"
+    procedure_id = new_id("create")
+    await client.execute_workflow(
+        CreateTable.run,
+        CreateTableInput(table=target, columns="id:bigint"),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    query = f"ProcedureTarget = '{target}' AND ProcedureState = 'SUCCEEDED'"
+    async with asyncio.timeout(30):  # visibility follows the history by a moment
+        while True:
+            found = [execution.id async for execution in client.list_workflows(query)]
+            if procedure_id in found:
+                break
+            await asyncio.sleep(0.2)
+    listed = await list_procedures(client, state="SUCCEEDED", procedure_type="CreateTable")
+    assert procedure_id in [entry.procedure_id for entry in listed]
+
+
+@pytest.mark.parametrize(
+    ("request_", "says"),
+    [
+        (CreateTableInput(table="sales", columns="id:bigint"), "expected NAMESPACE.TABLE"),
+        (CreateTableInput(table="sales.Orders", columns="id:bigint"), "lower-case letters"),
+        (CreateTableInput(table="sales.select", columns="id:bigint"), "reserved SQL word"),
+        (CreateTableInput(table="sales.o", columns="id:blob"), "unknown column type 'blob'"),
+        (CreateTableInput(table="sales.o", columns="id:int,id:int"), "appears twice"),
+        (
+            CreateTableInput(table="sales.o", columns="id:int", partition_by=["dt"]),
+            "not in the schema",
+        ),
+        (
+            CreateTableInput(table="nowhere.o", columns="id:int"),
+            "namespace 'nowhere' does not exist",
+        ),
+        (CreateTableInput(table="sales.orders", columns="id:int"), "'sales.orders' exists already"),
+    ],
+)
+async def test_bad_create_table_input_fails_before_any_side_effect(
+    client: Client,
+    start_worker: Any,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    warehouse: Path,
+    request_: CreateTableInput,
+    says: str,
+) -> None:
+    cache = DescriptorCache()
+    async with start_worker(cache=cache):
+        await create_namespace(client, task_queue)
+        await client.execute_workflow(
+            CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+        )
+        before = await snapshot(pool, warehouse, cache)
+        procedure_id = new_id("bad")
+        with pytest.raises(WorkflowFailureError) as failure:
+            await client.execute_workflow(
+                CreateTable.run, request_, id=procedure_id, task_queue=task_queue
+            )
+        assert says in str(failure.value.cause)
+        assert await snapshot(pool, warehouse, cache) == before
+
+
+async def test_delete_namespace_is_refused_while_it_holds_tables(
+    client: Client, start_worker: Any, task_queue: str, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    cache = DescriptorCache()
+    async with start_worker(cache=cache):
+        await create_namespace(client, task_queue)
+        await client.execute_workflow(
+            CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+        )
+        before = await snapshot(pool, warehouse, cache)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await client.execute_workflow(
+                DeleteNamespace.run,
+                DeleteNamespaceInput(namespace="sales"),
+                id=new_id("dn"),
+                task_queue=task_queue,
+            )
+        assert "holds 1 tables" in str(failure.value.cause)
+        assert await snapshot(pool, warehouse, cache) == before
+        await client.execute_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.orders"),
+            id=new_id("dt"),
+            task_queue=task_queue,
+        )
+        await client.execute_workflow(
+            DeleteNamespace.run,
+            DeleteNamespaceInput(namespace="sales"),
+            id=new_id("dn"),
+            task_queue=task_queue,
+        )
+    after = await snapshot(pool, warehouse, cache)
+    assert after.namespaces == () and after.tables == () and after.files == ()
+
+
+async def test_the_temporal_cli_starts_create_table_with_json(
+    temporal_address: str, client: Client, worker: Any, task_queue: str, pool: asyncpg.Pool
+) -> None:
+    await create_namespace(client, task_queue)
+    procedure_id = new_id("cli")
+    returncode, _, stderr = await run_command(
+        str(temporal_binary()),
+        "workflow",
+        "execute",
+        "--address",
+        temporal_address,
+        "--type",
+        "CreateTable",
+        "--task-queue",
+        task_queue,
+        "--workflow-id",
+        procedure_id,
+        "--input",
+        json.dumps({"table": "sales.orders", "columns": "id:bigint,ts:timestamp"}),
+    )
+    assert returncode == 0, stderr
+    status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert await pool.fetchval('SELECT count(*) FROM "procbus_tables"') == 1

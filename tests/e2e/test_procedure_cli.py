@@ -1,0 +1,131 @@
+"""`procbus namespace|table|proc` as users run them, on a `procbus dev` stack."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from procbus.stack.processes import free_port
+from tests.e2e.conftest import DevStack, procbus
+from tests.services import subprocess_environment
+
+
+def ok(stack: DevStack, *args: str) -> str:
+    result = procbus(stack.env, *args)
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result.stdout
+
+
+def tables(stack: DevStack) -> list[str]:
+    return [
+        f"{t['namespace']}.{t['name']}" for t in json.loads(ok(stack, "table", "list", "--json"))
+    ]
+
+
+def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    created = json.loads(ok(dev_stack, "namespace", "create", "sales", "--wait", "--json"))
+    assert created["state"] == "SUCCEEDED"
+    status = json.loads(
+        ok(
+            dev_stack,
+            "table",
+            "create",
+            "sales.orders",
+            "--schema",
+            "id:bigint,amount:decimal(12,2),dt:date",
+            "--partition-by",
+            "dt",
+            "--wait",
+            "--json",
+        )
+    )
+    assert status["state"] == "SUCCEEDED"
+    assert status["steps_done"][-1] == "record_event"
+    described = json.loads(ok(dev_stack, "table", "describe", "sales.orders", "--json"))
+    assert [c["type"] for c in described["columns"]] == ["bigint", "decimal(12,2)", "date"]
+    assert described["partition_by"] == ["dt"]
+    assert Path(described["location"], "_procbus_table.json").is_file()
+
+    for args, says in [
+        (["table", "create", "sales.orders", "--schema", "id:bigint"], "exists already"),
+        (["table", "create", "sales.o2", "--schema", "id:bigint,id:int"], "appears twice"),
+        (["table", "create", "sales.o2", "--schema", "id:uuid"], "unknown column type"),
+        (["table", "create", "sales/../x.o", "--schema", "id:int"], "NAMESPACE.TABLE"),
+        (["table", "create", 'sales."x"', "--schema", "id:int"], "lower-case letters"),
+        (["table", "create", "sales.", "--schema", "id:int"], "name is empty"),
+        (["table", "create", "sales." + "x" * 64, "--schema", "id:int"], "at most 63"),
+        (["table", "create", "sales.t", "--schema", "from:int"], "reserved SQL word"),
+        (["table", "delete", "sales.nothing"], "does not exist"),
+        (["namespace", "create", "sales"], "exists already"),
+        (["namespace", "delete", "sales"], "holds 1 tables"),
+        (["namespace", "delete", "nothing"], "does not exist"),
+        (["proc", "status", "no-such-procedure"], "no procedure with ID"),
+        (["proc", "list", "--state", "SLEEPING"], "unknown state"),
+    ]:
+        result = procbus(dev_stack.env, *args)
+        assert result.returncode == 1, (args, result.stdout)
+        assert says in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert tables(dev_stack) == ["sales.orders"]
+
+    procedure_id = ok(dev_stack, "table", "delete", "sales.orders").strip()
+    waited = json.loads(ok(dev_stack, "proc", "wait", procedure_id, "--timeout", "60", "--json"))
+    assert waited["state"] == "SUCCEEDED"
+    assert waited["pivot_step"] == "remove_from_catalog"
+    assert tables(dev_stack) == []
+    assert not Path(described["location"]).exists()
+
+    deadline = time.monotonic() + 30  # the list comes from visibility, a moment behind
+    while True:
+        listed = json.loads(ok(dev_stack, "proc", "list", "--type", "DeleteTable", "--json"))
+        if [entry["procedure_id"] for entry in listed] == [
+            procedure_id
+        ] or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert [entry["procedure_id"] for entry in listed] == [procedure_id]
+    assert listed[0]["state"] == "SUCCEEDED"
+
+
+@pytest.fixture
+def faulty_env(state_dir: Path) -> dict[str, str]:
+    return subprocess_environment(
+        state_dir,
+        dev_temporal_port=str(free_port()),
+        dev_ui_port=str(free_port()),
+        # Step 3 fails; undoing step 1 fails until an operator steps in.
+        faults="CreateTable.refresh_cache:fail_before,CreateTable.create_layout.undo:fail_before",
+    )
+
+
+def test_a_stuck_procedure_waits_for_an_operator(
+    faulty_env: dict[str, str], state_dir: Path
+) -> None:
+    stack = DevStack(faulty_env, state_dir)
+    try:
+        stack.start()
+        ok(stack, "namespace", "create", "sales", "--wait")
+        result = procbus(
+            stack.env, "table", "create", "sales.orders", "--schema", "id:int", "--wait"
+        )
+        assert result.returncode == 1
+        assert "STUCK" in result.stdout and "procbus proc skip" in result.stdout
+        procedure_id = result.stdout.split()[0]
+        status = json.loads(ok(stack, "proc", "status", procedure_id, "--json"))
+        assert status["state"] == "STUCK"
+        assert status["stuck_step"] == "create_layout"
+        refused = procbus(stack.env, "proc", "abort", procedure_id)
+        assert refused.returncode == 1 and "already rolling back" in refused.stderr
+        ok(stack, "proc", "skip", procedure_id, "--reason", "folder removed by hand")
+        waited = procbus(stack.env, "proc", "wait", procedure_id, "--timeout", "60", "--json")
+        assert waited.returncode == 1  # it ended, but not SUCCEEDED
+        final = json.loads(waited.stdout)
+        assert final["state"] == "ROLLED_BACK"
+        assert final["compensations_skipped"][0]["reason"] == "folder removed by hand"
+        assert tables(stack) == []
+    finally:
+        stack.stop()

@@ -1,0 +1,91 @@
+"""A worker killed with SIGKILL in the middle of a procedure: another one finishes it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from temporalio.client import Client
+
+from procbus.descriptor_cache import DescriptorCache
+from procbus.procedures import ProcedureState
+from procbus.table_models import CreateNamespaceInput, CreateTableInput
+from tests.integration.tables_state import snapshot
+from tests.integration.test_table_procedures import new_id, status_of
+from tests.services import subprocess_environment
+from workflows.tables import CreateNamespace, CreateTable
+
+
+async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_once(
+    client: Client,
+    start_worker: Any,
+    temporal_address: str,
+    database_url: str,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        warehouse=str(warehouse),
+        # The doomed worker hangs in step 3, so the kill lands mid-procedure.
+        faults="CreateTable.refresh_cache:delay=600",
+    )
+    doomed = subprocess.Popen(  # noqa: ASYNC220  # returns at once; nothing blocks
+        [str(Path(sys.executable).parent / "procbus"), "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await client.execute_workflow(
+            CreateNamespace.run,
+            CreateNamespaceInput(namespace="sales"),
+            id=new_id("ns"),
+            task_queue=task_queue,
+        )
+        procedure_id = new_id("create")
+        handle = await client.start_workflow(
+            CreateTable.run,
+            CreateTableInput(table="sales.orders", columns="id:bigint", step_timeout_seconds=3),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        async with asyncio.timeout(60):
+            while (await status_of(client, procedure_id)).step_running != "refresh_cache":
+                await asyncio.sleep(0.1)
+        os.kill(doomed.pid, signal.SIGKILL)
+    finally:
+        doomed.kill()
+        doomed.wait()
+    cache = DescriptorCache()
+    async with start_worker(cache=cache):
+        await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert status.steps_done == [
+        "preflight",
+        "create_layout",
+        "add_to_catalog",
+        "refresh_cache",
+        "record_event",
+    ]
+    after = await snapshot(pool, warehouse, cache)
+    assert after.tables == ("sales.orders",)
+    assert after.events == (("NamespaceCreated", None), ("TableCreated", "orders"))
+    assert after.cached == ("sales.orders",)  # step 3 ran again, on the new worker
+    # Each step's effect once: one folder with its marker, one catalog row, one event.
+    assert [p for p in after.files if p.startswith("sales/orders/")] == [
+        "sales/orders/_procbus_table.json",
+        "sales/orders/data",
+    ]
