@@ -12,22 +12,13 @@ import os
 import sys
 import uuid
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-
-from procbus.config import load_settings
-from procbus.endpoints import resolve_endpoints
 from procbus.stack_check import StackCheckInput, StackCheckResult
+from starter.scripts import connect
 from workflows.stack_check import StackCheck
 
 
 async def main(check_id: str) -> StackCheckResult:
-    endpoints = resolve_endpoints(load_settings())
-    client = await Client.connect(
-        endpoints.temporal_address,
-        namespace=endpoints.namespace,
-        data_converter=pydantic_data_converter,  # the models travel as JSON
-    )
+    client, endpoints = await connect()
     return await client.execute_workflow(
         StackCheck.run,
         StackCheckInput(check_id=check_id, message="hello from a starter script"),

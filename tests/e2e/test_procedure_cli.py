@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -70,6 +72,21 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
         assert result.returncode == 1, (args, result.stdout)
         assert says in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert tables(dev_stack) == ["sales.orders"]
+
+    for script in (
+        ["starter.start_create_table", "sales.items", "id:int,sku:string"],
+        ["starter.start_delete_table", "sales.items"],
+    ):
+        ran = subprocess.run(
+            [sys.executable, "-m", *script],
+            env=dev_stack.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert json.loads(ran.stdout)["table"]["name"] == "items"
     assert tables(dev_stack) == ["sales.orders"]
 
     procedure_id = ok(dev_stack, "table", "delete", "sales.orders").strip()

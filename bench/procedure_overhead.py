@@ -1,0 +1,97 @@
+"""What the procedure engine costs: 5-step procedures against plain 5-activity workflows.
+
+N procedures (undo registered for every step, search attributes kept current, status kept) and
+N plain workflows with the same 5 no-op activities, C at a time, on the same Temporal server in
+the same run. Goal: procedure wall time <= 1.3x plain. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from overhead_workflows import FiveSteps, Plain, PlainInput, noop, undo_noop
+from temporalio.worker import Worker
+
+from procbus.procedures import ProcedureInput
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.temporal import connect_client
+
+COUNT = int(os.environ.get("BENCH_COUNT", "200"))
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+
+
+async def timed(count: int, start_one: Callable[[int], Awaitable[object]]) -> float:
+    pending = list(range(count))
+
+    async def lane() -> None:
+        while pending:
+            await start_one(pending.pop())
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(CONCURRENCY)))
+    return time.perf_counter() - started
+
+
+async def main() -> dict[str, float | int]:
+    with ephemeral_services("procbus-bench-") as services:
+        client = await connect_client(services.temporal.address, "default")
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[Plain, FiveSteps],
+            activities=[noop, undo_noop],
+            max_concurrent_workflow_tasks=CONCURRENCY,
+            max_concurrent_activities=CONCURRENCY,
+        ):
+            plain_times, procedure_times = [], []
+            # Alternate the two sides so warm-up and server state favour neither.
+            for round_number in range(ROUNDS):
+                plain_times.append(
+                    await timed(
+                        COUNT,
+                        lambda i, r=round_number: client.execute_workflow(
+                            Plain.run, PlainInput(), id=f"plain-{r}-{i}-{queue}", task_queue=queue
+                        ),
+                    )
+                )
+                procedure_times.append(
+                    await timed(
+                        COUNT,
+                        lambda i, r=round_number: client.execute_workflow(
+                            FiveSteps.run,
+                            ProcedureInput(),
+                            id=f"procedure-{r}-{i}-{queue}",
+                            task_queue=queue,
+                        ),
+                    )
+                )
+    plain = min(plain_times)
+    procedure = min(procedure_times)
+    return {
+        "count": COUNT,
+        "concurrency": CONCURRENCY,
+        "steps": 5,
+        "plain_seconds": round(plain, 2),
+        "procedure_seconds": round(procedure, 2),
+        "plain_workflows_per_s": round(COUNT / plain, 1),
+        "procedures_per_s": round(COUNT / procedure, 1),
+        "ratio_procedure_to_plain": round(procedure / plain, 3),
+        "goal_ratio_at_most": 1.3,
+    }
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(main())
+    print(f"plain workflows:  {figures['plain_seconds']} s for {COUNT}")
+    print(f"procedures:       {figures['procedure_seconds']} s for {COUNT}")
+    print(json.dumps(figures), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # temporalio sdk-python #300

@@ -1,0 +1,37 @@
+"""Start a DeleteNamespace procedure from Python and wait for it.
+
+python -m starter.start_delete_namespace NAMESPACE [PROCEDURE_ID]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+
+from temporalio.common import WorkflowIDConflictPolicy
+
+from procbus.table_models import DeleteNamespaceInput, NamespaceResult
+from starter.scripts import connect
+from workflows.tables import DeleteNamespace
+
+
+async def main(target: str, procedure_id: str) -> NamespaceResult:
+    client, endpoints = await connect()
+    return await client.execute_workflow(
+        DeleteNamespace.run,
+        DeleteNamespaceInput(namespace=target),
+        id=procedure_id,  # the procedure ID: the same ID never starts a second run
+        task_queue=endpoints.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+
+
+if __name__ == "__main__":
+    target = sys.argv[1]
+    procedure_id = (
+        sys.argv[2] if len(sys.argv) > 2 else f"DeleteNamespace-{target}-{uuid.uuid4().hex[:8]}"
+    )
+    print(asyncio.run(main(target, procedure_id)).model_dump_json(indent=2), flush=True)
+    os._exit(0)  # skip interpreter shutdown, which can abort after a client (sdk-python #300)
