@@ -51,7 +51,9 @@ async def test_a_failing_migration_leaves_nothing_behind(empty_database: str) ->
     broken = Migration(len(shipped) + 1, "broken", 'CREATE TABLE "half" (id int); SELECT 1/0;')
     connection = await connect(empty_database)
     try:
-        with pytest.raises(MigrationError, match="0002_broken.sql failed: division by zero"):
+        with pytest.raises(
+            MigrationError, match=f"{broken.version:04d}_broken.sql failed: division by zero"
+        ):
             await migrate(connection, [*shipped, broken])
         # All or nothing: neither the shipped migrations nor the half-made table remain.
         tables = await connection.fetch(

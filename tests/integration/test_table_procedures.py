@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from procbus.descriptor_cache import DescriptorCache
 from procbus.errors import ProcbusError
@@ -111,13 +112,17 @@ async def test_create_table_fault_at_any_step_leaves_no_residue(
 @pytest.mark.parametrize(
     ("step", "fault", "deleted"),
     [
+        ("preflight", "fail_before", False),
         ("preflight", "fail_after", False),
         ("evict_cache", "fail_before", False),
         ("evict_cache", "fail_after", False),
         ("remove_from_catalog", "fail_before", False),
         ("remove_from_catalog", "fail_after", False),
+        # Past the pivot a failing step is retried forward until it works.
+        ("delete_data", "fail_before=1", True),
         ("delete_data", "fail_after=2", True),
         ("record_event", "fail_before=1", True),
+        ("record_event", "fail_after=1", True),
     ],
 )
 async def test_delete_table_rolls_back_before_the_pivot_and_forward_after(
@@ -315,3 +320,36 @@ async def test_the_temporal_cli_starts_create_table_with_json(
     status = await status_of(client, procedure_id)
     assert status.state is ProcedureState.SUCCEEDED
     assert await pool.fetchval('SELECT count(*) FROM "procbus_tables"') == 1
+
+
+@pytest.mark.parametrize(
+    "step", ["preflight", "create_layout", "add_to_catalog", "refresh_cache", "record_event"]
+)
+async def test_cancelling_create_table_at_any_step_leaves_no_residue(
+    client: Client,
+    start_worker: Any,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    warehouse: Path,
+    step: str,
+) -> None:
+    cache = DescriptorCache()
+    # The step is slow, so the cancel lands while it runs; its undo must wait for it to stop.
+    async with start_worker(faults=f"CreateTable.{step}:delay=1.5", cache=cache):
+        await create_namespace(client, task_queue)
+        before = await snapshot(pool, warehouse, cache)
+        procedure_id = new_id("create")
+        handle = await client.start_workflow(
+            CreateTable.run, ORDERS, id=procedure_id, task_queue=task_queue
+        )
+        async with asyncio.timeout(30):
+            while (await status_of(client, procedure_id)).step_running != step:
+                await asyncio.sleep(0.05)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert isinstance(failure.value.cause, CancelledError)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.rollback_reason == "it was cancelled"
+    assert await snapshot(pool, warehouse, cache) == before
