@@ -1,0 +1,301 @@
+"""Post-commit hooks and the durable outbox, on an asyncpg connection.
+
+    async with procbus.hooks.transaction(conn) as tx:
+        await conn.execute(...)
+        done = tx.post_commit(send_email, user)           # in-process, after commit
+        tx.start_workflow("Ingest", request, id="ingest-42")  # durable: a row in this transaction
+
+Hooks fire only after the transaction committed, in registration order, one after the other.
+A rollback (of the transaction or of the savepoint they were registered in) cancels them with a
+reason; a failing hook cancels the ones after it (unless it was registered `robust=True`).
+Durable calls are rows written in the same transaction, performed after commit by the relay
+(right away when one is given, else by the worker's relay): a crash after commit loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import asyncpg
+from pydantic_core import to_jsonable_python
+from temporalio import workflow as temporal_workflow
+
+from procbus.db.queries import load_queries
+from procbus.errors import ProcbusError
+from procbus.outbox import OutboxRelay
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Isolation = Literal["read_committed", "repeatable_read", "serializable"]
+
+
+class TransactionAborted(Exception):
+    """The hook was cancelled: its transaction rolled back (the error says why)."""
+
+
+class SavepointRolledBack(TransactionAborted):
+    """The hook was cancelled: the savepoint it was registered in rolled back."""
+
+
+class PreviousHookFailed(Exception):
+    """The hook was cancelled because an earlier hook of the same transaction failed."""
+
+    def __init__(self, failure: BaseException) -> None:
+        super().__init__(f"an earlier post-commit hook failed: {failure!r}")
+        self.failure = failure
+
+
+class HookFailedAfterCommit(ProcbusError):
+    """A post-commit hook failed; the transaction's data IS committed."""
+
+    def __init__(self, hook: str, failure: BaseException) -> None:
+        super().__init__(
+            f"the transaction committed (its data is saved), but post-commit hook {hook} "
+            f"failed: {failure!r}"
+        )
+        self.failure = failure
+
+
+@dataclass
+class _Hook:
+    name: str
+    call: Callable[[], Awaitable[Any] | Any]
+    future: asyncio.Future[Any]
+    robust: bool
+
+
+@dataclass
+class _Savepoint:
+    hooks: list[_Hook] = field(default_factory=list)
+
+
+# The procbus transaction open on each connection (by identity; removed when it ends).
+_open: dict[int, Transaction] = {}
+
+
+def _settle(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+        future.exception()  # retrieved: an unawaited future must not warn at exit
+
+
+def _workflow_name(workflow: Any) -> str:
+    if isinstance(workflow, str):
+        return workflow
+    if isinstance(workflow, type):
+        definition = temporal_workflow._Definition.from_class(workflow)
+    else:
+        definition = temporal_workflow._Definition.from_run_fn(workflow)
+    if definition is None or definition.name is None:
+        raise ValueError(f"{workflow!r} is not a workflow class, run method or workflow name")
+    return definition.name
+
+
+class Transaction:
+    """What `transaction()` yields: register hooks and durable calls; savepoints."""
+
+    def __init__(self, connection: asyncpg.Connection, relay: OutboxRelay | None) -> None:
+        self.connection = connection
+        self.relay = relay
+        self._hooks: list[_Hook] = []
+        self._savepoints: list[_Savepoint] = []
+        self._rolled_back = False
+        self._outbox_ids: list[int] = []
+
+    # ---- in-process hooks ----
+
+    def post_commit(
+        self, hook: Callable[..., Awaitable[T] | T], *args: Any, robust: bool = False
+    ) -> asyncio.Future[T]:
+        """Run `hook(*args)` after commit; the Future gets its result or why it did not run."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        name = getattr(hook, "__qualname__", repr(hook))
+        entry = _Hook(name, lambda: hook(*args), future, robust)
+        self._hooks.append(entry)
+        if self._savepoints:
+            self._savepoints[-1].hooks.append(entry)
+        return future
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self) -> AsyncIterator[Transaction]:
+        """A savepoint: if it rolls back, the hooks registered inside it are cancelled."""
+        savepoint = _Savepoint()
+        self._savepoints.append(savepoint)
+        try:
+            async with self.connection.transaction():
+                yield self
+        except BaseException as error:
+            self._drop(savepoint, SavepointRolledBack(f"the savepoint rolled back: {error!r}"))
+            raise
+        finally:
+            self._savepoints.remove(savepoint)
+        if self._savepoints:  # released: its hooks now belong to the enclosing savepoint
+            self._savepoints[-1].hooks.extend(savepoint.hooks)
+
+    def _drop(self, savepoint: _Savepoint, reason: BaseException) -> None:
+        dropped = {id(hook) for hook in savepoint.hooks}
+        for hook in savepoint.hooks:
+            _settle(hook.future, reason)
+        self._hooks = [hook for hook in self._hooks if id(hook) not in dropped]
+
+    async def rollback(self) -> None:
+        """Roll the transaction back now; every hook is cancelled (TransactionAborted)."""
+        raise _ExplicitRollback()
+
+    # ---- durable calls (outbox) ----
+
+    async def start_workflow(
+        self,
+        workflow: Any,
+        arg: Any = None,
+        *,
+        id: str,
+        task_queue: str | None = None,
+    ) -> asyncio.Future[str | None]:
+        """Start `workflow` after commit, exactly once (the workflow ID is fixed here)."""
+        return await self._outbox(
+            "start_workflow", id, _workflow_name(workflow), None, task_queue, arg
+        )
+
+    async def signal_workflow(
+        self, workflow_id: str, signal: str, arg: Any = None
+    ) -> asyncio.Future[str | None]:
+        """Signal a running workflow after commit, exactly once."""
+        return await self._outbox("signal_workflow", workflow_id, None, signal, None, arg)
+
+    async def _outbox(
+        self,
+        kind: str,
+        workflow_id: str,
+        workflow_type: str | None,
+        signal: str | None,
+        task_queue: str | None,
+        arg: Any,
+    ) -> asyncio.Future[str | None]:
+        payload = json.dumps([] if arg is None else [to_jsonable_python(arg)])
+        row_id = await self.connection.fetchval(
+            load_queries()["insert_outbox_row"],
+            kind,
+            workflow_id,
+            workflow_type,
+            signal,
+            task_queue,
+            payload,
+            uuid.uuid4(),
+        )
+        # In line with the in-process hooks: performed after commit, in registration order.
+        return self.post_commit(self._perform_now, row_id)
+
+    async def _perform_now(self, row_id: int) -> str | None:
+        if self.relay is None:
+            return None  # the worker's relay performs it
+        performed = await self.relay.perform_ids([row_id])
+        return performed.get(row_id)
+
+    # ---- after the transaction ----
+
+    def _abort(self, error: BaseException | None) -> None:
+        reason = TransactionAborted(
+            "the transaction rolled back" + (f": {error!r}" if error is not None else "")
+        )
+        for hook in self._hooks:
+            _settle(hook.future, reason)
+        self._hooks = []
+
+    async def _fire(self) -> None:
+        failed: tuple[_Hook, BaseException] | None = None
+        hooks, self._hooks = self._hooks, []
+        for index, hook in enumerate(hooks):
+            if failed is not None:
+                _settle(hook.future, PreviousHookFailed(failed[1]))
+                continue
+            try:
+                result = hook.call()
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception as error:
+                _settle(hook.future, error)
+                if hook.robust:
+                    log.warning("robust post-commit hook %s failed: %r", hook.name, error)
+                else:
+                    failed = (hook, error)
+                continue
+            except BaseException as error:  # cancellation: the rest are cancelled, not dropped
+                _settle(hook.future, error)
+                for rest in hooks[index + 1 :]:
+                    _settle(rest.future, PreviousHookFailed(error))
+                raise
+            if not hook.future.done():
+                hook.future.set_result(result)
+        if failed is not None:
+            raise HookFailedAfterCommit(failed[0].name, failed[1]) from failed[1]
+
+
+class _ExplicitRollback(Exception):
+    """Raised by `tx.rollback()` to leave the block; swallowed by `transaction()`."""
+
+
+@contextlib.asynccontextmanager
+async def transaction(
+    connection: asyncpg.Connection,
+    *,
+    isolation: Isolation | None = None,
+    relay: OutboxRelay | None = None,
+) -> AsyncIterator[Transaction]:
+    """Open a transaction on `connection`, or join the procbus transaction already open on it."""
+    joined = _open.get(id(connection))
+    if joined is not None and connection.is_in_transaction():
+        yield joined  # hooks fire when the outer transaction commits
+        return
+    if connection.is_in_transaction():
+        raise ProcbusError(
+            "the connection is in a transaction procbus did not open, so procbus cannot know "
+            "when it commits: open it with procbus.hooks.transaction()"
+        )
+    tx = Transaction(connection, relay)
+    _open[id(connection)] = tx
+    try:
+        try:
+            async with connection.transaction(isolation=isolation):
+                yield tx
+        except _ExplicitRollback:
+            tx._abort(None)
+            return
+        except BaseException as error:  # cancellation too: no hook is ever silently dropped
+            tx._abort(error)
+            raise
+    finally:
+        _open.pop(id(connection), None)
+    await tx._fire()
+
+
+async def run_in_transaction(
+    connection: asyncpg.Connection,
+    body: Callable[[Transaction], Coroutine[Any, Any, T]],
+    *,
+    isolation: Isolation = "serializable",
+    attempts: int = 5,
+    relay: OutboxRelay | None = None,
+) -> T:
+    """Run `body` in a transaction, retrying serialization failures and deadlocks.
+
+    Each attempt is a new transaction: the hooks and outbox rows of a failed attempt never fire.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            async with transaction(connection, isolation=isolation, relay=relay) as tx:
+                return await body(tx)
+        except (asyncpg.SerializationError, asyncpg.DeadlockDetectedError):
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(0.01 * attempt)
+    raise AssertionError("unreachable")

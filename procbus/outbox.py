@@ -1,0 +1,153 @@
+"""The durable outbox relay: performs committed Temporal calls exactly once at the Temporal level.
+
+Rows are claimed with a lease, the connection is released, Temporal is called, then the row is
+marked done. A relay that dies mid-call leaves its rows to the next one after the lease. A
+repeated start finds the run already there (the workflow ID is fixed by the row and a duplicate
+is rejected); a repeated signal carries the row's request ID, which the server deduplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from temporalio.api.common.v1 import Payloads, WorkflowExecution
+from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
+from temporalio.client import Client
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from procbus.db.queries import load_queries
+
+log = logging.getLogger(__name__)
+
+CLAIM_SECONDS = 30.0
+RETRY_AFTER_SECONDS = 2.0
+BATCH = 100
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    kind: str
+    workflow_id: str
+    workflow_type: str | None
+    signal_name: str | None
+    task_queue: str | None
+    payload: Any
+    request_id: str
+
+
+class OutboxRelay:
+    """Performs outbox rows: the ones a transaction just committed, and any left behind."""
+
+    def __init__(self, client: Client, pool: asyncpg.Pool, default_task_queue: str) -> None:
+        self.client = client
+        self.pool = pool
+        self.default_task_queue = default_task_queue
+        self.queries = load_queries()
+
+    async def claim(self, limit: int = BATCH, ids: list[int] | None = None) -> list[OutboxRow]:
+        rows = await self.pool.fetch(self.queries["claim_outbox_rows"], limit, CLAIM_SECONDS, ids)
+        return [
+            OutboxRow(
+                id=row["id"],
+                kind=row["kind"],
+                workflow_id=row["workflow_id"],
+                workflow_type=row["workflow_type"],
+                signal_name=row["signal_name"],
+                task_queue=row["task_queue"],
+                payload=json.loads(row["payload"]),
+                request_id=str(row["request_id"]),
+            )
+            for row in rows
+        ]
+
+    async def perform_ids(self, ids: list[int]) -> dict[int, str | None]:
+        """Perform these rows now (those no other relay holds); run IDs by row ID."""
+        return {row.id: await self.perform(row) for row in await self.claim(len(ids), ids)}
+
+    async def sweep(self, limit: int = BATCH) -> int:
+        """Perform pending rows, oldest first; how many were done."""
+        rows = await self.claim(limit)
+        results = await asyncio.gather(*(self._perform_logged(row) for row in rows))
+        return sum(1 for done in results if done)
+
+    async def _perform_logged(self, row: OutboxRow) -> bool:
+        try:
+            await self.perform(row)
+        except Exception as error:  # stays pending; the next sweep tries again
+            log.warning(
+                "outbox row %s (%s %s) failed: %s", row.id, row.kind, row.workflow_id, error
+            )
+            return False
+        return True
+
+    async def perform(self, row: OutboxRow) -> str | None:
+        """The Temporal call of one claimed row; no database connection is held meanwhile."""
+        try:
+            run_id = await self._call_temporal(row)
+        except Exception as error:
+            await self.pool.execute(
+                self.queries["mark_outbox_failed"], row.id, str(error), RETRY_AFTER_SECONDS
+            )
+            raise
+        await self.pool.execute(self.queries["mark_outbox_done"], row.id, run_id)
+        return run_id
+
+    async def _call_temporal(self, row: OutboxRow) -> str | None:
+        if row.kind == "start_workflow":
+            assert row.workflow_type is not None
+            try:
+                handle = await self.client.start_workflow(
+                    row.workflow_type,
+                    *row.payload,
+                    id=row.workflow_id,
+                    task_queue=row.task_queue or self.default_task_queue,
+                    # A relay retry must find the first run, never start a second one.
+                    id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                )
+            except WorkflowAlreadyStartedError as already:
+                return already.run_id
+            return handle.result_run_id
+        assert row.signal_name is not None
+        payloads = await self.client.data_converter.encode(row.payload)
+        try:
+            await self.client.workflow_service.signal_workflow_execution(
+                SignalWorkflowExecutionRequest(
+                    namespace=self.client.namespace,
+                    workflow_execution=WorkflowExecution(workflow_id=row.workflow_id),
+                    signal_name=row.signal_name,
+                    input=Payloads(payloads=payloads),
+                    identity=self.client.identity,
+                    # The server drops a signal whose request ID it has seen: exactly once.
+                    request_id=row.request_id,
+                )
+            )
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                raise RuntimeError(f"no running workflow {row.workflow_id!r} to signal") from None
+            raise
+        return None
+
+    async def pending(self) -> int:
+        count: int = await self.pool.fetchval(self.queries["count_pending_outbox"])
+        return count
+
+    async def run(self, stop: asyncio.Event, interval: float = 0.5) -> None:
+        """The worker's relay loop: sweep until `stop` is set."""
+        while not stop.is_set():
+            try:
+                done = await self.sweep()
+            except Exception as error:  # the database may be restarting: try again soon
+                log.warning("outbox sweep failed: %s", error)
+                done = 0
+            if done < BATCH:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
