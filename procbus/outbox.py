@@ -13,12 +13,22 @@ import contextlib
 import json
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 from temporalio.api.common.v1 import Payloads, WorkflowExecution
 from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -30,6 +40,7 @@ log = logging.getLogger(__name__)
 CLAIM_SECONDS = 30.0
 RETRY_AFTER_SECONDS = 2.0
 BATCH = 100
+SWEEP_SCHEDULE_ID = "procbus-outbox-sweep"
 
 
 @dataclass(frozen=True)
@@ -151,3 +162,21 @@ class OutboxRelay:
             if done < BATCH:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), interval)
+
+
+async def ensure_sweep_schedule(
+    client: Client, task_queue: str, every: timedelta = timedelta(minutes=1)
+) -> None:
+    """The Temporal Schedule that starts OutboxSweep periodically (created once, kept)."""
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            "OutboxSweep",
+            {"limit": 1000},
+            id="procbus-outbox-sweep-run",
+            task_queue=task_queue,
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+    with contextlib.suppress(ScheduleAlreadyRunningError):  # created by an earlier start
+        await client.create_schedule(SWEEP_SCHEDULE_ID, schedule)

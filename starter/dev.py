@@ -8,6 +8,7 @@ import signal
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.faults import parse_faults
+from procbus.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.stack.embedded import EmbeddedServices
 from procbus.temporal import connect_client
 from starter.output import console
@@ -43,7 +44,8 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
                     console.print(f"  PostgreSQL {info.database_url}")
                     console.print(f"  worker     task queue {info.task_queue}")
                     console.print("Ctrl-C stops everything.", style="dim")
-                await stop.wait()
+                await ensure_sweep_schedule(client, info.task_queue)
+                await OutboxRelay(client, pool, info.task_queue).run(stop)
                 if not quiet:
                     console.print("stopping ...", style="dim")
         finally:

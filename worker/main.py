@@ -10,6 +10,7 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.outbox import OutboxActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from procbus.config import Settings
@@ -17,18 +18,28 @@ from procbus.db import create_pool
 from procbus.descriptor_cache import DescriptorCache
 from procbus.endpoints import resolve_endpoints
 from procbus.faults import Fault, FaultInterceptor, parse_faults
+from procbus.outbox import OutboxRelay
 from procbus.temporal import connect_client
+from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
-WORKFLOWS: Sequence[type] = (StackCheck, CreateNamespace, DeleteNamespace, CreateTable, DeleteTable)
+WORKFLOWS: Sequence[type] = (
+    StackCheck,
+    CreateNamespace,
+    DeleteNamespace,
+    CreateTable,
+    DeleteTable,
+    OutboxSweep,
+)
 
 
 def activities_for(
-    pool: asyncpg.Pool, warehouse_root: Path, cache: DescriptorCache
+    pool: asyncpg.Pool, task_queue: str, warehouse_root: Path, cache: DescriptorCache
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
+        OutboxActivities(pool, task_queue).sweep_outbox,
         *TableActivities(pool, warehouse_root, cache).all(),
     ]
 
@@ -49,7 +60,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=activities_for(pool, warehouse_root, cache or DescriptorCache()),
+        activities=activities_for(pool, task_queue, warehouse_root, cache or DescriptorCache()),
         interceptors=interceptors,
     )
 
@@ -71,8 +82,10 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
             warehouse_root=settings.warehouse_root,
             faults=parse_faults(settings.faults),
         )
+        relay = OutboxRelay(client, pool, endpoints.task_queue)
         async with worker:
-            await stop.wait()
+            # Performs durable calls whose process died between commit and relay.
+            await relay.run(stop)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -21,9 +24,10 @@ from procbus.hooks import (
     run_in_transaction,
     transaction,
 )
-from procbus.outbox import OutboxRelay
+from procbus.outbox import SWEEP_SCHEDULE_ID, OutboxRelay, ensure_sweep_schedule
 from procbus.stack_check import StackCheckInput
 from tests.integration.signal_sink import Note, SignalSink
+from tests.services import run_command
 from workflows.stack_check import StackCheck
 
 ITEMS = 'CREATE TABLE IF NOT EXISTS "test_items" ("id" serial PRIMARY KEY, "name" text UNIQUE)'
@@ -306,3 +310,83 @@ async def test_serializable_retries_never_fire_a_failed_attempts_hooks(
     assert not await workflow_exists(client, f"ser-1-{task_queue}")
     assert await workflow_exists(client, f"ser-2-{task_queue}")
     assert await outbox_rows(pool) == 1
+
+
+async def test_a_process_killed_after_commit_loses_nothing(
+    database_url: str, pool: asyncpg.Pool, client: Client, worker: Worker, task_queue: str
+) -> None:
+    workflow_id = f"survivor-{uuid.uuid4().hex[:8]}"
+    returncode, _, stderr = await run_command(
+        sys.executable,
+        "-m",
+        "tests.integration.commit_then_die",
+        database_url,
+        workflow_id,
+        task_queue,
+    )
+    assert returncode == -signal.SIGKILL, stderr
+    assert await outbox_rows(pool) == 1
+    assert not await workflow_exists(client, workflow_id)
+    # The periodic sweep (a Temporal Schedule starting OutboxSweep) performs it later.
+    await ensure_sweep_schedule(client, task_queue, every=timedelta(hours=1))
+    schedule = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
+    try:
+        await schedule.trigger()
+        async with asyncio.timeout(30):
+            while not await workflow_exists(client, workflow_id):
+                await asyncio.sleep(0.2)
+    finally:
+        await schedule.delete()
+    relay = OutboxRelay(client, pool, task_queue)
+    assert await relay.sweep() == 0  # done once, nothing left
+    runs = [w.run_id async for w in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
+    assert len(runs) == 1
+
+
+async def test_a_thousand_transactions_from_eight_writers(
+    pool: asyncpg.Pool, client: Client, relay: OutboxRelay, task_queue: str
+) -> None:
+    async with pool.acquire() as connection:
+        await connection.execute(ITEMS)
+    committed: list[str] = []
+    rolled_back: list[str] = []
+
+    async def writer(numbers: list[int]) -> None:
+        async with pool.acquire() as connection:
+            for number in numbers:
+                workflow_id = f"bulk-{number}-{task_queue}"
+                try:
+                    async with transaction(connection, relay=relay) as tx:
+                        await connection.execute(
+                            'INSERT INTO "test_items" ("name") VALUES ($1)', workflow_id
+                        )
+                        await tx.start_workflow(
+                            "StackCheck",
+                            {"check_id": workflow_id},
+                            id=workflow_id,
+                            task_queue=task_queue,
+                        )
+                        if number % 3 == 0:
+                            raise LookupError("rolled back on purpose")
+                except LookupError:
+                    rolled_back.append(workflow_id)
+                else:
+                    committed.append(workflow_id)
+
+    await asyncio.gather(*(writer(list(range(lane, 1000, 8))) for lane in range(8)))
+    assert len(committed) + len(rolled_back) == 1000 and len(rolled_back) == 334
+    assert await relay.sweep() == 0  # every committed one was performed right after commit
+    query = f"TaskQueue = '{task_queue}'"
+    async with asyncio.timeout(30):  # visibility follows the starts by a moment
+        while (await client.count_workflows(query)).count < len(committed):
+            await asyncio.sleep(0.2)
+    started = {
+        execution.id: execution.run_id
+        async for execution in client.list_workflows(f"TaskQueue = '{task_queue}'")
+    }
+    runs = [
+        execution.id async for execution in client.list_workflows(f"TaskQueue = '{task_queue}'")
+    ]
+    assert len(runs) == len(set(runs)), "a workflow started twice"
+    assert set(started) == set(committed)
+    assert await names(pool) == sorted(committed)

@@ -1,0 +1,36 @@
+"""The outbox sweep as an activity, for the `OutboxSweep` workflow its Temporal Schedule starts."""
+
+from __future__ import annotations
+
+import asyncpg
+from pydantic import BaseModel
+from temporalio import activity
+
+from procbus.outbox import OutboxRelay
+
+
+class SweepRequest(BaseModel):
+    limit: int = 1000
+
+
+class SweepResult(BaseModel):
+    performed: int
+    pending: int
+
+
+class OutboxActivities:
+    def __init__(self, pool: asyncpg.Pool, task_queue: str) -> None:
+        self.pool = pool
+        self.task_queue = task_queue
+
+    @activity.defn(name="sweep_outbox")
+    async def sweep_outbox(self, request: SweepRequest) -> SweepResult:
+        relay = OutboxRelay(activity.client(), self.pool, self.task_queue)
+        performed = 0
+        while performed < request.limit:
+            done = await relay.sweep(min(100, request.limit - performed))
+            if done == 0:
+                break
+            performed += done
+            activity.heartbeat(performed)
+        return SweepResult(performed=performed, pending=await relay.pending())
