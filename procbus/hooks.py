@@ -22,7 +22,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import asyncpg
 from pydantic_core import to_jsonable_python
@@ -113,11 +113,21 @@ class Transaction:
 
     # ---- in-process hooks ----
 
+    @overload
     def post_commit(
-        self, hook: Callable[..., Awaitable[T] | T], *args: Any, robust: bool = False
-    ) -> asyncio.Future[T]:
+        self, hook: Callable[..., Awaitable[T]], *args: Any, robust: bool = False
+    ) -> asyncio.Future[T]: ...
+
+    @overload
+    def post_commit(
+        self, hook: Callable[..., T], *args: Any, robust: bool = False
+    ) -> asyncio.Future[T]: ...
+
+    def post_commit(
+        self, hook: Callable[..., Any], *args: Any, robust: bool = False
+    ) -> asyncio.Future[Any]:
         """Run `hook(*args)` after commit; the Future gets its result or why it did not run."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         name = getattr(hook, "__qualname__", repr(hook))
         entry = _Hook(name, lambda: hook(*args), future, robust)
         self._hooks.append(entry)

@@ -10,15 +10,19 @@ from collections.abc import AsyncIterator
 import asyncpg
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError
 
 from procbus import warehouse
 from procbus.catalog import Catalog
 from procbus.config import Settings
 from procbus.db import create_pool
+from procbus.db.queries import load_queries
 from procbus.descriptor_cache import DescriptorCache
 from procbus.endpoints import Endpoints, resolve_endpoints
 from procbus.errors import ProcbusError, StackError
 from procbus.faults import parse_faults
+from procbus.hooks import TransactionAborted, transaction
+from procbus.outbox import OutboxRelay
 from procbus.procedure_client import procedure_status
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.stack.embedded import EmbeddedServices
@@ -40,6 +44,15 @@ class DemoProcedure(BaseModel):
     status: ProcedureStatus
 
 
+class DemoHooks(BaseModel):
+    committed_hook_result: str
+    committed_workflow_id: str
+    committed_workflow_run_id: str | None
+    rolled_back_hook_error: str
+    rolled_back_workflow_started: bool
+    outbox_rows_of_rolled_back: int
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -50,6 +63,7 @@ class DemoReport(BaseModel):
     create_table: DemoProcedure
     failed_create_table: DemoProcedure
     residue_after_rollback: list[str]
+    hooks: DemoHooks
 
 
 @contextlib.asynccontextmanager
@@ -65,6 +79,10 @@ async def _stack(settings: Settings) -> AsyncIterator[tuple[Endpoints, bool]]:
         return
     async with EmbeddedServices(settings):
         yield resolve_endpoints(settings), True
+
+
+class DemoRollback(Exception):
+    """Raised inside the demo's second transaction to roll it back."""
 
 
 class Demo:
@@ -184,6 +202,70 @@ class Demo:
         drill = DemoProcedure(procedure_id=procedure_id, url=self.url(procedure_id), status=status)
         return drill, residue
 
+    async def hooks(self) -> DemoHooks:
+        self.say("4. Post-commit hooks and the durable outbox")
+        relay = OutboxRelay(self.client, self.pool, self.endpoints.task_queue)
+        committed_id = f"demo-outbox-committed-{self.run_id}"
+        rolled_back_id = f"demo-outbox-rolled-back-{self.run_id}"
+
+        async def notify(check_id: str) -> str:
+            return f"notified the team about {check_id}"
+
+        async with self.pool.acquire() as connection:
+            async with transaction(connection, relay=relay) as tx:
+                await connection.execute(
+                    load_queries()["insert_stack_check"], committed_id, "committed", "demo"
+                )
+                notified = tx.post_commit(notify, committed_id)
+                started = await tx.start_workflow(
+                    StackCheck,
+                    StackCheckInput(check_id=committed_id),
+                    id=committed_id,
+                    task_queue=self.endpoints.task_queue,
+                )
+            hook_result = await notified
+            run_id = await started
+            self.say(f"   committed: hook ran ({hook_result}); workflow {committed_id} started")
+            await self.client.get_workflow_handle(committed_id).result()
+
+            with contextlib.suppress(DemoRollback):
+                async with transaction(connection, relay=relay) as tx:
+                    await connection.execute(
+                        load_queries()["insert_stack_check"], rolled_back_id, "rolled back", "demo"
+                    )
+                    cancelled = tx.post_commit(notify, rolled_back_id)
+                    await tx.start_workflow(
+                        StackCheck,
+                        StackCheckInput(check_id=rolled_back_id),
+                        id=rolled_back_id,
+                        task_queue=self.endpoints.task_queue,
+                    )
+                    raise DemoRollback("the order failed validation")
+        try:
+            await cancelled
+            raise ProcbusError("demo: a hook of a rolled-back transaction ran")
+        except TransactionAborted as aborted:
+            reason = str(aborted)
+        rows = await self.pool.fetchval(
+            'SELECT count(*) FROM "procbus_outbox" WHERE "workflow_id" = $1', rolled_back_id
+        )
+        try:
+            await self.client.get_workflow_handle(rolled_back_id).describe()
+            started_anyway = True
+        except RPCError:
+            started_anyway = False
+        if rows or started_anyway:
+            raise ProcbusError("demo: the rolled-back transaction left an outbox row or a run")
+        self.say(f"   rolled back: hook cancelled ({reason}); no workflow, no outbox row")
+        return DemoHooks(
+            committed_hook_result=hook_result,
+            committed_workflow_id=committed_id,
+            committed_workflow_run_id=run_id,
+            rolled_back_hook_error=reason,
+            rolled_back_workflow_started=started_anyway,
+            outbox_rows_of_rolled_back=rows,
+        )
+
     async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
         catalog = Catalog(self.pool)
         found = []
@@ -216,12 +298,14 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 namespace = f"demo_{demo.run_id}"
                 created = await demo.create_table(namespace)
                 failed, residue = await demo.failed_create_table(namespace)
+                hooks = await demo.hooks()
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and endpoints.ui_url else ""
     if endpoints.ui_url:
         demo.say(f"In the Temporal UI{later}:")
-        for workflow_id in (check_id, created.procedure_id, failed.procedure_id):
+        shown = (check_id, created.procedure_id, failed.procedure_id, hooks.committed_workflow_id)
+        for workflow_id in shown:
             demo.say(f"   {demo.url(workflow_id)}")
     demo.say("[bold green]demo finished: every step worked[/]")
     return DemoReport(
@@ -234,4 +318,5 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         create_table=created,
         failed_create_table=failed,
         residue_after_rollback=residue,
+        hooks=hooks,
     )

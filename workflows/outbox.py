@@ -10,7 +10,6 @@ with workflow.unsafe.imports_passed_through():
     from activities.outbox import SweepRequest, SweepResult
 
 
-
 @workflow.defn(name="OutboxSweep")
 class OutboxSweep:
     @workflow.run

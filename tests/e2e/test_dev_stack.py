@@ -118,6 +118,14 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     report = json.loads(result.stdout)
     assert report["started_stack"] is True
     assert report["stack_check"]["check_id"] == report["stack_check_workflow_id"]
+    assert report["create_table"]["status"]["state"] == "SUCCEEDED"
+    assert report["failed_create_table"]["status"]["state"] == "ROLLED_BACK"
+    assert report["failed_create_table"]["status"]["failed_step"] == "refresh_cache"
+    assert report["residue_after_rollback"] == []
+    hooks = report["hooks"]
+    assert hooks["committed_workflow_run_id"]
+    assert "rolled back" in hooks["rolled_back_hook_error"]
+    assert not hooks["rolled_back_workflow_started"] and hooks["outbox_rows_of_rolled_back"] == 0
     # It stopped what it started.
     assert not (state_dir / "stack.json").exists()
 
