@@ -22,6 +22,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 
 import asyncpg
@@ -254,38 +255,72 @@ class _ExplicitRollback(Exception):
     """Raised by `tx.rollback()` to leave the block; swallowed by `transaction()`."""
 
 
-@contextlib.asynccontextmanager
-async def transaction(
-    connection: asyncpg.Connection,
-    *,
-    isolation: Isolation | None = None,
-    relay: OutboxRelay | None = None,
-) -> AsyncIterator[Transaction]:
-    """Open a transaction on `connection`, or join the procbus transaction already open on it."""
-    joined = _open.get(id(connection))
-    if joined is not None and connection.is_in_transaction():
-        yield joined  # hooks fire when the outer transaction commits
-        return
-    if connection.is_in_transaction():
-        raise ProcbusError(
-            "the connection is in a transaction procbus did not open, so procbus cannot know "
-            "when it commits: open it with procbus.hooks.transaction()"
-        )
-    tx = Transaction(connection, relay)
-    _open[id(connection)] = tx
-    try:
+class transaction:  # used like a function: `async with transaction(conn)`
+    """Open a transaction on `connection`, or join the procbus transaction already open on it.
+
+    A class rather than a generator context manager: it sits on every write path, so it is kept
+    cheap.
+    """
+
+    __slots__ = ("_asyncpg_tx", "_connection", "_isolation", "_joined", "_relay", "_tx")
+
+    def __init__(
+        self,
+        connection: asyncpg.Connection,
+        *,
+        isolation: Isolation | None = None,
+        relay: OutboxRelay | None = None,
+    ) -> None:
+        self._connection = connection
+        self._isolation = isolation
+        self._relay = relay
+        self._joined = False
+        self._tx: Transaction | None = None
+        self._asyncpg_tx: Any = None
+
+    async def __aenter__(self) -> Transaction:
+        connection = self._connection
+        if connection.is_in_transaction():
+            joined = _open.get(id(connection))
+            if joined is None:
+                raise ProcbusError(
+                    "the connection is in a transaction procbus did not open, so procbus cannot "
+                    "know when it commits: open it with procbus.hooks.transaction()"
+                )
+            self._joined = True
+            return joined  # hooks fire when the outer transaction commits
+        tx = self._tx = Transaction(connection, self._relay)
+        self._asyncpg_tx = connection.transaction(isolation=self._isolation)
+        await self._asyncpg_tx.start()
+        _open[id(connection)] = tx
+        return tx
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if self._joined:
+            return False
+        tx = self._tx
+        assert tx is not None
         try:
-            async with connection.transaction(isolation=isolation):
-                yield tx
-        except _ExplicitRollback:
-            tx._abort(None)
-            return
-        except BaseException as error:  # cancellation too: no hook is ever silently dropped
+            if exc is None:
+                await self._asyncpg_tx.commit()
+            else:
+                await self._asyncpg_tx.rollback()
+        except BaseException as error:  # the commit itself failed: nothing was saved
             tx._abort(error)
             raise
-    finally:
-        _open.pop(id(connection), None)
-    await tx._fire()
+        finally:
+            _open.pop(id(self._connection), None)
+        if exc is not None:
+            # Cancellation too: no hook is ever silently dropped.
+            tx._abort(None if isinstance(exc, _ExplicitRollback) else exc)
+            return isinstance(exc, _ExplicitRollback)
+        await tx._fire()
+        return False
 
 
 async def run_in_transaction(
