@@ -15,7 +15,6 @@ from temporalio.client import Client
 
 from procbus.catalog import (
     Catalog,
-    InvalidRequest,
     parse_columns,
     parse_table_name,
     validate_name,
@@ -77,10 +76,6 @@ async def session() -> AsyncIterator[Session]:
         yield Session(endpoints, client, Catalog(pool))
     finally:
         await pool.close()
-
-
-def _refuse(error: InvalidRequest) -> ProcbusError:
-    return ProcbusError(str(error))
 
 
 # ---- rendering ----
@@ -206,10 +201,7 @@ def namespace_create(
     """Start a CreateNamespace procedure."""
 
     async def run() -> int:
-        try:
-            validate_name("namespace", name)
-        except InvalidRequest as error:
-            raise _refuse(error) from None
+        validate_name("namespace", name)
         async with session() as current:
             if procedure_id is None and await current.catalog.get_namespace(name) is not None:
                 raise ProcbusError(f"namespace {name!r} exists already")
@@ -236,10 +228,7 @@ def namespace_delete(
     """Start a DeleteNamespace procedure (refused while the namespace holds tables)."""
 
     async def run() -> int:
-        try:
-            validate_name("namespace", name)
-        except InvalidRequest as error:
-            raise _refuse(error) from None
+        validate_name("namespace", name)
         async with session() as current:
             if procedure_id is None:
                 if await current.catalog.get_namespace(name) is None:
@@ -281,11 +270,8 @@ def table_create(
     """Start a CreateTable procedure: layout, catalog, caches, event; undone if any step fails."""
 
     async def run() -> int:
-        try:
-            namespace, table = parse_table_name(name)
-            validate_partitioning(parse_columns(schema), partition_by)
-        except InvalidRequest as error:
-            raise _refuse(error) from None
+        namespace, table = parse_table_name(name)
+        validate_partitioning(parse_columns(schema), partition_by)
         async with session() as current:
             if procedure_id is None:
                 if await current.catalog.get_namespace(namespace) is None:
@@ -310,10 +296,7 @@ def table_delete(
     """Start a DeleteTable procedure: the catalog removal is the point of no return."""
 
     async def run() -> int:
-        try:
-            namespace, table = parse_table_name(name)
-        except InvalidRequest as error:
-            raise _refuse(error) from None
+        namespace, table = parse_table_name(name)
         async with session() as current:
             if procedure_id is None and await current.catalog.get_table(namespace, table) is None:
                 raise ProcbusError(f"table {name!r} does not exist")
@@ -337,10 +320,7 @@ def table_describe(
     """A table's schema, partitioning, location and the procedure that created it."""
 
     async def run() -> int:
-        try:
-            namespace, table_name = parse_table_name(name)
-        except InvalidRequest as error:
-            raise _refuse(error) from None
+        namespace, table_name = parse_table_name(name)
         async with session() as current:
             table = await current.catalog.get_table(namespace, table_name)
         if table is None:

@@ -6,6 +6,9 @@ warehouse and the workers' caches as they were (or, past DeleteTable's pivot, as
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -34,10 +37,13 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.procedure import Procedure, invalid_input
 
+T = TypeVar("T")
 
-def _table_name(qualified: str) -> tuple[str, str]:
+
+def _checked(check: Callable[..., T], *args: Any) -> T:
+    """Run a catalog check; bad input fails the procedure before any step."""
     try:
-        return parse_table_name(qualified)
+        return check(*args)
     except InvalidRequest as error:
         raise invalid_input(str(error)) from None
 
@@ -52,10 +58,7 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
         return request.namespace
 
     def validate(self, request: CreateNamespaceInput) -> None:
-        try:
-            validate_name("namespace", request.namespace)
-        except InvalidRequest as error:
-            raise invalid_input(str(error)) from None
+        _checked(validate_name, "namespace", request.namespace)
 
     async def steps(self, request: CreateNamespaceInput) -> NamespaceResult:
         procedure_id = workflow.info().workflow_id
@@ -96,10 +99,7 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
         return request.namespace
 
     def validate(self, request: DeleteNamespaceInput) -> None:
-        try:
-            validate_name("namespace", request.namespace)
-        except InvalidRequest as error:
-            raise invalid_input(str(error)) from None
+        _checked(validate_name, "namespace", request.namespace)
 
     async def steps(self, request: DeleteNamespaceInput) -> NamespaceResult:
         procedure_id = workflow.info().workflow_id
@@ -140,12 +140,9 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         self._descriptor(request)
 
     def _descriptor(self, request: CreateTableInput) -> TableDescriptor:
-        namespace, name = _table_name(request.table)
-        try:
-            columns = parse_columns(request.columns)
-            partition_by = validate_partitioning(columns, request.partition_by)
-        except InvalidRequest as error:
-            raise invalid_input(str(error)) from None
+        namespace, name = _checked(parse_table_name, request.table)
+        columns = _checked(parse_columns, request.columns)
+        partition_by = _checked(validate_partitioning, columns, request.partition_by)
         return TableDescriptor(
             namespace=namespace,
             name=name,
@@ -207,11 +204,11 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
         return request.table
 
     def validate(self, request: DeleteTableInput) -> None:
-        _table_name(request.table)
+        _checked(parse_table_name, request.table)
 
     async def steps(self, request: DeleteTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
-        namespace, name = _table_name(request.table)
+        namespace, name = _checked(parse_table_name, request.table)
         wanted = TableStep(
             procedure_id=procedure_id,
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
