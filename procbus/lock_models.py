@@ -1,0 +1,145 @@
+"""What goes in and out of the lock table, as JSON-friendly models (safe in the workflow sandbox).
+
+A grant's fencing token travels with every write a step makes under it (`Fence`); the catalog
+refuses, in the write's own transaction, a token older than the resource's newest one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field, field_validator
+
+from procbus.lock_modes import LockMode, parse_path, stronger
+
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+class Fence(BaseModel):
+    """A fencing token: proof, checked where the write happens, that the lock is still ours."""
+
+    resource: str
+    token: int
+
+
+class LockGrant(BaseModel):
+    resource: str
+    mode: LockMode
+    token: int
+
+
+class Blocker(BaseModel):
+    holder: str
+    mode: LockMode
+    granted: bool
+
+
+class LockWait(BaseModel):
+    """A request still queued: what it waits for and behind whom (granted first, then queue)."""
+
+    resource: str
+    mode: LockMode
+    behind: list[Blocker] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        behind = ", ".join(
+            f"{b.holder} ({b.mode.value}, {'holding' if b.granted else 'queued'})"
+            for b in self.behind
+        )
+        return f"{self.resource} ({self.mode.value}) behind {behind or 'nobody'}"
+
+
+class LockSpec(BaseModel):
+    resource: str
+    mode: LockMode
+
+
+class LockSetRequest(BaseModel):
+    """A holder's whole lock set, already expanded (intention locks included)."""
+
+    holder: str
+    locks: list[LockSpec]
+    family: list[str] = Field(
+        default_factory=list, description="ancestor procedures whose locks this one inherits"
+    )
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+    @field_validator("lease_seconds")
+    @classmethod
+    def _positive_lease(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"the lease TTL must be more than 0 seconds, got {value}")
+        return value
+
+    @field_validator("holder")
+    @classmethod
+    def _named_holder(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the lock holder is empty")
+        return value
+
+
+class LockSetState(BaseModel):
+    holder: str
+    grants: list[LockGrant] = Field(default_factory=list)
+    waiting: list[LockWait] = Field(default_factory=list)
+    lease_expires_at: datetime | None = None
+    woken: list[str] = Field(
+        default_factory=list, description="other holders granted something by this call"
+    )
+
+    @property
+    def granted(self) -> bool:
+        return not self.waiting
+
+
+class HoldRequest(BaseModel):
+    """Keep a granted lock set's leases alive while its holder lives."""
+
+    holder: str
+    grants: list[LockGrant]
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+
+class ReleaseRequest(BaseModel):
+    holder: str
+
+
+class ReleaseResult(BaseModel):
+    woken: list[str] = Field(default_factory=list)
+
+
+class LockEntry(BaseModel):
+    """One row of `procbus lock list`."""
+
+    resource: str
+    mode: LockMode
+    holder: str
+    token: int | None
+    queue_position: int
+    requested_at: datetime
+    granted_at: datetime | None
+    lease_expires_at: datetime
+    expired: bool
+
+    @property
+    def granted(self) -> bool:
+        return self.token is not None
+
+
+def covering_grant(grants: list[LockGrant], resource: str, mode: LockMode) -> LockGrant | None:
+    """The grant that already gives `mode` on `resource`: the same resource in a mode at least
+    as strong, or an ancestor in S/SIX (reads below) or X (everything below)."""
+    segments = parse_path(resource)
+    by_resource = {grant.resource: grant for grant in grants}
+    same = by_resource.get(resource)
+    if same is not None and stronger(same.mode, mode) is same.mode:
+        return same
+    reads = mode in (LockMode.IS, LockMode.S)
+    for depth in range(len(segments) - 1, 0, -1):
+        ancestor = by_resource.get("/".join(segments[:depth]))
+        if ancestor is None:
+            continue
+        if ancestor.mode is LockMode.X or (reads and ancestor.mode in (LockMode.S, LockMode.SIX)):
+            return ancestor
+    return None

@@ -1,0 +1,190 @@
+"""Hierarchical locks with leases and fencing tokens, in PostgreSQL.
+
+The lock table (migration 0004) keeps one row per holder and resource. A holder queues its whole
+expanded lock set in one transaction (`acquire`); requests are granted FIFO per resource, each
+grant with a fencing token that grows per resource and a lease. A holder renews its leases while
+it lives (`renew`); a lease that runs out releases the lock, and the next writer's token is newer,
+so a late write of the old holder is refused by `check_fence` inside the write's transaction.
+
+Procedures use the table through activities (activities/locks.py); scripts and jobs can use
+`LockTable.holding(...)`, which waits, renews in the background and releases on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterable
+
+import asyncpg
+
+from procbus.db.queries import load_queries
+from procbus.errors import ProcbusError
+from procbus.lock_models import (
+    DEFAULT_LEASE_SECONDS,
+    Blocker,
+    Fence,
+    LockEntry,
+    LockGrant,
+    LockSetRequest,
+    LockSetState,
+    LockSpec,
+    LockWait,
+)
+from procbus.lock_modes import LockError, LockMode, expand
+
+
+class LockTimeout(ProcbusError):
+    """The locks were not granted in time; the request left the queue."""
+
+
+class LockLost(ProcbusError):
+    """A granted lock's lease ran out and another holder may have it now."""
+
+
+class StaleFencingToken(ProcbusError):
+    """A write carried a fencing token older than the resource's newest: its lock was lost."""
+
+
+def lock_set(
+    holder: str,
+    locks: Iterable[tuple[str, LockMode | str]],
+    *,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    family: Iterable[str] = (),
+) -> LockSetRequest:
+    """The expanded, checked lock set of `holder` (intention locks on ancestors, canonical)."""
+    if lease_seconds <= 0:
+        raise LockError(f"the lease TTL must be more than 0 seconds, got {lease_seconds}")
+    if not holder.strip():
+        raise LockError("the lock holder is empty")
+    expanded = expand(locks)
+    if not expanded:
+        raise LockError("the lock set is empty")
+    return LockSetRequest(
+        holder=holder,
+        locks=[LockSpec(resource=request.path, mode=request.mode) for request in expanded],
+        family=list(family),
+        lease_seconds=lease_seconds,
+    )
+
+
+async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
+    """Inside a write's transaction: refuse the write if a newer lock was granted since."""
+    newest = await connection.fetchval(load_queries()["check_fence"], fence.resource)
+    if newest is None:
+        raise StaleFencingToken(f"no lock was ever granted on {fence.resource!r}")
+    if fence.token < newest:
+        raise StaleFencingToken(
+            f"write to {fence.resource!r} refused: its fencing token {fence.token} is older than "
+            f"the newest one, {newest}; the lock's lease ran out and it was granted again"
+        )
+
+
+class LockTable:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.queries = load_queries()
+
+    async def acquire(self, request: LockSetRequest) -> LockSetState:
+        """Queue the set (or renew its place) and return what is granted and what waits."""
+        try:
+            rows = await self.pool.fetch(
+                self.queries["acquire_locks"],
+                request.holder,
+                request.family,
+                [lock.resource for lock in request.locks],
+                [lock.mode.value for lock in request.locks],
+                request.lease_seconds,
+            )
+        except asyncpg.InvalidParameterValueError as error:
+            raise LockError(str(error)) from None
+        state = LockSetState(holder=request.holder)
+        for row in rows:
+            mode = LockMode(row["mode"])
+            if row["token"] is None:
+                behind = [Blocker(**blocker) for blocker in json.loads(row["blockers"])]
+                state.waiting.append(LockWait(resource=row["resource"], mode=mode, behind=behind))
+            else:
+                state.grants.append(
+                    LockGrant(resource=row["resource"], mode=mode, token=row["token"])
+                )
+            state.lease_expires_at = row["lease_expires_at"]
+            state.woken = list(row["woken"])
+        return state
+
+    async def release(self, holder: str) -> list[str]:
+        """Release every lock and queue place of `holder`; returns the holders it unblocked."""
+        rows = await self.pool.fetch(self.queries["release_locks"], holder)
+        return [row["woken"] for row in rows if row["woken"] != holder]
+
+    async def renew(self, holder: str, grants: list[LockGrant], lease_seconds: float) -> None:
+        """Extend the leases of these grants; LockLost if any was released meanwhile."""
+        rows = await self.pool.fetch(self.queries["renew_locks"], holder, lease_seconds)
+        current = {row["resource"]: row["token"] for row in rows}
+        lost = [grant for grant in grants if current.get(grant.resource) != grant.token]
+        if lost:
+            names = ", ".join(f"{grant.resource} (token {grant.token})" for grant in lost)
+            raise LockLost(f"{holder} lost its locks on {names}: their lease ran out")
+
+    async def list(self, holder: str | None = None) -> list[LockEntry]:
+        rows = await self.pool.fetch(self.queries["list_locks"], holder)
+        return [LockEntry(**dict(row)) for row in rows]
+
+    async def wait_for(
+        self, request: LockSetRequest, wait_seconds: float, poll_seconds: float = 0.05
+    ) -> LockSetState:
+        """Acquire, polling until granted; on timeout leave the queue and raise LockTimeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        wait = poll_seconds
+        while True:
+            state = await self.acquire(request)
+            if state.granted:
+                return state
+            if loop.time() >= deadline:
+                await self.release(request.holder)
+                waits = "; ".join(wait.describe() for wait in state.waiting)
+                raise LockTimeout(f"{request.holder} waited {wait_seconds:g} s for {waits}")
+            await asyncio.sleep(min(wait, max(deadline - loop.time(), 0)))
+            wait = min(wait * 2, request.lease_seconds / 3, 1.0)
+
+    @contextlib.asynccontextmanager
+    async def holding(
+        self,
+        holder: str,
+        locks: Iterable[tuple[str, LockMode | str]],
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        wait_seconds: float = 60.0,
+    ) -> AsyncIterator[LockSetState]:
+        """Hold a lock set for the block: waits (FIFO), renews the leases, releases on exit.
+
+        Writes made inside should carry `fence_of(state.grants, resource)` to the catalog.
+        """
+        request = lock_set(holder, locks, lease_seconds=lease_seconds)
+        state = await self.wait_for(request, wait_seconds)
+        renewer = asyncio.create_task(self._keep_renewing(holder, state.grants, lease_seconds))
+        try:
+            yield state
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, LockLost):
+                await renewer
+            await self.release(holder)
+
+    async def _keep_renewing(
+        self, holder: str, grants: list[LockGrant], lease_seconds: float
+    ) -> None:
+        while True:
+            await asyncio.sleep(lease_seconds / 3)
+            await self.renew(holder, grants, lease_seconds)
+
+
+def fence_of(grants: Iterable[LockGrant], resource: str) -> Fence:
+    """The fence a write to `resource` carries: the token of its grant."""
+    for grant in grants:
+        if grant.resource == resource:
+            return Fence(resource=resource, token=grant.token)
+    raise LockError(f"no lock is held on {resource!r}")
