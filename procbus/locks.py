@@ -128,7 +128,7 @@ class LockTable:
             names = ", ".join(f"{grant.resource} (token {grant.token})" for grant in lost)
             raise LockLost(f"{holder} lost its locks on {names}: their lease ran out")
 
-    async def list(self, holder: str | None = None) -> list[LockEntry]:
+    async def list_locks(self, holder: str | None = None) -> list[LockEntry]:
         rows = await self.pool.fetch(self.queries["list_locks"], holder)
         return [LockEntry(**dict(row)) for row in rows]
 

@@ -113,7 +113,7 @@ async def test_waiting_times_out_and_leaves_the_queue(locks: LockTable) -> None:
     await locks.acquire(lock_set("holder", [("sales", "X")]))
     with pytest.raises(LockTimeout, match=r"waiter waited 0.3 s for sales \(S\) behind holder"):
         await locks.wait_for(lock_set("waiter", [("sales", "S")]), wait_seconds=0.3)
-    assert [entry.holder for entry in await locks.list()] == ["holder"]
+    assert [entry.holder for entry in await locks.list_locks()] == ["holder"]
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ async def test_bad_lock_requests_are_refused_clearly(
 ) -> None:
     with pytest.raises(LockError, match=message):
         lock_set("p", locks_wanted, lease_seconds=lease)
-    assert await locks.list() == []
+    assert await locks.list_locks() == []
 
 
 async def test_the_database_refuses_a_bad_lease_too(locks: LockTable) -> None:
@@ -143,7 +143,7 @@ async def test_the_database_refuses_a_bad_lease_too(locks: LockTable) -> None:
     )
     with pytest.raises(LockError, match="more than 0 seconds"):
         await locks.acquire(request)
-    assert await locks.list() == []
+    assert await locks.list_locks() == []
 
 
 # ---- property-based: random interleavings through the real lock table ----
@@ -237,10 +237,10 @@ async def test_random_interleavings_keep_modes_compatible_fifo_and_deadlock_free
                    WHERE "holder" = $1""",
                 holder,
             )
-        check_invariants(await locks.list())
+        check_invariants(await locks.list_locks())
     # Liveness: releasing whoever is fully granted drains every queue.
     for _ in range(len(HOLDERS) + 1):
-        entries = await locks.list()
+        entries = await locks.list_locks()
         if not entries:
             break
         waiting = {e.holder for e in entries if not e.granted}
@@ -251,5 +251,5 @@ async def test_random_interleavings_keep_modes_compatible_fifo_and_deadlock_free
         for holder in sorted(waiting):
             if holder not in runnable:
                 await locks.acquire(requests[holder])
-        check_invariants(await locks.list())
-    assert await locks.list() == []
+        check_invariants(await locks.list_locks())
+    assert await locks.list_locks() == []
