@@ -18,16 +18,22 @@ from temporalio.exceptions import ApplicationError
 from procbus import warehouse
 from procbus.catalog import Catalog, InvalidRequest, NamespaceDescriptor, TableDescriptor
 from procbus.descriptor_cache import DescriptorCache
+from procbus.locks import StaleFencingToken
 from procbus.table_models import EventStep, NamespaceRef, NamespaceStep, TableStep
 
 T = TypeVar("T")
 
+STALE_TOKEN_ERROR = "StaleFencingToken"
+
 
 async def _refusing_bad_requests(operation: Awaitable[T]) -> T:
+    """Bad requests and writes of a holder that lost its lock fail at once, never retried."""
     try:
         return await operation
     except InvalidRequest as error:
         raise ApplicationError(str(error), type="InvalidRequest", non_retryable=True) from None
+    except StaleFencingToken as error:
+        raise ApplicationError(str(error), type=STALE_TOKEN_ERROR, non_retryable=True) from None
 
 
 class TableActivities:
@@ -47,11 +53,15 @@ class TableActivities:
 
     @activity.defn(name="create_namespace")
     async def create_namespace(self, step: NamespaceStep) -> None:
-        await _refusing_bad_requests(self.catalog.create_namespace(step.namespace))
+        await _refusing_bad_requests(self.catalog.create_namespace(step.namespace, step.fence))
 
     @activity.defn(name="remove_created_namespace")
     async def remove_created_namespace(self, step: NamespaceStep) -> None:
-        await self.catalog.remove_namespace_created_by(step.namespace.name, step.procedure_id)
+        await _refusing_bad_requests(
+            self.catalog.remove_namespace_created_by(
+                step.namespace.name, step.procedure_id, step.fence
+            )
+        )
 
     @activity.defn(name="preflight_delete_namespace")
     async def preflight_delete_namespace(self, ref: NamespaceRef) -> NamespaceDescriptor:
@@ -65,11 +75,11 @@ class TableActivities:
 
     @activity.defn(name="delete_namespace")
     async def delete_namespace(self, ref: NamespaceRef) -> None:
-        await _refusing_bad_requests(self.catalog.delete_empty_namespace(ref.namespace))
+        await _refusing_bad_requests(self.catalog.delete_empty_namespace(ref.namespace, ref.fence))
 
     @activity.defn(name="restore_namespace")
     async def restore_namespace(self, step: NamespaceStep) -> None:
-        await self.catalog.restore_namespace(step.namespace)
+        await _refusing_bad_requests(self.catalog.restore_namespace(step.namespace, step.fence))
 
     # ---- tables ----
 
@@ -102,12 +112,14 @@ class TableActivities:
 
     @activity.defn(name="add_to_catalog")
     async def add_to_catalog(self, step: TableStep) -> None:
-        await _refusing_bad_requests(self.catalog.add_table(step.table))
+        await _refusing_bad_requests(self.catalog.add_table(step.table, step.fence))
 
     @activity.defn(name="remove_added_table")
     async def remove_added_table(self, step: TableStep) -> None:
-        await self.catalog.remove_table_created_by(
-            step.table.namespace, step.table.name, step.procedure_id
+        await _refusing_bad_requests(
+            self.catalog.remove_table_created_by(
+                step.table.namespace, step.table.name, step.procedure_id, step.fence
+            )
         )
 
     @activity.defn(name="refresh_cache")
@@ -127,11 +139,13 @@ class TableActivities:
 
     @activity.defn(name="remove_from_catalog")
     async def remove_from_catalog(self, step: TableStep) -> None:
-        await self.catalog.remove_table(step.table.namespace, step.table.name)
+        await _refusing_bad_requests(
+            self.catalog.remove_table(step.table.namespace, step.table.name, step.fence)
+        )
 
     @activity.defn(name="restore_to_catalog")
     async def restore_to_catalog(self, step: TableStep) -> None:
-        await self.catalog.restore_table(step.table)
+        await _refusing_bad_requests(self.catalog.restore_table(step.table, step.fence))
 
     @activity.defn(name="delete_data")
     async def delete_data(self, step: TableStep) -> None:
@@ -143,13 +157,22 @@ class TableActivities:
 
     @activity.defn(name="record_event")
     async def record_event(self, step: EventStep) -> None:
-        await self.catalog.record_event(
-            step.procedure_id, step.event_type, step.namespace, step.table, step.payload
+        await _refusing_bad_requests(
+            self.catalog.record_event(
+                step.procedure_id,
+                step.event_type,
+                step.namespace,
+                step.table,
+                step.payload,
+                step.fence,
+            )
         )
 
     @activity.defn(name="remove_event")
     async def remove_event(self, step: EventStep) -> None:
-        await self.catalog.remove_event(step.procedure_id, step.event_type)
+        await _refusing_bad_requests(
+            self.catalog.remove_event(step.procedure_id, step.event_type, step.fence)
+        )
 
     def all(self) -> list[Callable[..., object]]:
         return [

@@ -6,8 +6,10 @@ procedure (a retried step finds its own row) and undo removes only what its proc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +18,8 @@ from pydantic import BaseModel, Field
 
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
+from procbus.lock_models import Fence
+from procbus.locks import check_fence
 
 MAX_NAME_LENGTH = 63  # PostgreSQL's identifier limit, so names fit anywhere they are used
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -178,6 +182,18 @@ class Catalog:
         self.pool = pool
         self.queries = load_queries()
 
+    @contextlib.asynccontextmanager
+    async def _writing(self, fence: Fence | None) -> AsyncIterator[asyncpg.Connection]:
+        """A connection for one write; with a fence, a transaction that checks it first, so a
+        holder whose lock was lost meanwhile can not write."""
+        async with self.pool.acquire() as connection:
+            if fence is None:
+                yield connection
+                return
+            async with connection.transaction():
+                await check_fence(connection, fence)
+                yield connection
+
     async def get_namespace(self, name: str) -> NamespaceDescriptor | None:
         row = await self.pool.fetchrow(self.queries["get_namespace"], name)
         return _namespace(row) if row else None
@@ -185,22 +201,30 @@ class Catalog:
     async def list_namespaces(self) -> list[NamespaceDescriptor]:
         return [_namespace(row) for row in await self.pool.fetch(self.queries["list_namespaces"])]
 
-    async def create_namespace(self, namespace: NamespaceDescriptor) -> None:
-        created = await self.pool.fetchval(
-            self.queries["insert_namespace"],
-            namespace.name,
-            json.dumps(namespace.properties),
-            namespace.created_by,
-        )
+    async def create_namespace(
+        self, namespace: NamespaceDescriptor, fence: Fence | None = None
+    ) -> None:
+        async with self._writing(fence) as connection:
+            created = await connection.fetchval(
+                self.queries["insert_namespace"],
+                namespace.name,
+                json.dumps(namespace.properties),
+                namespace.created_by,
+            )
         if created is None:
             raise InvalidRequest(f"namespace {namespace.name!r} exists already")
 
-    async def remove_namespace_created_by(self, name: str, procedure_id: str) -> None:
-        await self.pool.execute(self.queries["delete_namespace_created_by"], name, procedure_id)
+    async def remove_namespace_created_by(
+        self, name: str, procedure_id: str, fence: Fence | None = None
+    ) -> None:
+        async with self._writing(fence) as connection:
+            await connection.execute(
+                self.queries["delete_namespace_created_by"], name, procedure_id
+            )
 
-    async def delete_empty_namespace(self, name: str) -> bool:
+    async def delete_empty_namespace(self, name: str, fence: Fence | None = None) -> bool:
         """Delete it unless it holds tables; False when it was gone already."""
-        async with self.pool.acquire() as connection, connection.transaction():
+        async with self._writing(fence) as connection, connection.transaction():
             if await connection.fetchrow(self.queries["get_namespace"], name) is None:
                 return False
             if await connection.fetchval(self.queries["delete_empty_namespace"], name) is None:
@@ -208,14 +232,17 @@ class Catalog:
                 raise InvalidRequest(f"namespace {name!r} holds {tables} tables: delete them first")
         return True
 
-    async def restore_namespace(self, namespace: NamespaceDescriptor) -> None:
-        await self.pool.execute(
-            self.queries["restore_namespace"],
-            namespace.name,
-            json.dumps(namespace.properties),
-            namespace.created_by,
-            namespace.created_at,
-        )
+    async def restore_namespace(
+        self, namespace: NamespaceDescriptor, fence: Fence | None = None
+    ) -> None:
+        async with self._writing(fence) as connection:
+            await connection.execute(
+                self.queries["restore_namespace"],
+                namespace.name,
+                json.dumps(namespace.properties),
+                namespace.created_by,
+                namespace.created_at,
+            )
 
     async def count_tables(self, namespace: str) -> int:
         count: int = await self.pool.fetchval(self.queries["count_tables_in_namespace"], namespace)
@@ -230,10 +257,40 @@ class Catalog:
             _table(row) for row in await self.pool.fetch(self.queries["list_tables"], namespace)
         ]
 
-    async def add_table(self, table: TableDescriptor) -> None:
+    async def add_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
         try:
-            added = await self.pool.fetchval(
-                self.queries["insert_table"],
+            async with self._writing(fence) as connection:
+                added = await connection.fetchval(
+                    self.queries["insert_table"],
+                    table.namespace,
+                    table.name,
+                    json.dumps([column.model_dump() for column in table.columns]),
+                    table.partition_by,
+                    json.dumps(table.properties),
+                    table.location,
+                    table.created_by,
+                )
+        except asyncpg.ForeignKeyViolationError:
+            raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
+        if added is None:
+            raise InvalidRequest(f"table {table.qualified_name!r} exists already")
+
+    async def remove_table_created_by(
+        self, namespace: str, name: str, procedure_id: str, fence: Fence | None = None
+    ) -> None:
+        async with self._writing(fence) as connection:
+            await connection.execute(
+                self.queries["delete_table_created_by"], namespace, name, procedure_id
+            )
+
+    async def remove_table(self, namespace: str, name: str, fence: Fence | None = None) -> None:
+        async with self._writing(fence) as connection:
+            await connection.execute(self.queries["delete_table"], namespace, name)
+
+    async def restore_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
+        async with self._writing(fence) as connection:
+            await connection.execute(
+                self.queries["restore_table"],
                 table.namespace,
                 table.name,
                 json.dumps([column.model_dump() for column in table.columns]),
@@ -241,32 +298,8 @@ class Catalog:
                 json.dumps(table.properties),
                 table.location,
                 table.created_by,
+                table.created_at,
             )
-        except asyncpg.ForeignKeyViolationError:
-            raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
-        if added is None:
-            raise InvalidRequest(f"table {table.qualified_name!r} exists already")
-
-    async def remove_table_created_by(self, namespace: str, name: str, procedure_id: str) -> None:
-        await self.pool.execute(
-            self.queries["delete_table_created_by"], namespace, name, procedure_id
-        )
-
-    async def remove_table(self, namespace: str, name: str) -> None:
-        await self.pool.execute(self.queries["delete_table"], namespace, name)
-
-    async def restore_table(self, table: TableDescriptor) -> None:
-        await self.pool.execute(
-            self.queries["restore_table"],
-            table.namespace,
-            table.name,
-            json.dumps([column.model_dump() for column in table.columns]),
-            table.partition_by,
-            json.dumps(table.properties),
-            table.location,
-            table.created_by,
-            table.created_at,
-        )
 
     async def record_event(
         self,
@@ -275,18 +308,23 @@ class Catalog:
         namespace: str,
         table: str | None,
         payload: dict[str, Any],
+        fence: Fence | None = None,
     ) -> None:
-        await self.pool.execute(
-            self.queries["insert_event"],
-            procedure_id,
-            event_type,
-            namespace,
-            table,
-            json.dumps(payload, default=str),
-        )
+        async with self._writing(fence) as connection:
+            await connection.execute(
+                self.queries["insert_event"],
+                procedure_id,
+                event_type,
+                namespace,
+                table,
+                json.dumps(payload, default=str),
+            )
 
-    async def remove_event(self, procedure_id: str, event_type: str) -> None:
-        await self.pool.execute(self.queries["delete_event"], procedure_id, event_type)
+    async def remove_event(
+        self, procedure_id: str, event_type: str, fence: Fence | None = None
+    ) -> None:
+        async with self._writing(fence) as connection:
+            await connection.execute(self.queries["delete_event"], procedure_id, event_type)
 
     async def list_events(self) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(self.queries["list_events"])

@@ -15,17 +15,20 @@ from procbus.lock_modes import LockMode, parse_path, stronger
 DEFAULT_LEASE_SECONDS = 30.0
 
 
-class Fence(BaseModel):
-    """A fencing token: proof, checked where the write happens, that the lock is still ours."""
-
-    resource: str
-    token: int
-
-
 class LockGrant(BaseModel):
     resource: str
     mode: LockMode
     token: int
+
+
+class Fence(BaseModel):
+    """What a write carries to prove, where it happens, that its locks are still its own: the
+    fencing token of the lock on the written resource (or the ancestor lock covering it) and the
+    tokens of the intention locks above it."""
+
+    resource: str
+    token: int
+    path: list[LockGrant] = Field(default_factory=list, description="the locks on the ancestors")
 
 
 class Blocker(BaseModel):
@@ -99,6 +102,8 @@ class HoldRequest(BaseModel):
     holder: str
     grants: list[LockGrant]
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    # The activity returns after this long and is started again: no activity runs for days.
+    max_seconds: float = 3600.0
 
 
 class ReleaseRequest(BaseModel):
@@ -127,6 +132,20 @@ class LockEntry(BaseModel):
         return self.token is not None
 
 
+def fence_for(grants: list[LockGrant], resource: str) -> Fence | None:
+    """The fence of a write to `resource` under these grants; None if they do not cover it."""
+    covering = covering_grant(grants, resource, LockMode.X)
+    if covering is None:
+        return None
+    above = parse_path(covering.resource)[:-1]
+    ancestors = {"/".join(above[:depth]) for depth in range(1, len(above) + 1)}
+    return Fence(
+        resource=covering.resource,
+        token=covering.token,
+        path=[grant for grant in grants if grant.resource in ancestors],
+    )
+
+
 def covering_grant(grants: list[LockGrant], resource: str, mode: LockMode) -> LockGrant | None:
     """The grant that already gives `mode` on `resource`: the same resource in a mode at least
     as strong, or an ancestor in S/SIX (reads below) or X (everything below)."""
@@ -143,3 +162,7 @@ def covering_grant(grants: list[LockGrant], resource: str, mode: LockMode) -> Lo
         if ancestor.mode is LockMode.X or (reads and ancestor.mode in (LockMode.S, LockMode.SIX)):
             return ancestor
     return None
+
+
+# Sent to a waiting procedure when a release granted it something: it asks again at once.
+LOCKS_CHANGED_SIGNAL = "procbus_locks_changed"

@@ -31,6 +31,7 @@ from procbus.lock_models import (
     LockSetState,
     LockSpec,
     LockWait,
+    fence_for,
 )
 from procbus.lock_modes import LockError, LockMode, expand
 
@@ -71,14 +72,30 @@ def lock_set(
 
 
 async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
-    """Inside a write's transaction: refuse the write if a newer lock was granted since."""
-    newest = await connection.fetchval(load_queries()["check_fence"], fence.resource)
-    if newest is None:
-        raise StaleFencingToken(f"no lock was ever granted on {fence.resource!r}")
-    if fence.token < newest:
+    """Inside a write's transaction: refuse the write unless its locks are still held.
+
+    Refused when the written resource's token is older than its newest one, or when any of the
+    fence's locks (the ancestors' intention locks too) is gone: its lease ran out and another
+    holder could take a conflicting lock. The rows stay share-locked until the write commits,
+    so no conflicting grant slips in between.
+    """
+    fenced = [(fence.resource, fence.token)] + [(g.resource, g.token) for g in fence.path]
+    rows = await connection.fetch(
+        load_queries()["check_fence"],
+        [resource for resource, _ in fenced],
+        [token for _, token in fenced],
+    )
+    newest = {row["resource"]: row["last_token"] for row in rows}
+    lost = [f"{resource} (token {token})" for resource, token in fenced if resource not in newest]
+    if lost:
+        raise StaleFencingToken(
+            f"write to {fence.resource!r} refused: its locks on {', '.join(lost)} are no "
+            "longer held; their lease ran out"
+        )
+    if fence.token < newest[fence.resource]:
         raise StaleFencingToken(
             f"write to {fence.resource!r} refused: its fencing token {fence.token} is older than "
-            f"the newest one, {newest}; the lock's lease ran out and it was granted again"
+            f"the newest one, {newest[fence.resource]}; the lock was granted again"
         )
 
 
@@ -182,9 +199,9 @@ class LockTable:
             await self.renew(holder, grants, lease_seconds)
 
 
-def fence_of(grants: Iterable[LockGrant], resource: str) -> Fence:
-    """The fence a write to `resource` carries: the token of its grant."""
-    for grant in grants:
-        if grant.resource == resource:
-            return Fence(resource=resource, token=grant.token)
-    raise LockError(f"no lock is held on {resource!r}")
+def fence_of(grants: list[LockGrant], resource: str) -> Fence:
+    """The fence a write to `resource` carries under these grants."""
+    fence = fence_for(grants, resource)
+    if fence is None:
+        raise LockError(f"no lock held gives the right to write {resource!r}")
+    return fence

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from procbus.catalog import NamespaceDescriptor, TableDescriptor
+from procbus.lock_models import Fence
 from procbus.procedures.models import ProcedureInput
 
 
@@ -34,6 +35,16 @@ class DeleteTableInput(ProcedureInput):
     table: str = Field(description="NAMESPACE.TABLE")
 
 
+def namespace_resource(namespace: str) -> str:
+    """The lock resource of a namespace."""
+    return namespace
+
+
+def table_resource(namespace: str, table: str) -> str:
+    """The lock resource of a table: below its namespace's."""
+    return f"{namespace}/{table}"
+
+
 class NamespaceResult(BaseModel):
     namespace: NamespaceDescriptor
 
@@ -45,16 +56,19 @@ class TableResult(BaseModel):
 class NamespaceStep(BaseModel):
     procedure_id: str
     namespace: NamespaceDescriptor
+    fence: Fence | None = None
 
 
 class NamespaceRef(BaseModel):
     procedure_id: str
     namespace: str
+    fence: Fence | None = None
 
 
 class TableStep(BaseModel):
     procedure_id: str
     table: TableDescriptor
+    fence: Fence | None = None
 
 
 class EventStep(BaseModel):
@@ -63,3 +77,4 @@ class EventStep(BaseModel):
     namespace: str
     table: str | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
+    fence: Fence | None = None

@@ -10,6 +10,7 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
@@ -41,6 +42,7 @@ def activities_for(
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue).sweep_outbox,
         *TableActivities(pool, warehouse_root, cache).all(),
+        *LockActivities(pool).all(),
     ]
 
 

@@ -23,6 +23,7 @@ Workflow code only: deterministic, no I/O.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, get_type_hints
@@ -42,6 +43,19 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
+    from procbus.lock_models import (
+        LOCKS_CHANGED_SIGNAL,
+        Fence,
+        HoldRequest,
+        LockGrant,
+        LockSetRequest,
+        LockSetState,
+        LockSpec,
+        ReleaseRequest,
+        covering_grant,
+        fence_for,
+    )
+    from procbus.lock_modes import LockError, LockMode, expand
     from procbus.procedures.models import (
         AbortRequest,
         ChildCompensations,
@@ -66,8 +80,15 @@ ROLLED_BACK_ERROR = "ProcedureRolledBack"
 FAILED_ERROR = "ProcedureFailed"
 INVALID_INPUT_ERROR = "InvalidProcedureInput"
 
+LOCK_TIMEOUT_ERROR = "LockTimeout"
+
 ROLL_FORWARD_FIRST_WAIT = timedelta(seconds=1)
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
+# A waiting procedure is told when a release grants it something; it also asks again at this
+# pace, because a lease that runs out frees a lock without anyone to tell.
+LOCK_POLL_FIRST_WAIT = timedelta(milliseconds=250)
+LOCK_POLL_MAX_WAIT = timedelta(seconds=5)
+LOCK_CALL_TIMEOUT = timedelta(seconds=30)
 
 
 def activity_name(action: Callable[..., Any] | str) -> str:
@@ -93,6 +114,10 @@ def _error_text(error: BaseException) -> str:
     if isinstance(error, FailureError):
         return error.message
     return f"{type(error).__name__}: {error}"
+
+
+class _LockWaitTimedOut(Exception):
+    """The procedure's locks were not granted within its lock timeout."""
 
 
 def _failure(task: asyncio.Task[Any]) -> BaseException | None:
@@ -139,6 +164,11 @@ class Procedure(Generic[InputT, ResultT]):
         self._body: asyncio.Task[ResultT] | None = None
         self._current_input: ProcedureInput = ProcedureInput()
         self._step_timeout = self.step_timeout
+        self._lock_request: LockSetRequest | None = None
+        self._inherited_locks: list[LockGrant] = []
+        self._in_lock_table = False  # queued or granted: must be released at the end
+        self._locks_changed = False
+        self._holding: asyncio.Task[None] | None = None
 
     # ---- what a procedure defines ----
 
@@ -148,6 +178,19 @@ class Procedure(Generic[InputT, ResultT]):
 
     def validate(self, request: InputT) -> None:
         """Raise `invalid_input(...)` for bad input; runs before any step."""
+
+    def locks(self, request: InputT) -> Sequence[tuple[str, LockMode | str]]:
+        """The locks this procedure takes before its first step: (resource path, mode) pairs.
+
+        Intention locks on the ancestors are added; all are held until the procedure ends,
+        after its compensations. Runs after `validate`.
+        """
+        return ()
+
+    def fence(self, resource: str) -> Fence | None:
+        """The fence a write to `resource` carries: the tokens of the locks that allow it
+        (None if this procedure holds no such lock)."""
+        return fence_for(self.status.locks + self._inherited_locks, resource)
 
     async def steps(self, request: InputT) -> ResultT:
         raise NotImplementedError
@@ -180,11 +223,17 @@ class Procedure(Generic[InputT, ResultT]):
         )
         self._set_state(self.status.state)
         try:
-            for name in ("deadline_seconds", "step_timeout_seconds"):
+            for name in (
+                "deadline_seconds",
+                "step_timeout_seconds",
+                "lock_timeout_seconds",
+                "lock_lease_seconds",
+            ):
                 value = getattr(request, name)
                 if value is not None and value <= 0:
                     raise invalid_input(f"{name} must be more than 0, got {value}")
             self.validate(request)
+            self._lock_request = self._lock_set(request)
         except ApplicationError as error:
             self.status.error = error.message
             self._set_state(ProcedureState.FAILED)
@@ -206,7 +255,125 @@ class Procedure(Generic[InputT, ResultT]):
             if self._abort_request is not None:
                 reason, self._abort_request = self._abort_request.reason, None
                 self._request_rollback(f"aborted: {reason}")
+        continuing = not body.cancelled() and isinstance(
+            body.exception(), workflow.ContinueAsNewError
+        )
+        if not continuing:  # the next run keeps the locks
+            await self._release_locks()
         return body.result()
+
+    # ---- locks ----
+
+    def _lock_set(self, request: InputT) -> LockSetRequest | None:
+        """The locks to queue for: the declared ones, less what a parent already holds."""
+        try:
+            wanted = expand(self.locks(request))
+        except LockError as error:
+            raise invalid_input(str(error)) from None
+        self._inherited_locks = list(request.inherited_locks)
+        own = [
+            LockSpec(resource=lock.path, mode=lock.mode)
+            for lock in wanted
+            if covering_grant(self._inherited_locks, lock.path, lock.mode) is None
+        ]
+        if not own:
+            return None
+        return LockSetRequest(
+            holder=self.status.procedure_id,
+            locks=own,
+            family=list(request.lock_family),
+            lease_seconds=request.lock_lease_seconds,
+        )
+
+    async def _take_locks(self, request: InputT) -> None:
+        """Queue for the locks and wait (WAITING) until all are granted, or time out."""
+        lock_request = self._lock_request
+        if lock_request is None:
+            return
+        if self.status.locks:  # carried over from the run before continue-as-new
+            self._in_lock_table = True
+            self._start_holding(lock_request)
+            return
+        give_up_at = workflow.now() + timedelta(seconds=request.lock_timeout_seconds)
+        poll = LOCK_POLL_FIRST_WAIT
+        max_poll = min(LOCK_POLL_MAX_WAIT, timedelta(seconds=lock_request.lease_seconds / 3))
+        while True:
+            self._locks_changed = False
+            self._in_lock_table = True
+            state: LockSetState = await workflow.execute_local_activity(
+                "acquire_locks",
+                lock_request,
+                result_type=LockSetState,
+                start_to_close_timeout=LOCK_CALL_TIMEOUT,
+            )
+            if state.granted:
+                break
+            self.status.waiting_for = [wait.describe() for wait in state.waiting]
+            self._set_state(ProcedureState.WAITING)
+            left = give_up_at - workflow.now()
+            if left <= timedelta(0):
+                raise _LockWaitTimedOut(
+                    f"waited {request.lock_timeout_seconds:g} s for "
+                    + "; ".join(self.status.waiting_for)
+                )
+            try:
+                await workflow.wait_condition(
+                    lambda: self._locks_changed, timeout=min(poll, left), timeout_summary="locks"
+                )
+            except TimeoutError:
+                poll = min(poll * 2, max_poll)
+        self.status.waiting_for = []
+        self.status.locks = state.grants
+        self._set_state(ProcedureState.RUNNING)
+        self._start_holding(lock_request)
+
+    def _start_holding(self, lock_request: LockSetRequest) -> None:
+        self._holding = asyncio.create_task(self._hold_locks(lock_request))
+
+    async def _hold_locks(self, lock_request: LockSetRequest) -> None:
+        """Keep the leases renewed; if they were lost anyway, roll back (before the pivot)."""
+        lease = timedelta(seconds=lock_request.lease_seconds)
+        request = HoldRequest(
+            holder=lock_request.holder,
+            grants=self.status.locks,
+            lease_seconds=lock_request.lease_seconds,
+        )
+        try:
+            for run in itertools.count(1):  # each run of the activity is bounded; start the next
+                await workflow.execute_activity(
+                    "hold_locks",
+                    request,
+                    activity_id=f"hold_locks:{self._runs}.{run}",
+                    start_to_close_timeout=timedelta(seconds=request.max_seconds) + lease,
+                    # Shorter than the lease: a worker that dies is replaced before it runs out.
+                    heartbeat_timeout=lease / 2,
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(milliseconds=200),
+                        maximum_interval=lease / 4,
+                        non_retryable_error_types=["LockLost"],
+                    ),
+                    cancellation_type=ActivityCancellationType.TRY_CANCEL,
+                    summary="keep the locks' leases renewed",
+                )
+        except ActivityError as error:
+            if isinstance(error.cause, CancelledError):
+                return
+            self.status.error = _error_text(error)
+            self._request_rollback("its locks were lost")
+
+    async def _release_locks(self) -> None:
+        if self._holding is not None:
+            self._holding.cancel()
+            self._holding = None
+        if not self._in_lock_table:
+            return
+        await workflow.execute_local_activity(
+            "release_locks",
+            ReleaseRequest(holder=self.status.procedure_id),
+            start_to_close_timeout=LOCK_CALL_TIMEOUT,
+        )
+        self._in_lock_table = False
+        self.status.locks = []
 
     def _resume(self, request: InputT) -> None:
         carried = request.carried
@@ -222,6 +389,7 @@ class Procedure(Generic[InputT, ResultT]):
         self.status.steps_done = list(carried.steps_done)
         self.status.pivot_step = carried.pivot_step
         self.status.runs = self._runs
+        self.status.locks = list(carried.locks)
 
     def _time_left(self) -> timedelta | None:
         if self._deadline_at is None:
@@ -244,11 +412,23 @@ class Procedure(Generic[InputT, ResultT]):
 
     async def _forward(self, request: InputT) -> ResultT:
         try:
+            await self._take_locks(request)
             result = await self.steps(request)
         except workflow.ContinueAsNewError:
             raise
         except asyncio.CancelledError:
             await self._roll_back_on_request()
+        except _LockWaitTimedOut as timed_out:
+            self.status.waiting_for = []
+            self.status.error = f"{LOCK_TIMEOUT_ERROR}: {timed_out}"
+            self._set_state(ProcedureState.FAILED)
+            raise ApplicationError(
+                f"{self.status.procedure_type} {self.status.procedure_id} failed before any "
+                f"step: {self.status.error}",
+                self.status,
+                type=LOCK_TIMEOUT_ERROR,
+                non_retryable=True,
+            ) from None
         except Exception as error:
             if self._rollback_reason is not None and self.status.pivot_step is None:
                 # The step ended because we cancelled it: a requested rollback, not a failure.
@@ -388,7 +568,13 @@ class Procedure(Generic[InputT, ResultT]):
             raise ValueError("children after the pivot could not be rolled back")
         tasks: list[asyncio.Task[Any]] = []
         child_ids = []
-        for workflow_type, child_id, child_input in children:
+        inherited = self.status.locks + self._inherited_locks
+        family = [self.status.procedure_id, *self._current_input.lock_family]
+        for workflow_type, child_id, given_input in children:
+            # Children inherit this procedure's locks: they never wait for their parent.
+            child_input = given_input.model_copy(
+                update={"inherited_locks": inherited, "lock_family": family}
+            )
             child_ids.append(child_id)
             self.status.children.append(child_id)
             tasks.append(
@@ -509,6 +695,7 @@ class Procedure(Generic[InputT, ResultT]):
             pivot_step=self.status.pivot_step,
             deadline_at=self._deadline_at,
             runs=self._runs,
+            locks=self.status.locks,
         )
         workflow.continue_as_new(self._current_input.model_copy(update={"carried": carried}))
 
@@ -516,8 +703,13 @@ class Procedure(Generic[InputT, ResultT]):
         self.status.state = state
         workflow.upsert_search_attributes([PROCEDURE_STATE.value_set(state.value)])
         running = f", running {self.status.step_running}" if self.status.step_running else ""
+        waiting = (
+            f", waiting for {'; '.join(self.status.waiting_for)}"
+            if state is ProcedureState.WAITING
+            else ""
+        )
         workflow.set_current_details(
-            f"**{state.value}** — {len(self.status.steps_done)} steps done{running}"
+            f"**{state.value}** — {len(self.status.steps_done)} steps done{running}{waiting}"
         )
 
     # ---- queries, updates and signals, on every procedure ----
@@ -571,6 +763,10 @@ class Procedure(Generic[InputT, ResultT]):
             raise ValueError(
                 f"{action} applies to a STUCK procedure; this one is {self.status.state.value}"
             )
+
+    @workflow.signal(name=LOCKS_CHANGED_SIGNAL)
+    def _receive_locks_changed(self) -> None:
+        self._locks_changed = True
 
     @workflow.signal(name=CHILD_COMPENSATIONS_SIGNAL)
     def _receive_child_compensations(self, message: ChildCompensations) -> None:

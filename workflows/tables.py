@@ -2,11 +2,18 @@
 
 Each is a `Procedure`: steps with their undo, so a failure anywhere leaves the catalog, the
 warehouse and the workers' caches as they were (or, past DeleteTable's pivot, as after).
+
+Locks (README, "Locks"), held from before the first step until after the last compensation:
+
+    CreateNamespace, DeleteNamespace   X on the namespace
+    CreateTable, DeleteTable           IX on the namespace, X on the table
+
+Every catalog write carries the fencing token of the namespace's or the table's lock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -33,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
         NamespaceStep,
         TableResult,
         TableStep,
+        namespace_resource,
+        table_resource,
     )
 
 from workflows.procedure import Procedure, invalid_input
@@ -60,13 +69,18 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
     def validate(self, request: CreateNamespaceInput) -> None:
         _checked(validate_name, "namespace", request.namespace)
 
+    def locks(self, request: CreateNamespaceInput) -> Sequence[tuple[str, str]]:
+        return [(namespace_resource(request.namespace), "X")]
+
     async def steps(self, request: CreateNamespaceInput) -> NamespaceResult:
         procedure_id = workflow.info().workflow_id
+        fence = self.fence(namespace_resource(request.namespace))
         step = NamespaceStep(
             procedure_id=procedure_id,
             namespace=NamespaceDescriptor(
                 name=request.namespace, properties=request.properties, created_by=procedure_id
             ),
+            fence=fence,
         )
         await self.step("preflight", TableActivities.preflight_create_namespace, step)
         await self.step(
@@ -77,7 +91,10 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
             summary=f"add namespace {request.namespace} to the catalog",
         )
         event = EventStep(
-            procedure_id=procedure_id, event_type="NamespaceCreated", namespace=request.namespace
+            procedure_id=procedure_id,
+            event_type="NamespaceCreated",
+            namespace=request.namespace,
+            fence=fence,
         )
         await self.step(
             "record_event",
@@ -101,16 +118,20 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
     def validate(self, request: DeleteNamespaceInput) -> None:
         _checked(validate_name, "namespace", request.namespace)
 
+    def locks(self, request: DeleteNamespaceInput) -> Sequence[tuple[str, str]]:
+        return [(namespace_resource(request.namespace), "X")]
+
     async def steps(self, request: DeleteNamespaceInput) -> NamespaceResult:
         procedure_id = workflow.info().workflow_id
-        ref = NamespaceRef(procedure_id=procedure_id, namespace=request.namespace)
+        fence = self.fence(namespace_resource(request.namespace))
+        ref = NamespaceRef(procedure_id=procedure_id, namespace=request.namespace, fence=fence)
         namespace = await self.step("preflight", TableActivities.preflight_delete_namespace, ref)
         await self.step(
             "delete_namespace",
             TableActivities.delete_namespace,
             ref,
             undo=TableActivities.restore_namespace,
-            undo_arg=NamespaceStep(procedure_id=procedure_id, namespace=namespace),
+            undo_arg=NamespaceStep(procedure_id=procedure_id, namespace=namespace, fence=fence),
             pivot=True,
             summary=f"remove namespace {request.namespace} from the catalog (point of no return)",
         )
@@ -121,6 +142,7 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
                 procedure_id=procedure_id,
                 event_type="NamespaceDeleted",
                 namespace=request.namespace,
+                fence=fence,
             ),
             summary="record NamespaceDeleted",
         )
@@ -139,6 +161,9 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
     def validate(self, request: CreateTableInput) -> None:
         self._descriptor(request)
 
+    def locks(self, request: CreateTableInput) -> Sequence[tuple[str, str]]:
+        return [(table_resource(*_checked(parse_table_name, request.table)), "X")]
+
     def _descriptor(self, request: CreateTableInput) -> TableDescriptor:
         namespace, name = _checked(parse_table_name, request.table)
         columns = _checked(parse_columns, request.columns)
@@ -156,7 +181,8 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         procedure_id = workflow.info().workflow_id
         planned = TableStep(procedure_id=procedure_id, table=self._descriptor(request))
         table = await self.step("preflight", TableActivities.preflight_create_table, planned)
-        step = TableStep(procedure_id=procedure_id, table=table)
+        fence = self.fence(table_resource(table.namespace, table.name))
+        step = TableStep(procedure_id=procedure_id, table=table, fence=fence)
         await self.step(
             "create_layout",
             TableActivities.create_layout,
@@ -187,6 +213,7 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
                 namespace=table.namespace,
                 table=table.name,
                 payload={"columns": [c.model_dump() for c in table.columns]},
+                fence=fence,
             ),
             undo=TableActivities.remove_event,
             summary="record TableCreated for delivery",
@@ -206,6 +233,9 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
     def validate(self, request: DeleteTableInput) -> None:
         _checked(parse_table_name, request.table)
 
+    def locks(self, request: DeleteTableInput) -> Sequence[tuple[str, str]]:
+        return [(table_resource(*_checked(parse_table_name, request.table)), "X")]
+
     async def steps(self, request: DeleteTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
         namespace, name = _checked(parse_table_name, request.table)
@@ -214,7 +244,8 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
         )
         table = await self.step("preflight", TableActivities.preflight_delete_table, wanted)
-        step = TableStep(procedure_id=procedure_id, table=table)
+        fence = self.fence(table_resource(namespace, name))
+        step = TableStep(procedure_id=procedure_id, table=table, fence=fence)
         await self.step(
             "evict_cache",
             TableActivities.evict_cache,
@@ -244,6 +275,7 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
                 event_type="TableDeleted",
                 namespace=table.namespace,
                 table=table.name,
+                fence=fence,
             ),
             summary="record TableDeleted for delivery",
         )

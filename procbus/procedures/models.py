@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from procbus.lock_models import DEFAULT_LEASE_SECONDS, LockGrant
+
 
 class ProcedureState(StrEnum):
     RUNNING = "RUNNING"  # steps run forward
@@ -51,6 +53,7 @@ class ProcedureCarry(BaseModel):
     pivot_step: str | None = None
     deadline_at: datetime | None = None
     runs: int = 1
+    locks: list[LockGrant] = Field(default_factory=list)
 
 
 class ProcedureInput(BaseModel):
@@ -62,6 +65,20 @@ class ProcedureInput(BaseModel):
     step_timeout_seconds: float | None = Field(
         default=None,
         description="how long one attempt of a step may run before it is retried elsewhere",
+    )
+    lock_timeout_seconds: float = Field(
+        default=300.0,
+        description="fail, before any step, when the locks are not granted in this many seconds",
+    )
+    lock_lease_seconds: float = Field(
+        default=DEFAULT_LEASE_SECONDS,
+        description="a lock whose holder stops renewing it is released after this many seconds",
+    )
+    inherited_locks: list[LockGrant] = Field(
+        default_factory=list, description="set by the engine for child procedures; leave unset"
+    )
+    lock_family: list[str] = Field(
+        default_factory=list, description="set by the engine for child procedures; leave unset"
     )
     carried: ProcedureCarry | None = Field(
         default=None, description="set by the engine when it continues as new; leave unset"
@@ -100,7 +117,10 @@ class ProcedureStatus(BaseModel):
     rollback_reason: str | None = None
     stuck_step: str | None = None
     stuck_error: str | None = None
-    waiting_for: list[str] = Field(default_factory=list)
+    waiting_for: list[str] = Field(
+        default_factory=list, description="while WAITING: each lock, and behind whom it waits"
+    )
+    locks: list[LockGrant] = Field(default_factory=list, description="locks held, with tokens")
     refused: list[str] = Field(default_factory=list)
     children: list[str] = Field(default_factory=list)
     runs: int = 1

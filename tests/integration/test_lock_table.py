@@ -95,10 +95,32 @@ async def test_an_expired_lease_releases_the_lock_and_fences_the_old_holder(
             await check_fence(connection, fence)
             await connection.execute('INSERT INTO "fenced_rows" VALUES ($1)', value)
 
-    with pytest.raises(StaleFencingToken, match="older than the newest"):
+    with pytest.raises(
+        StaleFencingToken,
+        match=r"locks on sales/orders \(token \d+\), sales \(token \d+\) are no longer held",
+    ):
         await fenced_write(old_fence, "late write of the dead holder")
     await fenced_write(new_fence, "write of the new holder")
     assert await pool.fetch('SELECT "value" FROM "fenced_rows"') == [("write of the new holder",)]
+
+
+async def test_a_write_is_fenced_by_the_intention_locks_above_it_too(
+    locks: LockTable, pool: asyncpg.Pool
+) -> None:
+    """The table's own token is untouched when a namespace-wide X is granted after expiry: the
+    write is refused because its IX on the namespace is gone."""
+    await pool.execute('CREATE TABLE "fenced_rows" ("value" text)')
+    old = await locks.acquire(lock_set("old", [("sales/orders", "X")], lease_seconds=0.3))
+    old_fence = fence_of(old.grants, "sales/orders")
+    assert [(g.resource, g.mode) for g in old_fence.path] == [("sales", LockMode.IX)]
+    await asyncio.sleep(0.5)
+    assert (await locks.acquire(lock_set("namespace-admin", [("sales", "X")]))).granted
+    async with pool.acquire() as connection:
+        with pytest.raises(StaleFencingToken, match=r"locks on sales \(token \d+\) are no longer"):
+            async with connection.transaction():
+                await check_fence(connection, old_fence)
+                await connection.execute('INSERT INTO "fenced_rows" VALUES ($1)', "late")
+    assert await pool.fetchval('SELECT count(*) FROM "fenced_rows"') == 0
 
 
 async def test_renewal_keeps_a_short_lease_alive(locks: LockTable) -> None:

@@ -12,8 +12,15 @@ WHERE "holder" = $1 AND "token" IS NOT NULL
 RETURNING "resource", "token", "lease_expires_at";
 
 -- name: check_fence
--- FOR SHARE: a new grant on the resource waits until the fenced write has committed.
-SELECT "last_token" FROM "procbus_lock_resources" WHERE "resource" = $1 FOR SHARE;
+-- The fence's grants that are still held, with their resources' newest tokens. FOR SHARE: an
+-- expiry or a new grant on these resources waits until the fenced write has committed.
+SELECT l."resource", r."last_token"
+FROM "procbus_locks" AS l
+JOIN "procbus_lock_resources" AS r ON r."resource" = l."resource"
+WHERE (l."resource", l."token") IN (
+    SELECT f."resource", f."token" FROM unnest($1::text[], $2::bigint[]) AS f("resource", "token")
+)
+FOR SHARE;
 
 -- name: list_locks
 SELECT "resource", "mode", "holder", "token", "queue_position", "requested_at", "granted_at",

@@ -1,0 +1,80 @@
+"""The lock table as activities, for the procedure engine.
+
+`acquire_locks` and `release_locks` are short and run as local activities; `hold_locks` runs for
+as long as a procedure holds its locks, renewing their leases and heartbeating, so a dead worker's
+locks expire while a live one's never do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable
+
+import asyncpg
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from procbus.lock_models import (
+    LOCKS_CHANGED_SIGNAL,
+    HoldRequest,
+    LockSetRequest,
+    LockSetState,
+    ReleaseRequest,
+    ReleaseResult,
+)
+from procbus.lock_modes import LockError
+from procbus.locks import LockLost, LockTable
+
+log = logging.getLogger(__name__)
+
+LOCK_LOST_ERROR = "LockLost"
+
+
+class LockActivities:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.table = LockTable(pool)
+
+    @activity.defn(name="acquire_locks")
+    async def acquire_locks(self, request: LockSetRequest) -> LockSetState:
+        try:
+            state = await self.table.acquire(request)
+        except LockError as error:
+            raise ApplicationError(str(error), type="InvalidRequest", non_retryable=True) from None
+        await self._wake(state.woken)
+        return state
+
+    @activity.defn(name="release_locks")
+    async def release_locks(self, request: ReleaseRequest) -> ReleaseResult:
+        woken = await self.table.release(request.holder)
+        await self._wake(woken)
+        return ReleaseResult(woken=woken)
+
+    @activity.defn(name="hold_locks")
+    async def hold_locks(self, request: HoldRequest) -> None:
+        """Renew the leases every third of their TTL until cancelled (or `max_seconds`)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + request.max_seconds
+        while loop.time() < until:
+            try:
+                await self.table.renew(request.holder, request.grants, request.lease_seconds)
+            except LockLost as error:
+                lost = ApplicationError(str(error), type=LOCK_LOST_ERROR, non_retryable=True)
+                raise lost from None
+            activity.heartbeat()
+            await asyncio.sleep(request.lease_seconds / 3)
+
+    async def _wake(self, holders: Iterable[str]) -> None:
+        """Tell waiting procedures their locks moved; a holder that is no workflow is fine."""
+        client = activity.client()
+
+        async def wake(holder: str) -> None:
+            with contextlib.suppress(RPCError):
+                await client.get_workflow_handle(holder).signal(LOCKS_CHANGED_SIGNAL)
+
+        await asyncio.gather(*(wake(holder) for holder in holders))
+
+    def all(self) -> list[Callable[..., object]]:
+        return [self.acquire_locks, self.release_locks, self.hold_locks]
