@@ -13,12 +13,15 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     import asyncpg
 
+    from procbus.lock_models import Fence
+    from procbus.locks import check_fence
     from procbus.procedures import ProcedureInput, step_key
 
 from workflows.procedure import Procedure
 
 LEDGER_TABLE = """CREATE TABLE IF NOT EXISTS "test_ledger" (
-    "key" text PRIMARY KEY, "entry" text NOT NULL, "step_key" text NOT NULL)"""
+    "key" text PRIMARY KEY, "entry" text NOT NULL, "step_key" text NOT NULL,
+    "written_at" timestamptz NOT NULL DEFAULT clock_timestamp())"""
 
 
 class Entry(BaseModel):
@@ -26,12 +29,15 @@ class Entry(BaseModel):
     entry: str
     seconds: float = 0.0  # how long the action takes
     fail: bool = False  # fail after writing
+    fence: Fence | None = None  # set by the procedure when it writes under its locks
 
 
 class LedgerInput(ProcedureInput):
     entries: list[Entry] = Field(default_factory=list)
     children: list[LedgerInput] = Field(default_factory=list)
     child_ids: list[str] = Field(default_factory=list)
+    locks: list[str] = Field(default_factory=list, description="'path:MODE' entries")
+    fenced_resource: str | None = None  # writes carry the fence of this resource
 
 
 class LedgerResult(BaseModel):
@@ -48,13 +54,16 @@ class LedgerActivities:
         while asyncio.get_running_loop().time() < deadline:  # heartbeats let cancellation in
             activity.heartbeat()
             await asyncio.sleep(0.1)
-        await self.pool.execute(
-            'INSERT INTO "test_ledger" ("key", "entry", "step_key") VALUES ($1, $2, $3) '
-            'ON CONFLICT ("key") DO NOTHING',
-            entry.key,
-            entry.entry,
-            step_key(),
-        )
+        async with self.pool.acquire() as connection, connection.transaction():
+            if entry.fence is not None:
+                await check_fence(connection, entry.fence)
+            await connection.execute(
+                'INSERT INTO "test_ledger" ("key", "entry", "step_key") VALUES ($1, $2, $3) '
+                'ON CONFLICT ("key") DO NOTHING',
+                entry.key,
+                entry.entry,
+                step_key(),
+            )
         if entry.fail:
             raise ApplicationError(
                 f"entry {entry.key} failed", type="LedgerError", non_retryable=True
@@ -75,14 +84,18 @@ class Ledger(Procedure[LedgerInput, LedgerResult]):
     def target(self, request: LedgerInput) -> str:
         return "ledger"
 
+    def locks(self, request: LedgerInput) -> list[tuple[str, str]]:
+        return [tuple(lock.rsplit(":", 1)) for lock in request.locks]  # type: ignore[misc]
+
     async def steps(self, request: LedgerInput) -> LedgerResult:
         written = []
+        fence = self.fence(request.fenced_resource) if request.fenced_resource else None
         for entry in request.entries:
             written.append(
                 await self.step(
                     f"write_{entry.key}",
                     LedgerActivities.write,
-                    entry,
+                    entry.model_copy(update={"fence": fence}),
                     undo=LedgerActivities.erase,
                     step_timeout=timedelta(seconds=max(30.0, entry.seconds * 3)),
                     # Heartbeats carry cancellation to a running step within a second or so.

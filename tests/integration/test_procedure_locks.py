@@ -1,0 +1,375 @@
+"""Locks taken by procedures on the real Temporal server and PostgreSQL: waiting, timeouts,
+cancellation, release after compensations, inheritance, 20 concurrent procedures, fencing."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from activities.locks import LockActivities
+from procbus.catalog import Catalog, TableDescriptor
+from procbus.faults import FaultInterceptor, parse_faults
+from procbus.lock_models import LockGrant, fence_for
+from procbus.lock_modes import LockMode, expand, lock_sets_conflict
+from procbus.locks import LockTable, StaleFencingToken, lock_set
+from procbus.procedures import ProcedureState
+from procbus.table_models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
+from tests.integration.ledger_procedures import (
+    LEDGER_TABLE,
+    Entry,
+    Ledger,
+    LedgerActivities,
+    LedgerInput,
+)
+from tests.integration.test_procedure_engine import new_id, status_of, wait_for
+from tests.services import subprocess_environment
+from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
+
+
+@pytest.fixture
+async def ledger(pool: asyncpg.Pool) -> asyncpg.Pool:
+    await pool.execute(LEDGER_TABLE)
+    return pool
+
+
+@pytest.fixture
+def locks(pool: asyncpg.Pool) -> LockTable:
+    return LockTable(pool)
+
+
+@pytest.fixture
+def locking_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any:
+    def start(faults: str = "") -> Worker:
+        rules = parse_faults(faults)
+        activities = LedgerActivities(ledger)
+        return Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[Ledger],
+            activities=[activities.write, activities.erase, *LockActivities(ledger).all()],
+            interceptors=[FaultInterceptor(rules)] if rules else [],
+            max_concurrent_activities=50,
+        )
+
+    return start
+
+
+def ledger_input(*keys: str, locks: list[str], seconds: float = 0.0, **fields: Any) -> LedgerInput:
+    return LedgerInput(
+        entries=[Entry(key=key, entry=f"entry {key}", seconds=seconds) for key in keys],
+        locks=locks,
+        **fields,
+    )
+
+
+async def holders(locks: LockTable) -> list[tuple[str, str, bool]]:
+    return [(e.holder, e.resource, e.granted) for e in await locks.list_locks()]
+
+
+async def test_a_procedure_waits_behind_the_holder_and_says_whom_it_waits_for(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    first, second = new_id(), new_id()
+    async with locking_worker():
+        running = await client.start_workflow(
+            Ledger.run,
+            ledger_input("first", locks=["sales/orders:X"], seconds=2),
+            id=first,
+            task_queue=task_queue,
+        )
+        await wait_for(client, first, lambda s: s.step_running == "write_first")
+        waiting = await client.start_workflow(
+            Ledger.run,
+            ledger_input("second", locks=["sales:S"]),
+            id=second,
+            task_queue=task_queue,
+        )
+        status = await wait_for(client, second, lambda s: s.state is ProcedureState.WAITING)
+        assert status.waiting_for == [f"sales (S) behind {first} (IX, holding)"]
+        assert status.steps_done == []
+        assert (await status_of(client, first)).locks == [
+            LockGrant(resource="sales", mode=LockMode.IX, token=1),
+            LockGrant(resource="sales/orders", mode=LockMode.X, token=1),
+        ]
+        await running.result()
+        await waiting.result()
+        done = await status_of(client, second)
+    assert done.state is ProcedureState.SUCCEEDED
+    assert done.waiting_for == []
+    assert await locks.list_locks() == []
+
+
+async def test_the_lock_timeout_fails_the_procedure_before_any_step(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    procedure_id = new_id()
+    async with locks.holding("maintenance", [("sales", "X")]), locking_worker():
+        with pytest.raises(WorkflowFailureError) as failure:
+            await client.execute_workflow(
+                Ledger.run,
+                ledger_input("never", locks=["sales/orders:S"], lock_timeout_seconds=1),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+        status = await status_of(client, procedure_id)
+        assert await holders(locks) == [("maintenance", "sales", True)]
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "LockTimeout"
+    assert status.state is ProcedureState.FAILED
+    assert status.error == (
+        "LockTimeout: waited 1 s for sales (IS) behind maintenance (X, holding)"
+    )
+    assert status.steps_done == [] and status.compensations_done == []
+    assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == 0
+
+
+async def test_cancelling_a_waiting_procedure_leaves_the_queue(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    procedure_id = new_id()
+    async with locks.holding("maintenance", [("sales", "X")]), locking_worker():
+        handle = await client.start_workflow(
+            Ledger.run,
+            ledger_input("never", locks=["sales:X"]),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.WAITING)
+        assert (procedure_id, "sales", False) in await holders(locks)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+        assert await holders(locks) == [("maintenance", "sales", True)]
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.steps_done == []
+
+
+async def test_locks_are_held_until_the_compensations_are_done(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    failing, waiter = new_id(), new_id()
+    request = ledger_input("a", "b", locks=["sales:X"])
+    request.entries[1].fail = True
+    async with locking_worker("Ledger.write_a.undo:delay=2"):
+        handle = await client.start_workflow(
+            Ledger.run, request, id=failing, task_queue=task_queue
+        )
+        await wait_for(client, failing, lambda s: s.state is ProcedureState.ROLLING_BACK)
+        second = await client.start_workflow(
+            Ledger.run, ledger_input("c", locks=["sales:S"]), id=waiter, task_queue=task_queue
+        )
+        status = await wait_for(client, waiter, lambda s: s.state is ProcedureState.WAITING)
+        assert status.waiting_for == [f"sales (S) behind {failing} (X, holding)"]
+        assert (await status_of(client, failing)).state is ProcedureState.ROLLING_BACK
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        await second.result()
+    rows = await ledger.fetch('SELECT "key" FROM "test_ledger"')
+    assert [row["key"] for row in rows] == ["c"]  # a and b undone, then c ran
+    assert await locks.list_locks() == []
+
+
+async def test_children_inherit_their_parents_locks(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    parent, covered, reader = new_id(), new_id(), new_id()
+    request = ledger_input(
+        "parent",
+        locks=["sales/orders:X"],
+        children=[
+            # Covered by the parent's X on the table: takes no lock of its own.
+            ledger_input("covered", locks=["sales/orders/dt=2026-11-22:X"]),
+            # S on the namespace conflicts with the parent's IX there, but not with a parent.
+            ledger_input("reader", locks=["sales:S"], seconds=0.5),
+        ],
+        child_ids=[covered, reader],
+        lock_timeout_seconds=20,
+    )
+    for child in request.children:
+        child.lock_timeout_seconds = 20
+    async with locking_worker():
+        handle = await client.start_workflow(Ledger.run, request, id=parent, task_queue=task_queue)
+        during = await wait_for(client, reader, lambda s: s.step_running == "write_reader")
+        assert during.locks == [LockGrant(resource="sales", mode=LockMode.S, token=2)]
+        assert (await status_of(client, covered)).locks == []
+        await handle.result()
+    keys = {row["key"] for row in await ledger.fetch('SELECT "key" FROM "test_ledger"')}
+    assert keys == {"parent", "covered", "reader"}
+    assert await locks.list_locks() == []
+
+
+PATHS = ["a", "a/t1", "a/t2", "a/t1/p1", "a/t1/p2", "a/t2/p1", "b"]
+
+
+async def test_twenty_concurrent_procedures_never_overlap_on_conflicting_locks(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    chooser = random.Random(20261122)
+    lock_sets: dict[str, list[str]] = {}
+    for index in range(20):
+        wanted = chooser.sample(PATHS, chooser.randint(1, 2))
+        lock_sets[f"locked-{index:02d}-{new_id()}"] = [
+            f"{path}:{chooser.choice(['S', 'X', 'X', 'IX'])}" for path in wanted
+        ]
+    async with locking_worker():
+        handles = [
+            await client.start_workflow(
+                Ledger.run,
+                LedgerInput(
+                    entries=[
+                        Entry(key=f"{procedure_id}/start", entry="start", seconds=0.1),
+                        Entry(key=f"{procedure_id}/end", entry="end", seconds=0.1),
+                    ],
+                    locks=locks_wanted,
+                ),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+            for procedure_id, locks_wanted in lock_sets.items()
+        ]
+        await asyncio.gather(*(handle.result() for handle in handles))
+    rows = await ledger.fetch('SELECT "key", "written_at" FROM "test_ledger"')
+    written = {row["key"]: row["written_at"] for row in rows}
+    intervals = {
+        procedure_id: (written[f"{procedure_id}/start"], written[f"{procedure_id}/end"])
+        for procedure_id in lock_sets
+    }
+    expanded = {
+        procedure_id: expand(tuple(lock.rsplit(":", 1)) for lock in wanted)  # type: ignore[misc]
+        for procedure_id, wanted in lock_sets.items()
+    }
+    conflicting = 0
+    for one, other in itertools.combinations(lock_sets, 2):
+        if not lock_sets_conflict(expanded[one], expanded[other]):
+            continue
+        conflicting += 1
+        (start_one, end_one), (start_other, end_other) = intervals[one], intervals[other]
+        assert end_one < start_other or end_other < start_one, (
+            f"{one} {lock_sets[one]} and {other} {lock_sets[other]} overlapped"
+        )
+    assert conflicting >= 20  # the draw makes many pairs conflict, so the check has teeth
+    assert await locks.list_locks() == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"locks": ["sales//orders:X"]}, "empty segment"),
+        ({"locks": ["sales:W"]}, "unknown lock mode 'W'"),
+        ({"locks": [":X"]}, "the lock path is empty"),
+        ({"locks": ["sales:X"], "lock_lease_seconds": 0}, "lock_lease_seconds must be more than 0"),
+        ({"locks": ["sales:X"], "lock_timeout_seconds": -1}, "lock_timeout_seconds must be more"),
+    ],
+)
+async def test_bad_lock_requests_fail_before_any_step(
+    client: Client,
+    locking_worker: Any,
+    task_queue: str,
+    locks: LockTable,
+    fields: dict[str, Any],
+    message: str,
+) -> None:
+    procedure_id = new_id()
+    async with locking_worker():
+        with pytest.raises(WorkflowFailureError) as failure:
+            await client.execute_workflow(
+                Ledger.run,
+                LedgerInput(entries=[Entry(key="never", entry="never")], **fields),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+        status = await status_of(client, procedure_id)
+    assert isinstance(failure.value.cause, ApplicationError)
+    assert failure.value.cause.type == "InvalidProcedureInput"
+    assert message in failure.value.cause.message
+    assert status.state is ProcedureState.FAILED and status.steps_done == []
+    assert await locks.list_locks() == []
+
+
+async def test_a_killed_holder_loses_its_locks_at_lease_expiry_and_its_late_write_is_refused(
+    client: Client,
+    start_worker: Any,
+    temporal_address: str,
+    database_url: str,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    warehouse: Path,
+    tmp_path: Path,
+    locks: LockTable,
+) -> None:
+    victim_queue = f"{task_queue}-victim"
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=victim_queue,
+        warehouse=str(warehouse),
+        faults="CreateTable.create_layout:delay=600",  # holds its locks in step 2
+    )
+    victim_id, deleter_id = new_id(), new_id()
+    async with start_worker():
+        await client.execute_workflow(
+            CreateNamespace.run,
+            CreateNamespaceInput(namespace="sales"),
+            id=new_id(),
+            task_queue=task_queue,
+        )
+        victim = subprocess.Popen(  # noqa: ASYNC220  # returns at once; nothing blocks
+            [str(Path(sys.executable).parent / "procbus"), "worker"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await client.start_workflow(
+                CreateTable.run,
+                CreateTableInput(table="sales.orders", columns="id:bigint", lock_lease_seconds=2),
+                id=victim_id,
+                task_queue=victim_queue,
+            )
+            holding = await wait_for(
+                client, victim_id, lambda s: s.step_running == "create_layout", timeout=60
+            )
+            deleter = await client.start_workflow(
+                DeleteNamespace.run,
+                DeleteNamespaceInput(namespace="sales"),
+                id=deleter_id,
+                task_queue=task_queue,
+            )
+            waiting = await wait_for(client, deleter_id, lambda s: s.state.value == "WAITING")
+            assert waiting.waiting_for == [f"sales (X) behind {victim_id} (IX, holding)"]
+            os.kill(victim.pid, signal.SIGKILL)
+        finally:
+            victim.kill()
+            victim.wait()
+        # Nobody renews the victim's leases now: they run out and the deleter proceeds.
+        async with asyncio.timeout(60):
+            await deleter.result()
+        deleted = await status_of(client, deleter_id)
+    assert deleted.state is ProcedureState.SUCCEEDED
+    # The victim, paused rather than dead, now tries its catalog write with its old tokens.
+    fence = fence_for(holding.locks, "sales/orders")
+    assert fence is not None and fence.resource == "sales/orders"
+    late = TableDescriptor(namespace="sales", name="orders", columns=[], created_by=victim_id)
+    with pytest.raises(StaleFencingToken, match="no longer held"):
+        await Catalog(pool).add_table(late, fence)
+    assert await Catalog(pool).get_table("sales", "orders") is None
+    remaining = [(e.holder, e.resource, e.expired) for e in await locks.list_locks()]
+    assert remaining == [(victim_id, "sales/orders", True)]
+    await client.get_workflow_handle(victim_id).terminate("test over")
+    # Its expired rows go with the next request on those resources.
+    assert (await locks.acquire(lock_set("after", [("sales/orders", "X")]))).granted
