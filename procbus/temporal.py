@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+import logging
+from functools import cache
+
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.service import RPCError
 
 from procbus.config import Settings
 from procbus.errors import StackError
+
+
+class _DropLateActivityCompletion(logging.Filter):
+    """The lease keeper of a finished procedure is cancelled without waiting (so the locks are
+    released at once); its completion then finds the workflow closed, which is expected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Activity not found on completion" not in record.getMessage()
+
+
+@cache
+def procbus_runtime() -> Runtime:
+    """The Temporal runtime of procbus processes: the core SDK's logs go through Python logging
+    (stderr), never to stdout, where `--json` output goes."""
+    core_log = logging.getLogger("temporalio.core")
+    core_log.addFilter(_DropLateActivityCompletion())
+    runtime = Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(
+                filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                forwarding=LogForwardingConfig(logger=core_log),
+            )
+        )
+    )
+    Runtime.set_default(runtime, error_if_already_set=False)
+    return runtime
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
@@ -40,6 +76,7 @@ async def connect_client(address: str, namespace: str, settings: Settings | None
             tls=tls,
             api_key=api_key,
             data_converter=pydantic_data_converter,
+            runtime=procbus_runtime(),
         )
     except RuntimeError as error:  # the core SDK reports an unreachable server this way
         raise StackError(f"cannot reach the Temporal server at {address}: {error}") from None

@@ -18,6 +18,7 @@ from procbus.db.migrate import applied_migrations, migrate
 from procbus.endpoints import resolve_endpoints
 from procbus.errors import ConfigError, ProcbusError
 from procbus.status import check_status
+from starter.locks_cli import lock_app
 from starter.output import console, print_error, print_json
 from starter.procedures import namespace_app, proc_app, table_app
 
@@ -35,6 +36,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(namespace_app, name="namespace")
 app.add_typer(table_app, name="table")
 app.add_typer(proc_app, name="proc")
+app.add_typer(lock_app, name="lock")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 

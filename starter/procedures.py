@@ -89,6 +89,7 @@ def _steps_table(status: ProcedureStatus) -> Table:
         ProcedureState.FAILED: "red",
         ProcedureState.ROLLING_BACK: "yellow",
         ProcedureState.ROLLING_FORWARD: "magenta",
+        ProcedureState.WAITING: "yellow",
     }.get(status.state, "cyan")
     table = Table(
         title=f"{status.procedure_type}: [{colour}]{status.state.value}[/]",
@@ -115,6 +116,8 @@ def _steps_table(status: ProcedureStatus) -> Table:
         table.add_row(status.failed_step, f"[red]failed[/], {mark}")
     if status.stuck_step:
         table.add_row(f"undo {status.stuck_step}", f"[red]STUCK[/]: {status.stuck_error}")
+    for waiting in status.waiting_for:
+        table.add_row("(locks)", f"[yellow]waiting[/]: {waiting}")
     return table
 
 

@@ -165,9 +165,7 @@ async def test_locks_are_held_until_the_compensations_are_done(
     request = ledger_input("a", "b", locks=["sales:X"])
     request.entries[1].fail = True
     async with locking_worker("Ledger.write_a.undo:delay=2"):
-        handle = await client.start_workflow(
-            Ledger.run, request, id=failing, task_queue=task_queue
-        )
+        handle = await client.start_workflow(Ledger.run, request, id=failing, task_queue=task_queue)
         await wait_for(client, failing, lambda s: s.state is ProcedureState.ROLLING_BACK)
         second = await client.start_workflow(
             Ledger.run, ledger_input("c", locks=["sales:S"]), id=waiter, task_queue=task_queue
