@@ -36,6 +36,8 @@ LOCK_LOST_ERROR = "LockLost"
 class LockActivities:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.table = LockTable(pool)
+        # Holder -> set when its locks are released, for its lease keeper in this process.
+        self._released: dict[str, asyncio.Event] = {}
 
     @activity.defn(name="acquire_locks")
     async def acquire_locks(self, request: LockSetRequest) -> LockSetState:
@@ -49,22 +51,37 @@ class LockActivities:
     @activity.defn(name="release_locks")
     async def release_locks(self, request: ReleaseRequest) -> ReleaseResult:
         woken = await self.table.release(request.holder)
+        released = self._released.get(request.holder)
+        if released is not None:  # its lease keeper runs in this process: stop it now
+            released.set()
         await self._wake(woken)
         return ReleaseResult(woken=woken)
 
     @activity.defn(name="hold_locks")
     async def hold_locks(self, request: HoldRequest) -> None:
-        """Renew the leases every third of their TTL until cancelled (or `max_seconds`)."""
+        """Renew the leases every third of their TTL until released, cancelled or
+        `max_seconds` passed; LockLost (not retried) if they were taken away meanwhile."""
+        released = self._released.setdefault(request.holder, asyncio.Event())
         loop = asyncio.get_running_loop()
         until = loop.time() + request.max_seconds
-        while loop.time() < until:
-            try:
-                await self.table.renew(request.holder, request.grants, request.lease_seconds)
-            except LockLost as error:
-                lost = ApplicationError(str(error), type=LOCK_LOST_ERROR, non_retryable=True)
-                raise lost from None
-            activity.heartbeat()
-            await asyncio.sleep(request.lease_seconds / 3)
+        leased_until = request.leased_until
+        try:
+            while loop.time() < until and not released.is_set():
+                try:
+                    leased_until = await self.table.renew(
+                        request.holder, request.grants, request.lease_seconds, leased_until
+                    )
+                except LockLost as error:
+                    lost = ApplicationError(str(error), type=LOCK_LOST_ERROR, non_retryable=True)
+                    raise lost from None
+                if leased_until is None:
+                    return  # released by the procedure
+                activity.heartbeat()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(released.wait(), request.lease_seconds / 3)
+        finally:
+            if self._released.get(request.holder) is released:
+                del self._released[request.holder]
 
     async def _wake(self, holders: Iterable[str]) -> None:
         """Tell waiting procedures their locks moved; a holder that is no workflow is fine."""

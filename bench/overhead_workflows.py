@@ -55,3 +55,38 @@ class FiveSteps(Procedure[ProcedureInput, None]):
     async def steps(self, request: ProcedureInput) -> None:
         for step in range(STEPS):
             await self.step(f"step_{step}", noop, NoOp(step=step), undo=undo_noop)
+
+
+class LockedInput(ProcedureInput):
+    table: str  # each procedure its own table: the locks cost, not the waiting, is measured
+
+
+@workflow.defn(name="BenchLockedProcedure")
+class LockedFiveSteps(Procedure[LockedInput, None]):
+    """FiveSteps with the locks of a table write: IX on the namespace, X on the table."""
+
+    @workflow.run
+    async def run(self, request: LockedInput) -> None:
+        return await self.execute(request)
+
+    def target(self, request: LockedInput) -> str:
+        return request.table
+
+    def locks(self, request: LockedInput) -> list[tuple[str, str]]:
+        return [(f"bench/{request.table}", "X")]
+
+    async def steps(self, request: LockedInput) -> None:
+        for step in range(STEPS):
+            await self.step(f"step_{step}", noop, NoOp(step=step), undo=undo_noop)
+
+
+@workflow.defn(name="BenchUnlockedProcedure")
+class UnlockedFiveSteps(LockedFiveSteps):
+    """The same procedure and input, without its locks."""
+
+    @workflow.run
+    async def run(self, request: LockedInput) -> None:
+        return await self.execute(request)
+
+    def locks(self, request: LockedInput) -> list[tuple[str, str]]:
+        return []

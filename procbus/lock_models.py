@@ -102,6 +102,9 @@ class HoldRequest(BaseModel):
     holder: str
     grants: list[LockGrant]
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    leased_until: datetime | None = Field(
+        default=None, description="when the leases run out unless renewed (database time)"
+    )
     # The activity returns after this long and is started again: no activity runs for days.
     max_seconds: float = 3600.0
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterable
+from datetime import datetime
 
 import asyncpg
 
@@ -136,14 +137,28 @@ class LockTable:
         rows = await self.pool.fetch(self.queries["release_locks"], holder)
         return [row["woken"] for row in rows if row["woken"] != holder]
 
-    async def renew(self, holder: str, grants: list[LockGrant], lease_seconds: float) -> None:
-        """Extend the leases of these grants; LockLost if any was released meanwhile."""
+    async def renew(
+        self,
+        holder: str,
+        grants: list[LockGrant],
+        lease_seconds: float,
+        leased_until: datetime | None = None,
+    ) -> datetime | None:
+        """Extend the leases of these grants; returns their new expiry (database time).
+
+        None when all of them are gone while their lease (`leased_until`, from the last renewal
+        or the grant) still ran: the holder released them. LockLost when they were taken away.
+        """
         rows = await self.pool.fetch(self.queries["renew_locks"], holder, lease_seconds)
         current = {row["resource"]: row["token"] for row in rows}
         lost = [grant for grant in grants if current.get(grant.resource) != grant.token]
-        if lost:
-            names = ", ".join(f"{grant.resource} (token {grant.token})" for grant in lost)
-            raise LockLost(f"{holder} lost its locks on {names}: their lease ran out")
+        if not lost:
+            return min((row["lease_expires_at"] for row in rows), default=None)
+        released = not rows and leased_until is not None
+        if released and await self.pool.fetchval(self.queries["database_time"]) < leased_until:
+            return None
+        names = ", ".join(f"{grant.resource} (token {grant.token})" for grant in lost)
+        raise LockLost(f"{holder} lost its locks on {names}: their lease ran out")
 
     async def list_locks(self, holder: str | None = None) -> list[LockEntry]:
         rows = await self.pool.fetch(self.queries["list_locks"], holder)
@@ -182,7 +197,7 @@ class LockTable:
         """
         request = lock_set(holder, locks, lease_seconds=lease_seconds)
         state = await self.wait_for(request, wait_seconds)
-        renewer = asyncio.create_task(self._keep_renewing(holder, state.grants, lease_seconds))
+        renewer = asyncio.create_task(self._keep_renewing(holder, state, lease_seconds))
         try:
             yield state
         finally:
@@ -191,12 +206,11 @@ class LockTable:
                 await renewer
             await self.release(holder)
 
-    async def _keep_renewing(
-        self, holder: str, grants: list[LockGrant], lease_seconds: float
-    ) -> None:
-        while True:
+    async def _keep_renewing(self, holder: str, state: LockSetState, lease_seconds: float) -> None:
+        leased_until = state.lease_expires_at
+        while leased_until is not None:
             await asyncio.sleep(lease_seconds / 3)
-            await self.renew(holder, grants, lease_seconds)
+            leased_until = await self.renew(holder, state.grants, lease_seconds, leased_until)
 
 
 def fence_of(grants: list[LockGrant], resource: str) -> Fence:

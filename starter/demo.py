@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import asyncpg
 from pydantic import BaseModel
@@ -22,20 +23,23 @@ from procbus.endpoints import Endpoints, resolve_endpoints
 from procbus.errors import ProcbusError, StackError
 from procbus.faults import parse_faults
 from procbus.hooks import TransactionAborted, transaction
+from procbus.locks import LockTable
 from procbus.outbox import OutboxRelay
 from procbus.procedure_client import procedure_status
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.stack.embedded import EmbeddedServices
 from procbus.stack_check import StackCheckInput, StackCheckResult
-from procbus.table_models import CreateNamespaceInput, CreateTableInput
+from procbus.table_models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.temporal import connect_client, workflow_ui_url
 from starter.output import console
 from worker import build_worker
 from workflows.stack_check import StackCheck
-from workflows.tables import CreateNamespace, CreateTable
+from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
 DRILL_FAULT = "CreateTable.refresh_cache:fail_before"
+# The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
+SLOW_FAULT = "CreateTable.create_layout:delay=3"
 
 
 class DemoProcedure(BaseModel):
@@ -53,6 +57,16 @@ class DemoHooks(BaseModel):
     outbox_rows_of_rolled_back: int
 
 
+class DemoLocks(BaseModel):
+    create_table_id: str
+    create_table_state: ProcedureState
+    delete_namespace_id: str
+    waiting_for: list[str]
+    lock_table_while_waiting: list[str]
+    delete_namespace_state: ProcedureState
+    delete_namespace_error: str | None
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -64,6 +78,7 @@ class DemoReport(BaseModel):
     failed_create_table: DemoProcedure
     residue_after_rollback: list[str]
     hooks: DemoHooks
+    locks: DemoLocks
 
 
 @contextlib.asynccontextmanager
@@ -79,6 +94,18 @@ async def _stack(settings: Settings) -> AsyncIterator[tuple[Endpoints, bool]]:
         return
     async with EmbeddedServices(settings):
         yield resolve_endpoints(settings), True
+
+
+@contextlib.contextmanager
+def expected_activity_failures() -> Iterator[None]:
+    """The demo's failures are expected: no warning with a traceback for them."""
+    activity_log = logging.getLogger("temporalio.activity")
+    level = activity_log.level
+    activity_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        activity_log.setLevel(level)
 
 
 class DemoRollback(Exception):
@@ -167,10 +194,7 @@ class Demo:
         drill_queue = f"{self.endpoints.task_queue}-demo-drill-{self.run_id}"
         procedure_id = f"demo-create-table-rollback-{self.run_id}"
         cache = DescriptorCache()
-        activity_log = logging.getLogger("temporalio.activity")
-        level = activity_log.level
-        activity_log.setLevel(logging.ERROR)  # the injected failure is expected: no traceback
-        try:
+        with expected_activity_failures():
             async with build_worker(
                 self.client,
                 self.pool,
@@ -189,8 +213,6 @@ class Demo:
                         static_summary=f"procbus demo: CreateTable {table}, rolled back",
                     )
                 status = await procedure_status(self.client, procedure_id)
-        finally:
-            activity_log.setLevel(level)
         self.say(f"   {procedure_id}: {status.state.value}")
         self.show_steps(status)
         residue = await self.residue(namespace, "returns", procedure_id)
@@ -266,6 +288,87 @@ class Demo:
             outbox_rows_of_rolled_back=rows,
         )
 
+    async def locks(self) -> DemoLocks:
+        namespace = f"demo_locks_{self.run_id}"
+        self.say(f"5. Locks: DeleteNamespace {namespace} waits for a running CreateTable in it")
+        await self.client.execute_workflow(
+            CreateNamespace.run,
+            CreateNamespaceInput(namespace=namespace),
+            id=f"demo-locks-namespace-{self.run_id}",
+            task_queue=self.endpoints.task_queue,
+        )
+        slow_queue = f"{self.endpoints.task_queue}-demo-slow-{self.run_id}"
+        create_id = f"demo-locks-create-table-{self.run_id}"
+        delete_id = f"demo-locks-delete-namespace-{self.run_id}"
+        with expected_activity_failures():
+            async with build_worker(
+                self.client,
+                self.pool,
+                slow_queue,
+                warehouse_root=self.settings.warehouse_root,
+                faults=parse_faults(SLOW_FAULT),
+            ):
+                creating = await self.client.start_workflow(
+                    CreateTable.run,
+                    CreateTableInput(table=f"{namespace}.events", columns="id:bigint,kind:string"),
+                    id=create_id,
+                    task_queue=slow_queue,
+                    static_summary=f"procbus demo: CreateTable {namespace}.events (slow)",
+                )
+                await self._wait_until(create_id, lambda status: bool(status.locks))
+                deleting = await self.client.start_workflow(
+                    DeleteNamespace.run,
+                    DeleteNamespaceInput(namespace=namespace),
+                    id=delete_id,
+                    task_queue=self.endpoints.task_queue,
+                    static_summary=f"procbus demo: DeleteNamespace {namespace}, waits for the lock",
+                )
+                waiting = await self._wait_until(
+                    delete_id, lambda status: status.state is ProcedureState.WAITING
+                )
+                rows = [
+                    f"{entry.resource} {entry.mode.value} {entry.holder} "
+                    + (f"holding, token {entry.token}" if entry.granted else "waiting")
+                    for entry in await LockTable(self.pool).list_locks()
+                    if entry.holder in (create_id, delete_id)
+                ]
+                self.say(f"   {delete_id}: WAITING for {'; '.join(waiting.waiting_for)}")
+                for row in rows:
+                    self.say(f"     lock table: {row}")
+                await creating.result()
+                # Expected to be refused: by now the namespace holds the new table.
+                with contextlib.suppress(WorkflowFailureError):
+                    await deleting.result()
+                created = await procedure_status(self.client, create_id)
+                deleted = await procedure_status(self.client, delete_id)
+        self.say(f"   {create_id}: {created.state.value}, then it released its locks")
+        self.say(
+            f"   {delete_id} ran only then: {deleted.state.value} ({deleted.error}); "
+            "without the lock it would have deleted the namespace while CreateTable was mid-way"
+        )
+        if created.state is not ProcedureState.SUCCEEDED or deleted.state.value == "SUCCEEDED":
+            raise ProcbusError(f"demo: locks scene ended {created.state} / {deleted.state}")
+        return DemoLocks(
+            create_table_id=create_id,
+            create_table_state=created.state,
+            delete_namespace_id=delete_id,
+            waiting_for=waiting.waiting_for,
+            lock_table_while_waiting=rows,
+            delete_namespace_state=deleted.state,
+            delete_namespace_error=deleted.error,
+        )
+
+    async def _wait_until(
+        self, procedure_id: str, condition: Callable[[ProcedureStatus], bool]
+    ) -> ProcedureStatus:
+        async with asyncio.timeout(60):
+            while True:
+                with contextlib.suppress(ProcbusError):  # not started yet
+                    status = await procedure_status(self.client, procedure_id)
+                    if condition(status):
+                        return status
+                await asyncio.sleep(0.1)
+
     async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
         catalog = Catalog(self.pool)
         found = []
@@ -299,12 +402,19 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 created = await demo.create_table(namespace)
                 failed, residue = await demo.failed_create_table(namespace)
                 hooks = await demo.hooks()
+                locks = await demo.locks()
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and endpoints.ui_url else ""
     if endpoints.ui_url:
         demo.say(f"In the Temporal UI{later}:")
-        shown = (check_id, created.procedure_id, failed.procedure_id, hooks.committed_workflow_id)
+        shown = (
+            check_id,
+            created.procedure_id,
+            failed.procedure_id,
+            hooks.committed_workflow_id,
+            locks.delete_namespace_id,
+        )
         for workflow_id in shown:
             demo.say(f"   {demo.url(workflow_id)}")
     demo.say("[bold green]demo finished: every step worked[/]")
@@ -319,4 +429,5 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         failed_create_table=failed,
         residue_after_rollback=residue,
         hooks=hooks,
+        locks=locks,
     )

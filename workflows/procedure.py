@@ -169,6 +169,7 @@ class Procedure(Generic[InputT, ResultT]):
         self._in_lock_table = False  # queued or granted: must be released at the end
         self._locks_changed = False
         self._holding: asyncio.Task[None] | None = None
+        self._leased_until: datetime | None = None
 
     # ---- what a procedure defines ----
 
@@ -324,6 +325,7 @@ class Procedure(Generic[InputT, ResultT]):
                 poll = min(poll * 2, max_poll)
         self.status.waiting_for = []
         self.status.locks = state.grants
+        self._leased_until = state.lease_expires_at
         self._set_state(ProcedureState.RUNNING)
         self._start_holding(lock_request)
 
@@ -337,6 +339,7 @@ class Procedure(Generic[InputT, ResultT]):
             holder=lock_request.holder,
             grants=self.status.locks,
             lease_seconds=lock_request.lease_seconds,
+            leased_until=self._leased_until,
         )
         try:
             for run in itertools.count(1):  # each run of the activity is bounded; start the next

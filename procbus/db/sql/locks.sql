@@ -28,3 +28,6 @@ SELECT "resource", "mode", "holder", "token", "queue_position", "requested_at", 
 FROM "procbus_locks"
 WHERE $1::text IS NULL OR "holder" = $1
 ORDER BY "resource", "token" IS NULL, "queue_position";
+
+-- name: database_time
+SELECT clock_timestamp();

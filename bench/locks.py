@@ -1,0 +1,168 @@
+"""What the locks cost.
+
+(1) Uncontended acquire + release of a 3-level lock set (IX namespace, IX table, X partition)
+    by 8 concurrent clients, each on its own namespace, against bare PostgreSQL transactions
+    taking pg_advisory_xact_lock on the same 3 keys. Goal: >= 0.5x the advisory-lock rate.
+(2) A 5-step procedure that takes its locks (IX namespace + X table, queued, leased, released)
+    against the same procedure without locks, N at a time. Goal: <= 1.2x wall time.
+Both sides of each run in the same process on the same servers, alternating. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+from overhead_workflows import LockedFiveSteps, LockedInput, UnlockedFiveSteps, noop, undo_noop
+from temporalio.worker import Worker
+
+from activities.locks import LockActivities
+from procbus.db import connect, create_pool
+from procbus.db.migrate import migrate
+from procbus.locks import LockTable, lock_set
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.temporal import connect_client
+
+CLIENTS = 8
+SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+PROCEDURES = int(os.environ.get("BENCH_COUNT", "100"))
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "20"))
+
+
+def lock_path(client: int) -> str:
+    return f"ns{client}/orders/dt=2026-11-22"
+
+
+def advisory_keys(client: int) -> list[int]:
+    segments = lock_path(client).split("/")
+    return [zlib.crc32("/".join(segments[:depth]).encode()) for depth in (1, 2, 3)]
+
+
+async def rate(one: Callable[[int], Awaitable[None]]) -> float:
+    """Operations per second of CLIENTS loops for SECONDS."""
+    done = 0
+    stop_at = time.perf_counter() + SECONDS
+
+    async def loop(client: int) -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            await one(client)
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(client) for client in range(CLIENTS)))
+    return done / (time.perf_counter() - started)
+
+
+async def lock_rates(pool: asyncpg.Pool) -> tuple[float, float]:
+    table = LockTable(pool)
+    requests = [lock_set(f"bench-client-{c}", [(lock_path(c), "X")]) for c in range(CLIENTS)]
+
+    async def procbus_lock(client: int) -> None:
+        state = await table.acquire(requests[client])
+        assert state.granted
+        await table.release(requests[client].holder)
+
+    async def advisory_lock(client: int) -> None:
+        first, second, third = advisory_keys(client)
+        async with pool.acquire() as connection, connection.transaction():
+            await connection.execute(
+                "SELECT pg_advisory_xact_lock($1), pg_advisory_xact_lock($2), "
+                "pg_advisory_xact_lock($3)",
+                first,
+                second,
+                third,
+            )
+
+    advisory, locks = [], []
+    for _ in range(ROUNDS):
+        advisory.append(await rate(advisory_lock))
+        locks.append(await rate(procbus_lock))
+    return max(advisory), max(locks)
+
+
+async def timed(count: int, start_one: Callable[[int], Awaitable[object]]) -> float:
+    pending = list(range(count))
+
+    async def lane() -> None:
+        while pending:
+            await start_one(pending.pop())
+
+    started = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(CONCURRENCY)))
+    return time.perf_counter() - started
+
+
+async def main() -> dict[str, float | int]:
+    with ephemeral_services("procbus-bench-") as services:
+        setup = await connect(services.postgres.url())
+        await migrate(setup)
+        await setup.close()
+        pool = await create_pool(services.postgres.url(), min_size=CLIENTS, max_size=CLIENTS + 4)
+        advisory_rate, lock_rate = await lock_rates(pool)
+
+        client = await connect_client(services.temporal.address, "default")
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=[LockedFiveSteps, UnlockedFiveSteps],
+            activities=[noop, undo_noop, *LockActivities(pool).all()],
+            max_concurrent_workflow_tasks=CONCURRENCY,
+            max_concurrent_activities=CONCURRENCY * 2,
+        ):
+            unlocked_times, locked_times = [], []
+            for round_number in range(ROUNDS):
+                for workflow, times in (
+                    (UnlockedFiveSteps, unlocked_times),
+                    (LockedFiveSteps, locked_times),
+                ):
+                    times.append(
+                        await timed(
+                            PROCEDURES,
+                            lambda i, w=workflow, r=round_number: client.execute_workflow(
+                                w.run,
+                                LockedInput(table=f"t{r}_{i}"),
+                                id=f"{w.__name__}-{r}-{i}-{queue}",
+                                task_queue=queue,
+                            ),
+                        )
+                    )
+        await pool.close()
+    unlocked, locked = min(unlocked_times), min(locked_times)
+    return {
+        "clients": CLIENTS,
+        "advisory_lock_sets_per_s": round(advisory_rate, 1),
+        "procbus_lock_sets_per_s": round(lock_rate, 1),
+        "ratio_locks_to_advisory": round(lock_rate / advisory_rate, 3),
+        "goal_ratio_locks_at_least": 0.5,
+        "procedures": PROCEDURES,
+        "concurrency": CONCURRENCY,
+        "unlocked_seconds": round(unlocked, 2),
+        "locked_seconds": round(locked, 2),
+        "ratio_locked_to_unlocked": round(locked / unlocked, 3),
+        "goal_ratio_procedure_at_most": 1.2,
+    }
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(main())
+    print(
+        f"lock sets/s: procbus {figures['procbus_lock_sets_per_s']}, "
+        f"advisory {figures['advisory_lock_sets_per_s']}"
+    )
+    print(
+        f"5-step procedures: {figures['locked_seconds']} s with locks, "
+        f"{figures['unlocked_seconds']} s without, for {PROCEDURES}"
+    )
+    print(json.dumps(figures), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # temporalio sdk-python #300
