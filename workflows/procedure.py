@@ -370,10 +370,12 @@ class Procedure(Generic[InputT, ResultT]):
             self._holding = None
         if not self._in_lock_table:
             return
-        await workflow.execute_local_activity(
+        await workflow.execute_activity(
             "release_locks",
             ReleaseRequest(holder=self.status.procedure_id),
+            activity_id=f"release_locks:{self._runs}",
             start_to_close_timeout=LOCK_CALL_TIMEOUT,
+            summary="release the locks",
         )
         self._in_lock_table = False
         self.status.locks = []

@@ -25,7 +25,7 @@ from procbus.faults import FaultInterceptor, parse_faults
 from procbus.lock_models import LockGrant, fence_for
 from procbus.lock_modes import LockMode, expand, lock_sets_conflict
 from procbus.locks import LockTable, StaleFencingToken, lock_set
-from procbus.procedures import ProcedureState
+from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
 from procbus.table_models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
@@ -371,3 +371,45 @@ async def test_a_killed_holder_loses_its_locks_at_lease_expiry_and_its_late_writ
     await client.get_workflow_handle(victim_id).terminate("test over")
     # Its expired rows go with the next request on those resources.
     assert (await locks.acquire(lock_set("after", [("sales/orders", "X")]))).granted
+
+
+async def test_a_stuck_procedure_keeps_its_locks_until_an_operator_skips(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    procedure_id = new_id()
+    request = ledger_input("a", "b", locks=["sales:X"])
+    request.entries[1].fail = True
+    async with locking_worker("Ledger.write_a.undo:fail_before"):
+        handle = await client.start_workflow(
+            Ledger.run, request, id=procedure_id, task_queue=task_queue
+        )
+        await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.STUCK, 60)
+        # Half undone: nobody else may touch what it locked.
+        assert await holders(locks) == [(procedure_id, "sales", True)]
+        await handle.execute_update("skip", SkipRequest(reason="entry a erased by hand"))
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert await locks.list_locks() == []
+
+
+async def test_aborting_a_waiting_procedure_leaves_the_queue(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    procedure_id = new_id()
+    async with locks.holding("maintenance", [("sales", "X")]), locking_worker():
+        handle = await client.start_workflow(
+            Ledger.run,
+            ledger_input("never", locks=["sales:S"]),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.WAITING)
+        await handle.execute_update("abort", AbortRequest(reason="not needed any more"))
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+        assert await holders(locks) == [("maintenance", "sales", True)]
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.rollback_reason == "aborted: not needed any more"
