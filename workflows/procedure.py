@@ -170,6 +170,7 @@ class Procedure(Generic[InputT, ResultT]):
         self._locks_changed = False
         self._holding: asyncio.Task[None] | None = None
         self._leased_until: datetime | None = None
+        self._update_task = -1  # history length of the workflow task that last ran an update
 
     # ---- what a procedure defines ----
 
@@ -301,6 +302,7 @@ class Procedure(Generic[InputT, ResultT]):
         while True:
             self._locks_changed = False
             self._in_lock_table = True
+            await self._local_activity_allowed()
             state: LockSetState = await workflow.execute_local_activity(
                 "acquire_locks",
                 lock_request,
@@ -329,6 +331,12 @@ class Procedure(Generic[InputT, ResultT]):
         self._set_state(ProcedureState.RUNNING)
         self._start_holding(lock_request)
 
+    async def _local_activity_allowed(self) -> None:
+        """A local activity in the workflow task that ran an update makes that task fail on
+        the server (the update is then refused); wait for the next task in that case."""
+        if self._update_task == workflow.info().get_current_history_length():
+            await workflow.sleep(timedelta(milliseconds=1), summary="after the update")
+
     def _start_holding(self, lock_request: LockSetRequest) -> None:
         self._holding = asyncio.create_task(self._hold_locks(lock_request))
 
@@ -342,6 +350,8 @@ class Procedure(Generic[InputT, ResultT]):
             leased_until=self._leased_until,
         )
         try:
+            # The grant's lease covers the first third: a short procedure never renews at all.
+            await workflow.sleep(lease / 3, summary="renew the locks' leases from here on")
             for run in itertools.count(1):  # each run of the activity is bounded; start the next
                 await workflow.execute_activity(
                     "hold_locks",
@@ -370,10 +380,10 @@ class Procedure(Generic[InputT, ResultT]):
             self._holding = None
         if not self._in_lock_table:
             return
-        await workflow.execute_activity(
+        await self._local_activity_allowed()
+        await workflow.execute_local_activity(
             "release_locks",
             ReleaseRequest(holder=self.status.procedure_id),
-            activity_id=f"release_locks:{self._runs}",
             start_to_close_timeout=LOCK_CALL_TIMEOUT,
             summary="release the locks",
         )
@@ -725,6 +735,7 @@ class Procedure(Generic[InputT, ResultT]):
 
     @workflow.update
     async def abort(self, request: AbortRequest) -> ProcedureStatus:
+        self._update_task = workflow.info().get_current_history_length()
         self._abort_request = request
         return self.status
 
@@ -745,6 +756,7 @@ class Procedure(Generic[InputT, ResultT]):
 
     @workflow.update
     async def retry(self) -> ProcedureStatus:
+        self._update_task = workflow.info().get_current_history_length()
         self._operator_decision = "retry"
         return self.status
 
@@ -754,6 +766,7 @@ class Procedure(Generic[InputT, ResultT]):
 
     @workflow.update
     async def skip(self, request: SkipRequest) -> ProcedureStatus:
+        self._update_task = workflow.info().get_current_history_length()
         self._operator_decision = request
         return self.status
 

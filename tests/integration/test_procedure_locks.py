@@ -377,7 +377,8 @@ async def test_a_stuck_procedure_keeps_its_locks_until_an_operator_skips(
     client: Client, locking_worker: Any, task_queue: str, locks: LockTable
 ) -> None:
     procedure_id = new_id()
-    request = ledger_input("a", "b", locks=["sales:X"])
+    # A short lease: the lease keeper renews it many times while the procedure is STUCK.
+    request = ledger_input("a", "b", locks=["sales:X"], lock_lease_seconds=3)
     request.entries[1].fail = True
     async with locking_worker("Ledger.write_a.undo:fail_before"):
         handle = await client.start_workflow(

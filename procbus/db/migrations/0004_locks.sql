@@ -5,8 +5,9 @@ CREATE TABLE "procbus_lock_resources" (
     "last_token" bigint NOT NULL DEFAULT 0
 );
 
--- FIFO order across the whole table: a lock set is queued in one transaction, so two sets are in
--- the same order on every resource they share, which is what rules out deadlock.
+-- FIFO order across the whole table: a lock set is queued in one transaction that holds all its
+-- resources, so two sets are in the same order on every resource they share, which is what rules
+-- out deadlock.
 CREATE SEQUENCE "procbus_lock_queue";
 
 -- One row per holder and resource: waiting while "token" is NULL, granted once it is set.
@@ -39,7 +40,8 @@ $$;
 
 -- Grant, in queue order, every waiting request on these resources that is compatible with the
 -- granted ones and with every request queued before it (so readers never starve a writer).
--- The caller holds the resources' rows locked. Returns the holders that got a grant.
+-- The caller has serialised the resources (procbus_lock_serialise). Returns the holders that
+-- got a grant.
 CREATE FUNCTION "procbus_lock_grant"("p_resources" text[]) RETURNS SETOF text
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -72,6 +74,14 @@ BEGIN
 END
 $$;
 
+-- Serialise every change to these resources' queues: transaction-scoped advisory locks, taken in
+-- one order (sorted), held to commit. In memory only: no row is written to take them.
+CREATE FUNCTION "procbus_lock_serialise"("p_resources" text[]) RETURNS void
+LANGUAGE sql AS $$
+    SELECT count(pg_advisory_xact_lock(hashtextextended('procbus_lock:' || r, 0)))
+    FROM (SELECT DISTINCT r FROM unnest("p_resources") AS r ORDER BY r) AS sorted
+$$;
+
 -- Queue a holder's lock set (or renew its place) and grant what can be granted, in one
 -- transaction. Idempotent: calling it again renews the leases and reports the state.
 CREATE FUNCTION "procbus_lock_acquire"(
@@ -93,6 +103,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     "lease" timestamptz;
     "queued" integer;
+    "expired" integer;
     "granted_holders" text[];
 BEGIN
     IF "p_lease_seconds" IS NULL OR "p_lease_seconds" <= 0 THEN
@@ -103,43 +114,66 @@ BEGIN
         RAISE EXCEPTION 'resources and modes differ in length' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     "lease" := clock_timestamp() + make_interval(secs => "p_lease_seconds");
+    PERFORM "procbus_lock_serialise"("p_resources");
     INSERT INTO "procbus_lock_resources" ("resource")
     SELECT r FROM unnest("p_resources") AS r ORDER BY r
     ON CONFLICT DO NOTHING;
-    -- Serialises every change to these resources' queues; always taken in this order.
-    PERFORM 1 FROM "procbus_lock_resources" AS r
-    WHERE r."resource" = ANY ("p_resources") ORDER BY r."resource" FOR UPDATE;
     -- An expired lease releases its lock: its holder is presumed dead.
     DELETE FROM "procbus_locks" AS l
     WHERE l."resource" = ANY ("p_resources") AND l."lease_expires_at" < clock_timestamp();
+    GET DIAGNOSTICS "expired" = ROW_COUNT;
     SELECT count(*) INTO "queued" FROM "procbus_locks" AS l
     WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
-    IF "queued" < cardinality("p_resources") THEN
+    IF "queued" = cardinality("p_resources") THEN
+        UPDATE "procbus_locks" AS l SET "lease_expires_at" = "lease"
+        WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
+    ELSE
         -- New, or it lost part of its place: queue the whole set again, from the back, so its
         -- requests keep one position relative to every other set.
         DELETE FROM "procbus_locks" AS l
         WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
-        INSERT INTO "procbus_locks" ("resource", "holder", "mode", "family", "lease_expires_at")
-        SELECT t.r, "p_holder", t.m, coalesce("p_family", '{}'), "lease"
-        FROM unnest("p_resources", "p_modes") AS t(r, m) ORDER BY t.r;
-    ELSE
-        UPDATE "procbus_locks" AS l SET "lease_expires_at" = "lease"
-        WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
+        -- At the back of every queue, a request is granted at once exactly when it is
+        -- compatible with everything queued or granted there (its family's locks aside).
+        WITH "wanted" AS (
+            SELECT t.r, t.m FROM unnest("p_resources", "p_modes") AS t(r, m)
+        ), "free" AS (
+            SELECT w.r FROM "wanted" AS w
+            WHERE NOT EXISTS (
+                SELECT 1 FROM "procbus_locks" AS o
+                WHERE o."resource" = w.r
+                  AND NOT (o."holder" = ANY (coalesce("p_family", '{}')))
+                  AND NOT "procbus_lock_compatible"(o."mode", w.m)
+            )
+        ), "bumped" AS (
+            UPDATE "procbus_lock_resources" AS r SET "last_token" = r."last_token" + 1
+            FROM "free" AS f WHERE r."resource" = f.r
+            RETURNING r."resource", r."last_token"
+        )
+        INSERT INTO "procbus_locks"
+            ("resource", "holder", "mode", "family", "token", "granted_at", "lease_expires_at")
+        SELECT w.r, "p_holder", w.m, coalesce("p_family", '{}'), b."last_token",
+               CASE WHEN b."last_token" IS NOT NULL THEN clock_timestamp() END, "lease"
+        FROM "wanted" AS w LEFT JOIN "bumped" AS b ON b."resource" = w.r
+        ORDER BY w.r;
     END IF;
-    SELECT array_agg(DISTINCT g) INTO "granted_holders"
-    FROM "procbus_lock_grant"("p_resources") AS g WHERE g <> "p_holder";
+    IF "expired" > 0 OR ("queued" > 0 AND "queued" < cardinality("p_resources")) THEN
+        -- Locks were freed here: whoever queued behind them may go now.
+        SELECT array_agg(DISTINCT g) INTO "granted_holders"
+        FROM "procbus_lock_grant"("p_resources") AS g WHERE g <> "p_holder";
+    END IF;
     RETURN QUERY
     SELECT l."resource", l."mode", l."token", l."lease_expires_at",
-           (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                        'holder', o."holder", 'mode', o."mode", 'granted', o."token" IS NOT NULL)
-                    ORDER BY o."token" IS NULL, o."queue_position"), '[]'::jsonb)
-            FROM "procbus_locks" AS o
-            WHERE l."token" IS NULL
-              AND o."resource" = l."resource"
-              AND o."holder" <> l."holder"
-              AND NOT (o."holder" = ANY (l."family"))
-              AND (o."token" IS NOT NULL OR o."queue_position" < l."queue_position")
-              AND NOT "procbus_lock_compatible"(o."mode", l."mode")),
+           CASE WHEN l."token" IS NULL THEN
+               (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                            'holder', o."holder", 'mode', o."mode", 'granted', o."token" IS NOT NULL)
+                        ORDER BY o."token" IS NULL, o."queue_position"), '[]'::jsonb)
+                FROM "procbus_locks" AS o
+                WHERE o."resource" = l."resource"
+                  AND o."holder" <> l."holder"
+                  AND NOT (o."holder" = ANY (l."family"))
+                  AND (o."token" IS NOT NULL OR o."queue_position" < l."queue_position")
+                  AND NOT "procbus_lock_compatible"(o."mode", l."mode"))
+           END,
            coalesce("granted_holders", '{}')
     FROM "procbus_locks" AS l
     WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources")
@@ -154,16 +188,19 @@ LANGUAGE plpgsql AS $$
 DECLARE
     "held" text[];
 BEGIN
-    SELECT array_agg(l."resource" ORDER BY l."resource") INTO "held"
+    SELECT array_agg(l."resource") INTO "held"
     FROM "procbus_locks" AS l WHERE l."holder" = "p_holder";
     IF "held" IS NULL THEN
         RETURN;
     END IF;
-    PERFORM 1 FROM "procbus_lock_resources" AS r
-    WHERE r."resource" = ANY ("held") ORDER BY r."resource" FOR UPDATE;
+    PERFORM "procbus_lock_serialise"("held");
     DELETE FROM "procbus_locks" AS l
     WHERE l."resource" = ANY ("held")
       AND (l."holder" = "p_holder" OR l."lease_expires_at" < clock_timestamp());
-    RETURN QUERY SELECT DISTINCT g FROM "procbus_lock_grant"("held") AS g;
+    IF EXISTS (
+        SELECT 1 FROM "procbus_locks" AS l WHERE l."resource" = ANY ("held") AND l."token" IS NULL
+    ) THEN
+        RETURN QUERY SELECT DISTINCT g FROM "procbus_lock_grant"("held") AS g;
+    END IF;
 END
 $$;
