@@ -12,7 +12,9 @@ CREATE SEQUENCE "procbus_lock_queue";
 
 -- One row per holder and resource: waiting while "token" is NULL, granted once it is set.
 CREATE TABLE "procbus_locks" (
-    "resource" text NOT NULL REFERENCES "procbus_lock_resources" ("resource"),
+    -- No foreign key: acquire creates the resource row in the same transaction, and the check
+    -- would cost a row lock per request.
+    "resource" text NOT NULL,
     "holder" text NOT NULL,
     "mode" text NOT NULL CHECK ("mode" IN ('IS', 'IX', 'S', 'SIX', 'X')),
     -- Ancestor procedures whose locks this holder inherits: their grants never block it.
@@ -77,9 +79,11 @@ $$;
 -- Serialise every change to these resources' queues: transaction-scoped advisory locks, taken in
 -- one order (sorted), held to commit. In memory only: no row is written to take them.
 CREATE FUNCTION "procbus_lock_serialise"("p_resources" text[]) RETURNS void
-LANGUAGE sql AS $$
-    SELECT count(pg_advisory_xact_lock(hashtextextended('procbus_lock:' || r, 0)))
-    FROM (SELECT DISTINCT r FROM unnest("p_resources") AS r ORDER BY r) AS sorted
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('procbus_lock:' || sorted.r, 0))
+    FROM (SELECT DISTINCT r FROM unnest("p_resources") AS r ORDER BY r) AS sorted;
+END
 $$;
 
 -- Queue a holder's lock set (or renew its place) and grant what can be granted, in one
