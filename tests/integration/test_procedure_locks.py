@@ -33,6 +33,7 @@ from tests.integration.ledger_procedures import (
     Ledger,
     LedgerActivities,
     LedgerInput,
+    ShortHistoryLedger,
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
 from tests.services import subprocess_environment
@@ -58,7 +59,7 @@ def locking_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any
         return Worker(
             client,
             task_queue=task_queue,
-            workflows=[Ledger],
+            workflows=[Ledger, ShortHistoryLedger],
             activities=[activities.write, activities.erase, *LockActivities(ledger).all()],
             interceptors=[FaultInterceptor(rules)] if rules else [],
             max_concurrent_activities=50,
@@ -414,3 +415,28 @@ async def test_aborting_a_waiting_procedure_leaves_the_queue(
         assert await holders(locks) == [("maintenance", "sales", True)]
     assert status.state is ProcedureState.ROLLED_BACK
     assert status.rollback_reason == "aborted: not needed any more"
+
+
+async def test_locks_are_kept_across_continue_as_new_and_fence_every_write(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    procedure_id = new_id()
+    names = [f"k{i:02d}" for i in range(12)]
+    request = ledger_input(*names, locks=["sales/orders:X"], fenced_resource="sales/orders")
+    async with locking_worker():
+        handle = await client.start_workflow(
+            ShortHistoryLedger.run, request, id=procedure_id, task_queue=task_queue
+        )
+        first = await wait_for(client, procedure_id, lambda s: bool(s.locks))
+        later = await wait_for(client, procedure_id, lambda s: s.runs > 1)
+        # The same grants, tokens unchanged: nothing was released between runs.
+        assert later.locks == first.locks
+        assert [(e.holder, e.resource) for e in await locks.list_locks()] == [
+            (procedure_id, "sales"),
+            (procedure_id, "sales/orders"),
+        ]
+        await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED and status.runs > 1
+    assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == len(names)
+    assert await locks.list_locks() == []
