@@ -312,7 +312,8 @@ class Procedure(Generic[InputT, ResultT]):
             if state.granted:
                 break
             self.status.waiting_for = [wait.describe() for wait in state.waiting]
-            self._set_state(ProcedureState.WAITING)
+            if self.status.state is not ProcedureState.WAITING:
+                self._set_state(ProcedureState.WAITING)
             left = give_up_at - workflow.now()
             if left <= timedelta(0):
                 raise _LockWaitTimedOut(
@@ -328,7 +329,8 @@ class Procedure(Generic[InputT, ResultT]):
         self.status.waiting_for = []
         self.status.locks = state.grants
         self._leased_until = state.lease_expires_at
-        self._set_state(ProcedureState.RUNNING)
+        if self.status.state is ProcedureState.WAITING:
+            self._set_state(ProcedureState.RUNNING)
         self._start_holding(lock_request)
 
     async def _local_activity_allowed(self) -> None:
