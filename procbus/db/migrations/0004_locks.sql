@@ -149,8 +149,9 @@ BEGIN
                   AND NOT "procbus_lock_compatible"(o."mode", w.m)
             )
         ), "bumped" AS (
+            -- = ANY (array): an index probe per resource, whatever the table's size.
             UPDATE "procbus_lock_resources" AS r SET "last_token" = r."last_token" + 1
-            FROM "free" AS f WHERE r."resource" = f.r
+            WHERE r."resource" = ANY (ARRAY(SELECT f.r FROM "free" AS f))
             RETURNING r."resource", r."last_token"
         )
         INSERT INTO "procbus_locks"
