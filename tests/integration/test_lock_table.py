@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -23,6 +26,7 @@ from procbus.locks import (
     fence_of,
     lock_set,
 )
+from tests.services import run_command, subprocess_environment
 
 
 @pytest.fixture
@@ -275,3 +279,39 @@ async def test_random_interleavings_keep_modes_compatible_fifo_and_deadlock_free
                 await locks.acquire(requests[holder])
         check_invariants(await locks.list_locks())
     assert await locks.list_locks() == []
+
+
+async def test_lock_list_shows_holders_tokens_leases_and_waiters_in_order(
+    locks: LockTable, database_url: str, temporal_address: str, tmp_path: Path
+) -> None:
+    await locks.acquire(lock_set("compaction", [("sales/orders", "S")]))
+    await locks.acquire(lock_set("writer", [("sales/orders", "X")]))
+    await locks.acquire(lock_set("late-reader", [("sales/orders", "S")]))
+    env = subprocess_environment(
+        tmp_path / "state", database_url=database_url, temporal_address=temporal_address
+    )
+    procbus = str(Path(sys.executable).parent / "procbus")
+    returncode, stdout, stderr = await run_command(procbus, "lock", "list", "--json", env=env)
+    assert returncode == 0, stderr
+    resources = {entry["resource"]: entry for entry in json.loads(stdout)}
+    table = resources["sales/orders"]
+    assert [(h["holder"], h["mode"], h["token"]) for h in table["holders"]] == [
+        ("compaction", "S", 1)
+    ]
+    assert table["holders"][0]["lease_expires_at"] and not table["holders"][0]["expired"]
+    assert [(w["holder"], w["mode"]) for w in table["waiters"]] == [
+        ("writer", "X"),
+        ("late-reader", "S"),
+    ]
+    assert [h["holder"] for h in resources["sales"]["holders"]] == [
+        "compaction",
+        "writer",
+        "late-reader",
+    ]
+    returncode, stdout, stderr = await run_command(procbus, "lock", "list", env=env)
+    assert returncode == 0, stderr
+    assert "waiting, #1 in queue" in stdout and "waiting, #2 in queue" in stdout
+    returncode, stdout, _ = await run_command(
+        procbus, "lock", "list", "--holder", "writer", "--json", env=env
+    )
+    assert [e["resource"] for e in json.loads(stdout)] == ["sales", "sales/orders"]
