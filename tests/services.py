@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -80,3 +84,19 @@ async def run_command(
         raise
     assert process.returncode is not None
     return process.returncode, stdout.decode(), stderr.decode()
+
+
+@contextlib.contextmanager
+def worker_process(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A `procbus worker` subprocess, for tests that kill it; killed and reaped at the end."""
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "procbus"), "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()

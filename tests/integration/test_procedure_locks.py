@@ -8,8 +8,6 @@ import itertools
 import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ from tests.integration.ledger_procedures import (
     ShortHistoryLedger,
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
-from tests.services import subprocess_environment
+from tests.services import subprocess_environment, worker_process
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 
 
@@ -327,13 +325,7 @@ async def test_a_killed_holder_loses_its_locks_at_lease_expiry_and_its_late_writ
             id=new_id(),
             task_queue=task_queue,
         )
-        victim = subprocess.Popen(  # noqa: ASYNC220  # returns at once; nothing blocks
-            [str(Path(sys.executable).parent / "procbus"), "worker"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+        with worker_process(env) as victim:
             await client.start_workflow(
                 CreateTable.run,
                 CreateTableInput(table="sales.orders", columns="id:bigint", lock_lease_seconds=2),
@@ -352,9 +344,6 @@ async def test_a_killed_holder_loses_its_locks_at_lease_expiry_and_its_late_writ
             waiting = await wait_for(client, deleter_id, lambda s: s.state.value == "WAITING")
             assert waiting.waiting_for == [f"sales (X) behind {victim_id} (IX, holding)"]
             os.kill(victim.pid, signal.SIGKILL)
-        finally:
-            victim.kill()
-            victim.wait()
         # Nobody renews the victim's leases now: they run out and the deleter proceeds.
         async with asyncio.timeout(60):
             await deleter.result()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ from procbus.procedures import ProcedureState
 from procbus.table_models import CreateNamespaceInput, CreateTableInput
 from tests.integration.tables_state import snapshot
 from tests.integration.test_table_procedures import new_id, status_of
-from tests.services import subprocess_environment
+from tests.services import subprocess_environment, worker_process
 from workflows.tables import CreateNamespace, CreateTable
 
 
@@ -41,13 +39,7 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
         # The doomed worker hangs in step 3, so the kill lands mid-procedure.
         faults="CreateTable.refresh_cache:delay=600",
     )
-    doomed = subprocess.Popen(  # noqa: ASYNC220  # returns at once; nothing blocks
-        [str(Path(sys.executable).parent / "procbus"), "worker"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+    with worker_process(env) as doomed:
         await client.execute_workflow(
             CreateNamespace.run,
             CreateNamespaceInput(namespace="sales"),
@@ -65,9 +57,6 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
             while (await status_of(client, procedure_id)).step_running != "refresh_cache":
                 await asyncio.sleep(0.1)
         os.kill(doomed.pid, signal.SIGKILL)
-    finally:
-        doomed.kill()
-        doomed.wait()
     cache = DescriptorCache()
     async with start_worker(cache=cache):
         await handle.result()
