@@ -130,6 +130,8 @@ class LockTable:
                 )
             state.lease_expires_at = row["lease_expires_at"]
             state.woken = list(row["woken"])
+        # Granted at once, they come back in request order; reported by resource, like waits.
+        state.grants.sort(key=lambda grant: grant.resource)
         return state
 
     async def release(self, holder: str) -> list[str]:

@@ -1,0 +1,160 @@
+-- Acquire with less work per call (bench/locks.py): the common case, a set nothing stands in
+-- the way of, is one index probe per resource and two inserts without sorts or joins; the rest
+-- (queueing, renewing a place, expired leases, reporting blockers) moved to its own function.
+
+-- Queue the set behind what stands in its way, renew its place if it is already queued, grant
+-- what can be granted, and report each request with what it waits behind. The caller holds the
+-- resources' advisory locks (procbus_lock_acquire).
+CREATE FUNCTION "procbus_lock_enqueue"(
+    "p_holder" text,
+    "p_family" text[],
+    "p_resources" text[],
+    "p_modes" text[],
+    "lease" timestamptz
+) RETURNS TABLE (
+    "resource" text,
+    "mode" text,
+    "token" bigint,
+    "lease_expires_at" timestamptz,
+    "blockers" jsonb,
+    "woken" text[]
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    "queued" integer;
+    "expired" integer;
+    "granted_holders" text[];
+BEGIN
+    -- An expired lease releases its lock: its holder is presumed dead.
+    DELETE FROM "procbus_locks" AS l
+    WHERE l."resource" = ANY ("p_resources") AND l."lease_expires_at" < clock_timestamp();
+    GET DIAGNOSTICS "expired" = ROW_COUNT;
+    SELECT count(*) INTO "queued" FROM "procbus_locks" AS l
+    WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
+    IF "queued" = cardinality("p_resources") THEN
+        UPDATE "procbus_locks" AS l SET "lease_expires_at" = "lease"
+        WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
+    ELSE
+        IF "queued" > 0 THEN
+            -- It lost part of its place: queue the whole set again, from the back, so its
+            -- requests keep one position relative to every other set.
+            DELETE FROM "procbus_locks" AS l
+            WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources");
+        END IF;
+        -- At the back of every queue, a request is granted at once exactly when it is
+        -- compatible with everything queued or granted there (its family's locks aside). The
+        -- resource row is created on first use and its token bumped for each grant.
+        WITH "wanted" AS (
+            SELECT w.r, w.m, NOT EXISTS (
+                SELECT 1 FROM "procbus_locks" AS o
+                WHERE o."resource" = w.r
+                  AND NOT (o."holder" = ANY (coalesce("p_family", '{}')))
+                  AND NOT "procbus_lock_compatible"(o."mode", w.m)
+            ) AS "free"
+            FROM unnest("p_resources", "p_modes") AS w(r, m)
+        ), "tokens" AS (
+            INSERT INTO "procbus_lock_resources" AS res ("resource", "last_token")
+            SELECT w.r, CASE WHEN w."free" THEN 1 ELSE 0 END FROM "wanted" AS w ORDER BY w.r
+            ON CONFLICT ("resource") DO UPDATE SET "last_token" = res."last_token" + 1
+            WHERE excluded."last_token" > 0
+            RETURNING res."resource", res."last_token"
+        )
+        INSERT INTO "procbus_locks"
+            ("resource", "holder", "mode", "family", "token", "granted_at", "lease_expires_at")
+        SELECT w.r, "p_holder", w.m, coalesce("p_family", '{}'),
+               CASE WHEN w."free" THEN t."last_token" END,
+               CASE WHEN w."free" THEN clock_timestamp() END, "lease"
+        FROM "wanted" AS w LEFT JOIN "tokens" AS t ON t."resource" = w.r
+        ORDER BY w.r;
+    END IF;
+    IF "expired" > 0 OR ("queued" > 0 AND "queued" < cardinality("p_resources")) THEN
+        -- Locks were freed here: whoever queued behind them may go now.
+        SELECT array_agg(DISTINCT g) INTO "granted_holders"
+        FROM "procbus_lock_grant"("p_resources") AS g WHERE g <> "p_holder";
+    END IF;
+    RETURN QUERY
+    SELECT l."resource", l."mode", l."token", l."lease_expires_at",
+           CASE WHEN l."token" IS NULL THEN
+               (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                            'holder', o."holder", 'mode', o."mode", 'granted', o."token" IS NOT NULL)
+                        ORDER BY o."token" IS NULL, o."queue_position"), '[]'::jsonb)
+                FROM "procbus_locks" AS o
+                WHERE o."resource" = l."resource"
+                  AND o."holder" <> l."holder"
+                  AND NOT (o."holder" = ANY (l."family"))
+                  AND (o."token" IS NOT NULL OR o."queue_position" < l."queue_position")
+                  AND NOT "procbus_lock_compatible"(o."mode", l."mode"))
+           END,
+           coalesce("granted_holders", '{}')
+    FROM "procbus_locks" AS l
+    WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources")
+    ORDER BY l."resource";
+END
+$$;
+
+CREATE OR REPLACE FUNCTION "procbus_lock_acquire"(
+    "p_holder" text,
+    "p_family" text[],
+    "p_resources" text[],
+    "p_modes" text[],
+    "p_lease_seconds" double precision
+) RETURNS TABLE (
+    "resource" text,
+    "mode" text,
+    "token" bigint,
+    "lease_expires_at" timestamptz,
+    "blockers" jsonb,
+    "woken" text[]
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    "lease" timestamptz;
+BEGIN
+    IF "p_lease_seconds" IS NULL OR "p_lease_seconds" <= 0 THEN
+        RAISE EXCEPTION 'the lease must be more than 0 seconds, got %', "p_lease_seconds"
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF cardinality("p_resources") IS DISTINCT FROM cardinality("p_modes") THEN
+        RAISE EXCEPTION 'resources and modes differ in length' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    "lease" := clock_timestamp() + make_interval(secs => "p_lease_seconds");
+    PERFORM pg_advisory_xact_lock("procbus_lock_key"(sorted.r))
+    FROM (SELECT DISTINCT r FROM unnest("p_resources") AS r ORDER BY r) AS sorted;
+    -- Granted at once when no request of this holder is queued on these resources yet and
+    -- nothing there conflicts (granted or queued, its family's locks aside).
+    RETURN QUERY
+    WITH "tokens" AS (
+        INSERT INTO "procbus_lock_resources" AS res ("resource", "last_token")
+        SELECT w.r, 1 FROM unnest("p_resources") AS w(r)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM unnest("p_resources", "p_modes") AS q(r, m)
+            JOIN "procbus_locks" AS o ON o."resource" = q.r
+            WHERE o."holder" = "p_holder"
+               OR (NOT (o."holder" = ANY (coalesce("p_family", '{}')))
+                   AND NOT "procbus_lock_compatible"(o."mode", q.m))
+        )
+        ON CONFLICT ("resource") DO UPDATE SET "last_token" = res."last_token" + 1
+        RETURNING res."resource", res."last_token"
+    )
+    INSERT INTO "procbus_locks" AS l
+        ("resource", "holder", "mode", "family", "token", "granted_at", "lease_expires_at")
+    SELECT t."resource", "p_holder", "p_modes"[array_position("p_resources", t."resource")],
+           coalesce("p_family", '{}'), t."last_token", clock_timestamp(), "lease"
+    FROM "tokens" AS t
+    RETURNING l."resource", l."mode", l."token", l."lease_expires_at", NULL::jsonb, '{}'::text[];
+    IF NOT FOUND THEN
+        RETURN QUERY
+        SELECT * FROM "procbus_lock_enqueue"("p_holder", "p_family", "p_resources", "p_modes", "lease");
+    END IF;
+END
+$$;
