@@ -118,21 +118,26 @@ class LockTable:
             )
         except asyncpg.InvalidParameterValueError as error:
             raise LockError(str(error)) from None
-        state = LockSetState(holder=request.holder)
+        grants: list[LockGrant] = []
+        waiting: list[LockWait] = []
         for row in rows:
             mode = LockMode(row["mode"])
             if row["token"] is None:
                 behind = [Blocker(**blocker) for blocker in json.loads(row["blockers"])]
-                state.waiting.append(LockWait(resource=row["resource"], mode=mode, behind=behind))
+                waiting.append(LockWait(resource=row["resource"], mode=mode, behind=behind))
             else:
-                state.grants.append(
-                    LockGrant(resource=row["resource"], mode=mode, token=row["token"])
-                )
-            state.lease_expires_at = row["lease_expires_at"]
-            state.woken = list(row["woken"])
+                grants.append(LockGrant(resource=row["resource"], mode=mode, token=row["token"]))
         # Granted at once, they come back in request order; reported by resource, like waits.
-        state.grants.sort(key=lambda grant: grant.resource)
-        return state
+        grants.sort(key=lambda grant: grant.resource)
+        # Every row carries the set's lease and the holders this call woke.
+        first = rows[0] if rows else None
+        return LockSetState(
+            holder=request.holder,
+            grants=grants,
+            waiting=waiting,
+            lease_expires_at=first["lease_expires_at"] if first else None,
+            woken=list(first["woken"]) if first else [],
+        )
 
     async def release(self, holder: str) -> list[str]:
         """Release every lock and queue place of `holder`; returns the holders it unblocked."""

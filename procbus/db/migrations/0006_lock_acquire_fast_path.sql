@@ -1,6 +1,10 @@
 -- Acquire with less work per call (bench/locks.py): the common case, a set nothing stands in
 -- the way of, is one index probe per resource and two inserts without sorts or joins; the rest
 -- (queueing, renewing a place, expired leases, reporting blockers) moved to its own function.
+-- Release reads a holder's resources in order from the holder index, without a sort.
+
+DROP INDEX "procbus_locks_holder";
+CREATE INDEX "procbus_locks_holder" ON "procbus_locks" ("holder", "resource");
 
 -- Queue the set behind what stands in its way, renew its place if it is already queued, grant
 -- what can be granted, and report each request with what it waits behind. The caller holds the
@@ -155,6 +159,38 @@ BEGIN
     IF NOT FOUND THEN
         RETURN QUERY
         SELECT * FROM "procbus_lock_enqueue"("p_holder", "p_family", "p_resources", "p_modes", "lease");
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION "procbus_lock_release"("p_holder" text) RETURNS SETOF text
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    "held" text[];
+    "others_wait" boolean;
+BEGIN
+    -- Each resource's queue is serialised (in one order) as it is read.
+    SELECT array_agg(held_resource.r) INTO "held"
+    FROM (
+        SELECT l."resource" AS r, pg_advisory_xact_lock("procbus_lock_key"(l."resource"))
+        FROM "procbus_locks" AS l WHERE l."holder" = "p_holder" ORDER BY l."resource"
+    ) AS held_resource;
+    IF "held" IS NULL THEN
+        RETURN;
+    END IF;
+    WITH "gone" AS (DELETE FROM "procbus_locks" AS l WHERE l."holder" = "p_holder")
+    SELECT EXISTS (
+        SELECT 1 FROM "procbus_locks" AS l
+        WHERE l."resource" = ANY ("held") AND l."token" IS NULL AND l."holder" <> "p_holder"
+    ) INTO "others_wait";
+    IF "others_wait" THEN
+        DELETE FROM "procbus_locks" AS l
+        WHERE l."resource" = ANY ("held") AND l."lease_expires_at" < clock_timestamp();
+        RETURN QUERY SELECT DISTINCT g FROM "procbus_lock_grant"("held") AS g;
     END IF;
 END
 $$;
