@@ -87,30 +87,44 @@ class OutboxRelay:
     async def sweep(self, limit: int = BATCH) -> int:
         """Perform pending rows, oldest first; how many were done."""
         rows = await self.claim(limit)
-        results = await asyncio.gather(*(self._perform_logged(row) for row in rows))
-        return sum(1 for done in results if done)
+        outcomes = await asyncio.gather(*(self._call_logged(row) for row in rows))
+        done = [(row.id, run_id) for row, (ok, run_id) in zip(rows, outcomes, strict=True) if ok]
+        if done:
+            # One statement for the whole sweep; a relay that dies before it only repeats calls
+            # Temporal deduplicates (the row's workflow ID, the signal's request ID).
+            await self.pool.execute(
+                self.queries["mark_outbox_rows_done"],
+                [row_id for row_id, _ in done],
+                [run_id for _, run_id in done],
+            )
+        return len(done)
 
-    async def _perform_logged(self, row: OutboxRow) -> bool:
+    async def _call_logged(self, row: OutboxRow) -> tuple[bool, str | None]:
         try:
-            await self.perform(row)
+            run_id = await self._call_temporal(row)
         except Exception as error:  # stays pending; the next sweep tries again
             log.warning(
                 "outbox row %s (%s %s) failed: %s", row.id, row.kind, row.workflow_id, error
             )
-            return False
-        return True
+            with contextlib.suppress(Exception):  # if not recorded, the claim runs out instead
+                await self._mark_failed(row, error)
+            return False, None
+        return True, run_id
 
     async def perform(self, row: OutboxRow) -> str | None:
         """The Temporal call of one claimed row; no database connection is held meanwhile."""
         try:
             run_id = await self._call_temporal(row)
         except Exception as error:
-            await self.pool.execute(
-                self.queries["mark_outbox_failed"], row.id, str(error), RETRY_AFTER_SECONDS
-            )
+            await self._mark_failed(row, error)
             raise
         await self.pool.execute(self.queries["mark_outbox_done"], row.id, run_id)
         return run_id
+
+    async def _mark_failed(self, row: OutboxRow, error: Exception) -> None:
+        await self.pool.execute(
+            self.queries["mark_outbox_failed"], row.id, str(error), RETRY_AFTER_SECONDS
+        )
 
     async def _call_temporal(self, row: OutboxRow) -> str | None:
         if row.kind == "start_workflow":

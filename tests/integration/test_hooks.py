@@ -272,6 +272,34 @@ async def test_durable_signal_is_delivered_once(
         assert await handle.result() == ["committed"]
 
 
+async def test_a_sweep_marks_what_it_performed_and_keeps_what_failed_for_later(
+    conn: Any, pool: asyncpg.Pool, client: Client, relay: OutboxRelay, task_queue: str
+) -> None:
+    started_ids = [f"sweep-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    missing_id = f"missing-{uuid.uuid4().hex[:8]}"
+    async with transaction(conn) as tx:  # no relay of its own: left to the sweep
+        for workflow_id in started_ids:
+            await tx.start_workflow(
+                "StackCheck", {"check_id": workflow_id}, id=workflow_id, task_queue=task_queue
+            )
+        await tx.signal_workflow(missing_id, "note", Note(text="nobody is there"))
+    assert await relay.sweep() == 3
+    rows = {
+        row["workflow_id"]: row
+        for row in await pool.fetch(
+            'SELECT "workflow_id", "done_at", "run_id", "last_error" FROM "procbus_outbox"'
+        )
+    }
+    for workflow_id in started_ids:
+        described = await client.get_workflow_handle(workflow_id).describe()
+        assert rows[workflow_id]["done_at"] is not None
+        assert rows[workflow_id]["run_id"] == described.run_id
+    assert rows[missing_id]["done_at"] is None
+    assert "no running workflow" in rows[missing_id]["last_error"]
+    assert await relay.sweep() == 0  # the failed one waits for its retry time; the rest are done
+    assert await relay.pending() == 1
+
+
 async def test_serializable_retries_never_fire_a_failed_attempts_hooks(
     pool: asyncpg.Pool, conn: Any, client: Client, relay: OutboxRelay, task_queue: str
 ) -> None:

@@ -24,6 +24,12 @@ RETURNING o."id", o."kind", o."workflow_id", o."workflow_type", o."signal_name",
 UPDATE "procbus_outbox" SET "done_at" = now(), "run_id" = $2, "last_error" = NULL
 WHERE "id" = $1;
 
+-- name: mark_outbox_rows_done
+-- A sweep's performed rows in one statement, with their run IDs (NULL for a signal).
+UPDATE "procbus_outbox" AS o SET "done_at" = now(), "run_id" = d."run_id", "last_error" = NULL
+FROM unnest($1::bigint[], $2::text[]) AS d("id", "run_id")
+WHERE o."id" = d."id";
+
 -- name: mark_outbox_failed
 UPDATE "procbus_outbox" SET "claimed_until" = now() + make_interval(secs => $3), "last_error" = $2
 WHERE "id" = $1;
