@@ -2,7 +2,8 @@
 
 `acquire_locks` and `release_locks` are short and run as local activities; `hold_locks` runs for
 as long as a procedure holds its locks, renewing their leases and heartbeating, so a dead worker's
-locks expire while a live one's never do.
+locks expire while a live one's never do. A bad request raises LockError and lost locks LockLost;
+the worker's error interceptor makes both non-retryable.
 """
 
 from __future__ import annotations
@@ -14,23 +15,20 @@ from collections.abc import Callable, Iterable
 
 import asyncpg
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from procbus.lock_models import (
+from procbus.locks.models import (
     LOCKS_CHANGED_SIGNAL,
     HoldRequest,
+    HoldResult,
     LockSetRequest,
     LockSetState,
     ReleaseRequest,
     ReleaseResult,
 )
-from procbus.lock_modes import LockError
-from procbus.locks import LockLost, LockTable
+from procbus.locks.table import LockTable
 
 log = logging.getLogger(__name__)
-
-LOCK_LOST_ERROR = "LockLost"
 
 
 class LockActivities:
@@ -41,10 +39,7 @@ class LockActivities:
 
     @activity.defn(name="acquire_locks")
     async def acquire_locks(self, request: LockSetRequest) -> LockSetState:
-        try:
-            state = await self.table.acquire(request)
-        except LockError as error:
-            raise ApplicationError(str(error), type="InvalidRequest", non_retryable=True) from None
+        state = await self.table.acquire(request)
         await self._wake(state.woken)
         return state
 
@@ -58,30 +53,28 @@ class LockActivities:
         return ReleaseResult(woken=woken)
 
     @activity.defn(name="hold_locks")
-    async def hold_locks(self, request: HoldRequest) -> None:
+    async def hold_locks(self, request: HoldRequest) -> HoldResult:
         """Renew the leases every third of their TTL until released, cancelled or
-        `max_seconds` passed; LockLost (not retried) if they were taken away meanwhile."""
+        `max_seconds` passed; LockLost (not retried) if they were taken away meanwhile.
+        Returns the leases' expiry it left, for the next run of the keeper."""
         released = self._released.setdefault(request.holder, asyncio.Event())
         loop = asyncio.get_running_loop()
         until = loop.time() + request.max_seconds
         leased_until = request.leased_until
         try:
             while loop.time() < until and not released.is_set():
-                try:
-                    leased_until = await self.table.renew(
-                        request.holder, request.grants, request.lease_seconds, leased_until
-                    )
-                except LockLost as error:
-                    lost = ApplicationError(str(error), type=LOCK_LOST_ERROR, non_retryable=True)
-                    raise lost from None
+                leased_until = await self.table.renew(
+                    request.holder, request.grants, request.lease_seconds, leased_until
+                )
                 if leased_until is None:
-                    return  # released by the procedure
+                    break  # released by the procedure
                 activity.heartbeat()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(released.wait(), request.lease_seconds / 3)
         finally:
             if self._released.get(request.holder) is released:
                 del self._released[request.holder]
+        return HoldResult(leased_until=leased_until)
 
     async def _wake(self, holders: Iterable[str]) -> None:
         """Tell waiting procedures their locks moved; a holder that is no workflow is fine."""

@@ -3,19 +3,9 @@
 from __future__ import annotations
 
 import asyncpg
-from pydantic import BaseModel
 from temporalio import activity
 
-from procbus.outbox import OutboxRelay
-
-
-class SweepRequest(BaseModel):
-    limit: int = 1000
-
-
-class SweepResult(BaseModel):
-    performed: int
-    pending: int
+from procbus.hooks.outbox import OutboxRelay, SweepRequest, SweepResult
 
 
 class OutboxActivities:

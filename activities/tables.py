@@ -1,39 +1,31 @@
-"""Activities of the table procedures: thin adapters from steps to procbus.catalog/warehouse.
+"""Activities of the table procedures: thin adapters from steps to procbus.lakehouse.
 
 Every action is idempotent per procedure, every undo removes only its own procedure's work.
-Bad requests fail as non-retryable `InvalidRequest` errors.
+Bad requests raise InvalidRequest and writes of a holder that lost its lock StaleFencingToken;
+the worker's error interceptor makes both non-retryable.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import asyncpg
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from procbus import warehouse
-from procbus.catalog import Catalog, InvalidRequest, NamespaceDescriptor, TableDescriptor
-from procbus.descriptor_cache import DescriptorCache
-from procbus.locks import StaleFencingToken
-from procbus.table_models import EventStep, NamespaceRef, NamespaceStep, TableStep
-
-T = TypeVar("T")
-
-STALE_TOKEN_ERROR = "StaleFencingToken"
-
-
-async def _refusing_bad_requests(operation: Awaitable[T]) -> T:
-    """Bad requests and writes of a holder that lost its lock fail at once, never retried."""
-    try:
-        return await operation
-    except InvalidRequest as error:
-        raise ApplicationError(str(error), type="InvalidRequest", non_retryable=True) from None
-    except StaleFencingToken as error:
-        raise ApplicationError(str(error), type=STALE_TOKEN_ERROR, non_retryable=True) from None
+from procbus.errors import InvalidRequest
+from procbus.lakehouse import warehouse
+from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.models import (
+    EventStep,
+    NamespaceDescriptor,
+    NamespaceRef,
+    NamespaceStep,
+    TableDescriptor,
+    TableStep,
+)
 
 
 class TableActivities:
@@ -48,38 +40,38 @@ class TableActivities:
     async def preflight_create_namespace(self, step: NamespaceStep) -> NamespaceDescriptor:
         existing = await self.catalog.get_namespace(step.namespace.name)
         if existing is not None and existing.created_by != step.procedure_id:
-            raise _invalid(f"namespace {step.namespace.name!r} exists already")
+            raise InvalidRequest(f"namespace {step.namespace.name!r} exists already")
         return step.namespace
 
     @activity.defn(name="create_namespace")
     async def create_namespace(self, step: NamespaceStep) -> None:
-        await _refusing_bad_requests(self.catalog.create_namespace(step.namespace, step.fence))
+        await self.catalog.create_namespace(step.namespace, step.fence)
 
     @activity.defn(name="remove_created_namespace")
     async def remove_created_namespace(self, step: NamespaceStep) -> None:
-        await _refusing_bad_requests(
-            self.catalog.remove_namespace_created_by(
-                step.namespace.name, step.procedure_id, step.fence
-            )
+        await self.catalog.remove_namespace_created_by(
+            step.namespace.name, step.procedure_id, step.fence
         )
 
     @activity.defn(name="preflight_delete_namespace")
     async def preflight_delete_namespace(self, ref: NamespaceRef) -> NamespaceDescriptor:
         namespace = await self.catalog.get_namespace(ref.namespace)
         if namespace is None:
-            raise _invalid(f"namespace {ref.namespace!r} does not exist")
+            raise InvalidRequest(f"namespace {ref.namespace!r} does not exist")
         tables = await self.catalog.count_tables(ref.namespace)
         if tables:
-            raise _invalid(f"namespace {ref.namespace!r} holds {tables} tables: delete them first")
+            raise InvalidRequest(
+                f"namespace {ref.namespace!r} holds {tables} tables: delete them first"
+            )
         return namespace
 
     @activity.defn(name="delete_namespace")
     async def delete_namespace(self, ref: NamespaceRef) -> None:
-        await _refusing_bad_requests(self.catalog.delete_empty_namespace(ref.namespace, ref.fence))
+        await self.catalog.delete_empty_namespace(ref.namespace, ref.fence)
 
     @activity.defn(name="restore_namespace")
     async def restore_namespace(self, step: NamespaceStep) -> None:
-        await _refusing_bad_requests(self.catalog.restore_namespace(step.namespace, step.fence))
+        await self.catalog.restore_namespace(step.namespace, step.fence)
 
     # ---- tables ----
 
@@ -87,18 +79,16 @@ class TableActivities:
     async def preflight_create_table(self, step: TableStep) -> TableDescriptor:
         table = step.table
         if await self.catalog.get_namespace(table.namespace) is None:
-            raise _invalid(f"namespace {table.namespace!r} does not exist")
+            raise InvalidRequest(f"namespace {table.namespace!r} does not exist")
         existing = await self.catalog.get_table(table.namespace, table.name)
         if existing is not None and existing.created_by != step.procedure_id:
-            raise _invalid(f"table {table.qualified_name!r} exists already")
+            raise InvalidRequest(f"table {table.qualified_name!r} exists already")
         folder = warehouse.table_folder(self.warehouse_root, table.namespace, table.name)
         return table.model_copy(update={"location": str(folder.resolve())})
 
     @activity.defn(name="create_layout")
     async def create_layout(self, step: TableStep) -> None:
-        await _refusing_bad_requests(
-            asyncio.to_thread(warehouse.create_layout, self.warehouse_root, step.table)
-        )
+        await asyncio.to_thread(warehouse.create_layout, self.warehouse_root, step.table)
 
     @activity.defn(name="remove_layout")
     async def remove_layout(self, step: TableStep) -> None:
@@ -112,14 +102,12 @@ class TableActivities:
 
     @activity.defn(name="add_to_catalog")
     async def add_to_catalog(self, step: TableStep) -> None:
-        await _refusing_bad_requests(self.catalog.add_table(step.table, step.fence))
+        await self.catalog.add_table(step.table, step.fence)
 
     @activity.defn(name="remove_added_table")
     async def remove_added_table(self, step: TableStep) -> None:
-        await _refusing_bad_requests(
-            self.catalog.remove_table_created_by(
-                step.table.namespace, step.table.name, step.procedure_id, step.fence
-            )
+        await self.catalog.remove_table_created_by(
+            step.table.namespace, step.table.name, step.procedure_id, step.fence
         )
 
     @activity.defn(name="refresh_cache")
@@ -134,18 +122,16 @@ class TableActivities:
     async def preflight_delete_table(self, step: TableStep) -> TableDescriptor:
         table = await self.catalog.get_table(step.table.namespace, step.table.name)
         if table is None:
-            raise _invalid(f"table {step.table.qualified_name!r} does not exist")
+            raise InvalidRequest(f"table {step.table.qualified_name!r} does not exist")
         return table
 
     @activity.defn(name="remove_from_catalog")
     async def remove_from_catalog(self, step: TableStep) -> None:
-        await _refusing_bad_requests(
-            self.catalog.remove_table(step.table.namespace, step.table.name, step.fence)
-        )
+        await self.catalog.remove_table(step.table.namespace, step.table.name, step.fence)
 
     @activity.defn(name="restore_to_catalog")
     async def restore_to_catalog(self, step: TableStep) -> None:
-        await _refusing_bad_requests(self.catalog.restore_table(step.table, step.fence))
+        await self.catalog.restore_table(step.table, step.fence)
 
     @activity.defn(name="delete_data")
     async def delete_data(self, step: TableStep) -> None:
@@ -157,22 +143,18 @@ class TableActivities:
 
     @activity.defn(name="record_event")
     async def record_event(self, step: EventStep) -> None:
-        await _refusing_bad_requests(
-            self.catalog.record_event(
-                step.procedure_id,
-                step.event_type,
-                step.namespace,
-                step.table,
-                step.payload,
-                step.fence,
-            )
+        await self.catalog.record_event(
+            step.procedure_id,
+            step.event_type,
+            step.namespace,
+            step.table,
+            step.payload,
+            step.fence,
         )
 
     @activity.defn(name="remove_event")
     async def remove_event(self, step: EventStep) -> None:
-        await _refusing_bad_requests(
-            self.catalog.remove_event(step.procedure_id, step.event_type, step.fence)
-        )
+        await self.catalog.remove_event(step.procedure_id, step.event_type, step.fence)
 
     def all(self) -> list[Callable[..., object]]:
         return [
@@ -196,7 +178,3 @@ class TableActivities:
             self.record_event,
             self.remove_event,
         ]
-
-
-def _invalid(message: str) -> ApplicationError:
-    return ApplicationError(message, type="InvalidRequest", non_retryable=True)

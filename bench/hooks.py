@@ -22,7 +22,7 @@ import asyncpg
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.hooks import transaction
-from procbus.outbox import OutboxRelay
+from procbus.hooks.outbox import OutboxRelay
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 

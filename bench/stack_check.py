@@ -16,8 +16,8 @@ import uuid
 
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
+from procbus.stack.check import StackCheckInput, record_stack_check
 from procbus.stack.ephemeral import ephemeral_services
-from procbus.stack_check import StackCheckInput, record_stack_check
 from procbus.temporal import connect_client
 from worker import build_worker
 from workflows.stack_check import StackCheck

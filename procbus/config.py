@@ -10,7 +10,6 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from procbus.errors import ConfigError
-from procbus.faults import parse_faults
 
 ENV_PREFIX = "PROCBUS_"
 
@@ -66,8 +65,13 @@ class Settings(BaseSettings):
     @field_validator("faults")
     @classmethod
     def _faults(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        # Imported here: only a process with faults set pays for the Temporal worker modules.
+        from procbus.temporal.faults import parse_faults
+
         parse_faults(value)
-        return value or None
+        return value
 
     @field_validator("temporal_address")
     @classmethod

@@ -1,8 +1,42 @@
-"""Errors a user can hit: each says what was wrong and what to do."""
+"""Errors a user can hit: each says what was wrong and what to do.
+
+`ErrorType` is the one registry of the names procbus errors carry through Temporal (the `type`
+of an `ApplicationError`): activities raise the classes below, the worker's error interceptor
+(procbus.temporal.errors) turns them into ApplicationErrors of their type, and retry policies
+take their non-retryable lists from here. Pure: safe to import in the workflow sandbox.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+
+class ErrorType(StrEnum):
+    INVALID_REQUEST = "InvalidRequest"  # bad input, or a request that contradicts the catalog
+    INVALID_PROCEDURE_INPUT = "InvalidProcedureInput"  # refused before any step ran
+    STALE_FENCING_TOKEN = "StaleFencingToken"  # a write whose lock was lost meanwhile
+    LOCK_LOST = "LockLost"  # a held lock's lease ran out and another holder may have it
+    LOCK_TIMEOUT = "LockTimeout"  # the locks were not granted within the lock timeout
+    PROCEDURE_ROLLED_BACK = "ProcedureRolledBack"  # a procedure failed and was undone
+    PROCEDURE_FAILED = "ProcedureFailed"  # a procedure failed past its pivot
+    INJECTED_FAULT = "InjectedFault"  # PROCBUS_FAULTS made a step fail (drills and tests)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether trying the same call again can succeed: only an injected fault can."""
+        return self is ErrorType.INJECTED_FAULT
+
+
+# What a step's retry policy never retries: trying the same request again cannot help.
+NON_RETRYABLE_ERROR_TYPES: list[str] = [str(kind) for kind in ErrorType if not kind.retryable]
 
 
 class ProcbusError(Exception):
     """An error with a message meant for the person running procbus (no traceback needed)."""
+
+    # The name it carries through Temporal; None: it is retried like any unexpected error.
+    error_type: ClassVar[ErrorType | None] = None
 
 
 class ConfigError(ProcbusError):
@@ -19,3 +53,31 @@ class MigrationError(ProcbusError):
 
 class SparkUnavailable(ProcbusError):
     """Spark cannot start on this machine (usually: no Java)."""
+
+
+class InvalidRequest(ProcbusError):
+    """Bad input (a name, a schema) or a request that contradicts the catalog."""
+
+    error_type = ErrorType.INVALID_REQUEST
+
+
+class LockError(InvalidRequest):
+    """A bad lock request: a malformed path, an unknown mode, a bad lease."""
+
+
+class LockTimeout(ProcbusError):
+    """The locks were not granted in time; the request left the queue."""
+
+    error_type = ErrorType.LOCK_TIMEOUT
+
+
+class LockLost(ProcbusError):
+    """A granted lock's lease ran out and another holder may have it now."""
+
+    error_type = ErrorType.LOCK_LOST
+
+
+class StaleFencingToken(ProcbusError):
+    """A write carried a fencing token older than the resource's newest: its lock was lost."""
+
+    error_type = ErrorType.STALE_FENCING_TOKEN

@@ -6,21 +6,18 @@ import asyncio
 import os
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from rich.table import Table
 from typer.exceptions import TyperException
 
-from procbus.config import Settings, load_settings
-from procbus.db import connect
-from procbus.db.migrate import applied_migrations, migrate
-from procbus.endpoints import resolve_endpoints
-from procbus.errors import ConfigError, ProcbusError
-from procbus.status import check_status
-from starter.locks_cli import lock_app
+from starter.locks import lock_app
 from starter.output import console, print_error, print_json
-from starter.procedures import namespace_app, proc_app, table_app
+from starter.procedures import proc_app
+from starter.tables import namespace_app, table_app
+
+if TYPE_CHECKING:
+    from procbus.config import Settings
 
 T = TypeVar("T")
 
@@ -42,6 +39,9 @@ JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 
 
 def _settings() -> Settings:
+    # Imported when a command runs, not for --help: the CLI answers at once.
+    from procbus.config import load_settings
+
     return load_settings()
 
 
@@ -66,6 +66,10 @@ def dev(
 @app.command()
 def status(json_output: bool = JSON_OPTION) -> None:
     """Whether Temporal, PostgreSQL and a worker are up; exits 0 only when all are."""
+    from rich.table import Table
+
+    from procbus.stack.status import check_status
+
     result = _run(check_status(_settings()))
     if json_output:
         print_json(result)
@@ -90,13 +94,14 @@ def status(json_output: bool = JSON_OPTION) -> None:
 @app.command()
 def worker() -> None:
     """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
+    from procbus.stack.addresses import resolve_addresses
     from worker import run_worker
 
     settings = _settings()
-    endpoints = resolve_endpoints(settings)
+    services = resolve_addresses(settings)
     console.print(
-        f"worker on task queue {endpoints.task_queue!r} at {endpoints.temporal_address} "
-        f"(namespace {endpoints.namespace}); Ctrl-C stops it",
+        f"worker on task queue {services.task_queue!r} at {services.temporal_address} "
+        f"(namespace {services.namespace}); Ctrl-C stops it",
         highlight=False,
     )
     _run(run_worker(settings))
@@ -115,9 +120,12 @@ def demo(json_output: bool = JSON_OPTION) -> None:
 @db_app.command("migrate")
 def db_migrate(json_output: bool = JSON_OPTION) -> None:
     """Apply the pending schema migrations (each once; safe to run from two places at once)."""
+    from procbus.db import connect
+    from procbus.db.migrate import applied_migrations, migrate
+    from procbus.stack.addresses import resolve_addresses
 
     async def apply() -> tuple[list[str], int]:
-        connection = await connect(resolve_endpoints(_settings()).database_url)
+        connection = await connect(resolve_addresses(_settings()).database_url)
         try:
             applied_now = await migrate(connection)
             total = len(await applied_migrations(connection))
@@ -136,6 +144,8 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
 
 def main() -> None:
     """Entry point: one line per user error, and a hard exit (temporalio sdk-python #300)."""
+    from procbus.errors import ConfigError, ProcbusError
+
     code = 0
     try:
         returned = app(standalone_mode=False)

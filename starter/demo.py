@@ -13,24 +13,24 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
-from procbus import warehouse
-from procbus.catalog import Catalog
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
-from procbus.descriptor_cache import DescriptorCache
-from procbus.endpoints import Endpoints, resolve_endpoints
 from procbus.errors import ProcbusError, StackError
-from procbus.faults import parse_faults
 from procbus.hooks import TransactionAborted, transaction
+from procbus.hooks.outbox import OutboxRelay
+from procbus.lakehouse import warehouse
+from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.locks import LockTable
-from procbus.outbox import OutboxRelay
-from procbus.procedure_client import procedure_status
 from procbus.procedures import ProcedureState, ProcedureStatus
+from procbus.procedures.client import procedure_status
+from procbus.stack.addresses import ServiceAddresses, resolve_addresses
+from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
-from procbus.stack_check import StackCheckInput, StackCheckResult
-from procbus.table_models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.temporal import connect_client, workflow_ui_url
+from procbus.temporal.faults import parse_faults
 from starter.output import console
 from worker import build_worker
 from workflows.stack_check import StackCheck
@@ -82,10 +82,10 @@ class DemoReport(BaseModel):
 
 
 @contextlib.asynccontextmanager
-async def _stack(settings: Settings) -> AsyncIterator[tuple[Endpoints, bool]]:
+async def _stack(settings: Settings) -> AsyncIterator[tuple[ServiceAddresses, bool]]:
     """The running stack, or an embedded one started for the demo and stopped after it."""
     try:
-        running = resolve_endpoints(settings)
+        running = resolve_addresses(settings)
     except StackError:
         if settings.temporal_address or settings.database_url:
             raise
@@ -93,7 +93,7 @@ async def _stack(settings: Settings) -> AsyncIterator[tuple[Endpoints, bool]]:
         yield running, False
         return
     async with EmbeddedServices(settings):
-        yield resolve_endpoints(settings), True
+        yield resolve_addresses(settings), True
 
 
 @contextlib.contextmanager
@@ -116,13 +116,13 @@ class Demo:
     def __init__(
         self,
         settings: Settings,
-        endpoints: Endpoints,
+        services: ServiceAddresses,
         client: Client,
         pool: asyncpg.Pool,
         quiet: bool,
     ) -> None:
         self.settings = settings
-        self.endpoints = endpoints
+        self.services = services
         self.client = client
         self.pool = pool
         self.quiet = quiet
@@ -133,7 +133,7 @@ class Demo:
             console.print(message, highlight=False)
 
     def url(self, workflow_id: str) -> str | None:
-        return workflow_ui_url(self.endpoints.ui_url, self.endpoints.namespace, workflow_id)
+        return workflow_ui_url(self.services.ui_url, self.services.namespace, workflow_id)
 
     def show_steps(self, status: ProcedureStatus) -> None:
         undone = set(status.compensations_done)
@@ -151,7 +151,7 @@ class Demo:
             StackCheck.run,
             StackCheckInput(check_id=workflow_id, message="hello from procbus demo"),
             id=workflow_id,
-            task_queue=self.endpoints.task_queue,
+            task_queue=self.services.task_queue,
             static_summary="procbus demo: stack check",
         )
         self.say(
@@ -166,7 +166,7 @@ class Demo:
             CreateNamespace.run,
             CreateNamespaceInput(namespace=namespace),
             id=f"demo-create-namespace-{self.run_id}",
-            task_queue=self.endpoints.task_queue,
+            task_queue=self.services.task_queue,
             static_summary=f"procbus demo: namespace {namespace}",
         )
         procedure_id = f"demo-create-table-{self.run_id}"
@@ -178,7 +178,7 @@ class Demo:
                 partition_by=["dt"],
             ),
             id=procedure_id,
-            task_queue=self.endpoints.task_queue,
+            task_queue=self.services.task_queue,
             static_summary=f"procbus demo: CreateTable {namespace}.orders",
         )
         status = await procedure_status(self.client, procedure_id)
@@ -191,7 +191,7 @@ class Demo:
     async def failed_create_table(self, namespace: str) -> tuple[DemoProcedure, list[str]]:
         table = f"{namespace}.returns"
         self.say(f"3. CreateTable {table} on a worker where step 3 (refresh_cache) fails")
-        drill_queue = f"{self.endpoints.task_queue}-demo-drill-{self.run_id}"
+        drill_queue = f"{self.services.task_queue}-demo-drill-{self.run_id}"
         procedure_id = f"demo-create-table-rollback-{self.run_id}"
         cache = DescriptorCache()
         with expected_activity_failures():
@@ -226,7 +226,7 @@ class Demo:
 
     async def hooks(self) -> DemoHooks:
         self.say("4. Post-commit hooks and the durable outbox")
-        relay = OutboxRelay(self.client, self.pool, self.endpoints.task_queue)
+        relay = OutboxRelay(self.client, self.pool, self.services.task_queue)
         committed_id = f"demo-outbox-committed-{self.run_id}"
         rolled_back_id = f"demo-outbox-rolled-back-{self.run_id}"
 
@@ -236,14 +236,17 @@ class Demo:
         async with self.pool.acquire() as connection:
             async with transaction(connection, relay=relay) as tx:
                 await connection.execute(
-                    load_queries()["insert_stack_check"], committed_id, "committed", "demo"
+                    load_queries("procbus.stack")["insert_stack_check"],
+                    committed_id,
+                    "committed",
+                    "demo",
                 )
                 notified = tx.post_commit(notify, committed_id)
                 started = await tx.start_workflow(
                     StackCheck,
                     StackCheckInput(check_id=committed_id),
                     id=committed_id,
-                    task_queue=self.endpoints.task_queue,
+                    task_queue=self.services.task_queue,
                 )
             hook_result = await notified
             run_id = await started
@@ -253,14 +256,17 @@ class Demo:
             with contextlib.suppress(DemoRollback):
                 async with transaction(connection, relay=relay) as tx:
                     await connection.execute(
-                        load_queries()["insert_stack_check"], rolled_back_id, "rolled back", "demo"
+                        load_queries("procbus.stack")["insert_stack_check"],
+                        rolled_back_id,
+                        "rolled back",
+                        "demo",
                     )
                     cancelled = tx.post_commit(notify, rolled_back_id)
                     await tx.start_workflow(
                         StackCheck,
                         StackCheckInput(check_id=rolled_back_id),
                         id=rolled_back_id,
-                        task_queue=self.endpoints.task_queue,
+                        task_queue=self.services.task_queue,
                     )
                     raise DemoRollback("the order failed validation")
         try:
@@ -295,9 +301,9 @@ class Demo:
             CreateNamespace.run,
             CreateNamespaceInput(namespace=namespace),
             id=f"demo-locks-namespace-{self.run_id}",
-            task_queue=self.endpoints.task_queue,
+            task_queue=self.services.task_queue,
         )
-        slow_queue = f"{self.endpoints.task_queue}-demo-slow-{self.run_id}"
+        slow_queue = f"{self.services.task_queue}-demo-slow-{self.run_id}"
         create_id = f"demo-locks-create-table-{self.run_id}"
         delete_id = f"demo-locks-delete-namespace-{self.run_id}"
         with expected_activity_failures():
@@ -320,7 +326,7 @@ class Demo:
                     DeleteNamespace.run,
                     DeleteNamespaceInput(namespace=namespace),
                     id=delete_id,
-                    task_queue=self.endpoints.task_queue,
+                    task_queue=self.services.task_queue,
                     static_summary=f"procbus demo: DeleteNamespace {namespace}, waits for the lock",
                 )
                 waiting = await self._wait_until(
@@ -384,18 +390,18 @@ class Demo:
 async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
     if not quiet:
         console.print("[bold]procbus demo[/]")
-    async with _stack(settings) as (endpoints, started):
-        client = await connect_client(endpoints.temporal_address, endpoints.namespace, settings)
-        pool = await create_pool(endpoints.database_url)
-        demo = Demo(settings, endpoints, client, pool, quiet)
+    async with _stack(settings) as (services, started):
+        client = await connect_client(services.temporal_address, services.namespace, settings)
+        pool = await create_pool(services.database_url)
+        demo = Demo(settings, services, client, pool, quiet)
         demo.say(
             f"stack: {'started an embedded one' if started else 'using the running one'}"
-            f" (Temporal {endpoints.temporal_address})"
+            f" (Temporal {services.temporal_address})"
         )
         try:
             # Our own worker too: the demo works whether or not another one is running.
             async with build_worker(
-                client, pool, endpoints.task_queue, warehouse_root=settings.warehouse_root
+                client, pool, services.task_queue, warehouse_root=settings.warehouse_root
             ):
                 check_id, check = await demo.stack_check()
                 namespace = f"demo_{demo.run_id}"
@@ -405,8 +411,8 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 locks = await demo.locks()
         finally:
             await pool.close()
-    later = " (after `procbus dev` starts the stack again)" if started and endpoints.ui_url else ""
-    if endpoints.ui_url:
+    later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
+    if services.ui_url:
         demo.say(f"In the Temporal UI{later}:")
         shown = (
             check_id,
@@ -420,8 +426,8 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
     demo.say("[bold green]demo finished: every step worked[/]")
     return DemoReport(
         started_stack=started,
-        temporal_address=endpoints.temporal_address,
-        ui_url=endpoints.ui_url,
+        temporal_address=services.temporal_address,
+        ui_url=services.ui_url,
         stack_check_workflow_id=check_id,
         stack_check_url=demo.url(check_id),
         stack_check=check,

@@ -1,20 +1,37 @@
-"""Printing for the CLI: rich for people, --json for scripts."""
+"""Printing for the CLI: rich for people, --json for scripts.
+
+On a terminal rich fits the output to the window; piped or redirected, nothing is wrapped, so
+IDs and Temporal UI links stay whole for grep, copy and click.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-from pydantic import BaseModel
 from rich.console import Console
 
-console = Console()
-error_console = Console(stderr=True)
+if TYPE_CHECKING:  # pydantic itself is not imported here: `procbus --help` stays quick
+    from pydantic import BaseModel
+
+# Wide enough that no line of ours is ever cut; tables still take only what they need.
+UNWRAPPED_WIDTH = 10_000
+
+
+def _console(stream: TextIO, *, stderr: bool) -> Console:
+    if stream.isatty() or "COLUMNS" in os.environ:
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
+
+
+console = _console(sys.stdout, stderr=False)
+error_console = _console(sys.stderr, stderr=True)
 
 
 def print_json(value: BaseModel | dict[str, Any] | list[Any]) -> None:
-    if isinstance(value, BaseModel):
+    if not isinstance(value, dict | list):
         text = value.model_dump_json(indent=2)
     else:
         text = json.dumps(value, indent=2, default=str)

@@ -1,48 +1,27 @@
-"""`procbus namespace|table|proc ...`: start table procedures and steer any procedure."""
+"""`procbus proc ...`: list, status, wait, abort, retry and skip any procedure; and the start and
+follow helpers the commands that start procedures share.
+
+Only Temporal is needed: a procedure's own validation and preflight give every error, the same
+one a `temporal` CLI user gets. Heavy modules are imported inside the commands, so `--help`
+answers at once.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Coroutine
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.live import Live
-from rich.table import Table
-from temporalio.client import Client
 
-from procbus.catalog import (
-    Catalog,
-    parse_columns,
-    parse_table_name,
-    validate_name,
-    validate_partitioning,
-)
-from procbus.config import load_settings
-from procbus.db import create_pool
-from procbus.endpoints import Endpoints, resolve_endpoints
-from procbus.errors import ProcbusError
-from procbus.procedure_client import (
-    abort_procedure,
-    list_procedures,
-    new_procedure_id,
-    procedure_status,
-    retry_procedure,
-    skip_compensation,
-    start_procedure,
-    wait_for_procedure,
-)
-from procbus.procedures import ProcedureInput, ProcedureState, ProcedureStatus
-from procbus.table_models import (
-    CreateNamespaceInput,
-    CreateTableInput,
-    DeleteNamespaceInput,
-    DeleteTableInput,
-)
-from procbus.temporal import connect_client, workflow_ui_url
 from starter.output import console, print_json
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from temporalio.client import Client
+
+    from procbus.procedures.models import ProcedureInput, ProcedureStatus
+    from procbus.stack.addresses import ServiceAddresses
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 WAIT_OPTION = typer.Option(
@@ -52,36 +31,23 @@ ID_OPTION = typer.Option(
     None, "--id", help="Procedure ID (idempotent: the same ID returns the same procedure)."
 )
 
-namespace_app = typer.Typer(help="Namespaces of the lake catalog.", no_args_is_help=True)
-table_app = typer.Typer(help="Tables of the lake catalog.", no_args_is_help=True)
 proc_app = typer.Typer(
     help="Procedures: list, status, wait, abort, retry, skip.", no_args_is_help=True
 )
 
 
-@dataclass
-class Session:
-    endpoints: Endpoints
-    client: Client
-    catalog: Catalog
-
-
-@contextlib.asynccontextmanager
-async def session() -> AsyncIterator[Session]:
-    settings = load_settings()
-    endpoints = resolve_endpoints(settings)
-    client = await connect_client(endpoints.temporal_address, endpoints.namespace, settings)
-    pool = await create_pool(endpoints.database_url, min_size=1, max_size=2)
-    try:
-        yield Session(endpoints, client, Catalog(pool))
-    finally:
-        await pool.close()
+def run_command(coroutine: Coroutine[Any, Any, int]) -> None:
+    raise typer.Exit(asyncio.run(coroutine))
 
 
 # ---- rendering ----
 
 
-def _steps_table(status: ProcedureStatus) -> Table:
+def steps_table(status: ProcedureStatus) -> Table:
+    from rich.table import Table
+
+    from procbus.procedures.models import ProcedureState
+
     colour = {
         ProcedureState.SUCCEEDED: "green",
         ProcedureState.ROLLED_BACK: "yellow",
@@ -121,7 +87,9 @@ def _steps_table(status: ProcedureStatus) -> Table:
     return table
 
 
-def _print_outcome(status: ProcedureStatus) -> None:
+def print_outcome(status: ProcedureStatus) -> None:
+    from procbus.procedures.models import ProcedureState
+
     if status.error:
         console.print(f"error: {status.error}", highlight=False)
     if status.rollback_reason:
@@ -136,29 +104,35 @@ def _print_outcome(status: ProcedureStatus) -> None:
         )
 
 
-async def _follow(
-    current: Session, procedure_id: str, json_output: bool, timeout_seconds: float | None
+# ---- starting and following ----
+
+
+async def follow(
+    client: Client, procedure_id: str, json_output: bool, timeout_seconds: float | None
 ) -> int:
+    """Wait for the end (or STUCK), live on a terminal; 0 only when it SUCCEEDED."""
+    from rich.live import Live
+
+    from procbus.procedures.client import wait_for_procedure
+    from procbus.procedures.models import ProcedureState
+
     if json_output:
-        status = await wait_for_procedure(
-            current.client, procedure_id, timeout_seconds=timeout_seconds
-        )
+        status = await wait_for_procedure(client, procedure_id, timeout_seconds=timeout_seconds)
         print_json(status)
     else:
         with Live(console=console, auto_refresh=False) as live:
 
             def show(status: ProcedureStatus) -> None:
-                live.update(_steps_table(status), refresh=True)
+                live.update(steps_table(status), refresh=True)
 
             status = await wait_for_procedure(
-                current.client, procedure_id, timeout_seconds=timeout_seconds, on_change=show
+                client, procedure_id, timeout_seconds=timeout_seconds, on_change=show
             )
-        _print_outcome(status)
+        print_outcome(status)
     return 0 if status.state is ProcedureState.SUCCEEDED else 1
 
 
-async def _start(
-    current: Session,
+async def start(
     procedure_type: str,
     target: str,
     request: ProcedureInput,
@@ -166,12 +140,17 @@ async def _start(
     wait: bool,
     json_output: bool,
 ) -> int:
+    """Start a procedure; print its ID, or with `wait` follow it to the end."""
+    from procbus.procedures.client import new_procedure_id, start_procedure
+    from procbus.temporal.client import workflow_ui_url
+
+    client, services = await _client()
     procedure_id = procedure_id or new_procedure_id(procedure_type, target)
     await start_procedure(
-        current.client,
+        client,
         procedure_type,
         request,
-        task_queue=current.endpoints.task_queue,
+        task_queue=services.task_queue,
         procedure_id=procedure_id,
         summary=f"{procedure_type} {target}",
     )
@@ -182,196 +161,19 @@ async def _start(
             console.print(procedure_id, highlight=False)
         return 0
     if not json_output:
-        url = workflow_ui_url(current.endpoints.ui_url, current.endpoints.namespace, procedure_id)
+        url = workflow_ui_url(services.ui_url, services.namespace, procedure_id)
         console.print(f"{procedure_id}" + (f"  {url}" if url else ""), highlight=False)
-    return await _follow(current, procedure_id, json_output, None)
+    return await follow(client, procedure_id, json_output, None)
 
 
-def _run(coroutine: Coroutine[Any, Any, int]) -> None:
-    raise typer.Exit(asyncio.run(coroutine))
+async def _client() -> tuple[Client, ServiceAddresses]:
+    """A Temporal client on the configured (or running) stack; no database needed."""
+    from starter.scripts import connect
+
+    return await connect()
 
 
-# ---- namespaces ----
-
-
-@namespace_app.command("create")
-def namespace_create(
-    name: str,
-    wait: bool = WAIT_OPTION,
-    json_output: bool = JSON_OPTION,
-    procedure_id: str | None = ID_OPTION,
-) -> None:
-    """Start a CreateNamespace procedure."""
-
-    async def run() -> int:
-        validate_name("namespace", name)
-        async with session() as current:
-            if procedure_id is None and await current.catalog.get_namespace(name) is not None:
-                raise ProcbusError(f"namespace {name!r} exists already")
-            return await _start(
-                current,
-                "CreateNamespace",
-                name,
-                CreateNamespaceInput(namespace=name),
-                procedure_id,
-                wait,
-                json_output,
-            )
-
-    _run(run())
-
-
-@namespace_app.command("delete")
-def namespace_delete(
-    name: str,
-    wait: bool = WAIT_OPTION,
-    json_output: bool = JSON_OPTION,
-    procedure_id: str | None = ID_OPTION,
-) -> None:
-    """Start a DeleteNamespace procedure (refused while the namespace holds tables)."""
-
-    async def run() -> int:
-        validate_name("namespace", name)
-        async with session() as current:
-            if procedure_id is None:
-                if await current.catalog.get_namespace(name) is None:
-                    raise ProcbusError(f"namespace {name!r} does not exist")
-                tables = await current.catalog.count_tables(name)
-                if tables:
-                    raise ProcbusError(
-                        f"namespace {name!r} holds {tables} tables: delete them first"
-                    )
-            return await _start(
-                current,
-                "DeleteNamespace",
-                name,
-                DeleteNamespaceInput(namespace=name),
-                procedure_id,
-                wait,
-                json_output,
-            )
-
-    _run(run())
-
-
-# ---- tables ----
-
-
-@table_app.command("create")
-def table_create(
-    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
-    schema: str = typer.Option(
-        ..., "--schema", help="NAME:TYPE pairs, e.g. 'id:bigint,ts:timestamp'"
-    ),
-    partition_by: list[str] = typer.Option(
-        [], "--partition-by", help="A partition column (repeatable)."
-    ),
-    wait: bool = WAIT_OPTION,
-    json_output: bool = JSON_OPTION,
-    procedure_id: str | None = ID_OPTION,
-) -> None:
-    """Start a CreateTable procedure: layout, catalog, caches, event; undone if any step fails."""
-
-    async def run() -> int:
-        namespace, table = parse_table_name(name)
-        validate_partitioning(parse_columns(schema), partition_by)
-        async with session() as current:
-            if procedure_id is None:
-                if await current.catalog.get_namespace(namespace) is None:
-                    raise ProcbusError(f"namespace {namespace!r} does not exist")
-                if await current.catalog.get_table(namespace, table) is not None:
-                    raise ProcbusError(f"table {name!r} exists already")
-            request = CreateTableInput(table=name, columns=schema, partition_by=partition_by)
-            return await _start(
-                current, "CreateTable", name, request, procedure_id, wait, json_output
-            )
-
-    _run(run())
-
-
-@table_app.command("delete")
-def table_delete(
-    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
-    wait: bool = WAIT_OPTION,
-    json_output: bool = JSON_OPTION,
-    procedure_id: str | None = ID_OPTION,
-) -> None:
-    """Start a DeleteTable procedure: the catalog removal is the point of no return."""
-
-    async def run() -> int:
-        namespace, table = parse_table_name(name)
-        async with session() as current:
-            if procedure_id is None and await current.catalog.get_table(namespace, table) is None:
-                raise ProcbusError(f"table {name!r} does not exist")
-            return await _start(
-                current,
-                "DeleteTable",
-                name,
-                DeleteTableInput(table=name),
-                procedure_id,
-                wait,
-                json_output,
-            )
-
-    _run(run())
-
-
-@table_app.command("describe")
-def table_describe(
-    name: str = typer.Argument(..., help="NAMESPACE.TABLE"), json_output: bool = JSON_OPTION
-) -> None:
-    """A table's schema, partitioning, location and the procedure that created it."""
-
-    async def run() -> int:
-        namespace, table_name = parse_table_name(name)
-        async with session() as current:
-            table = await current.catalog.get_table(namespace, table_name)
-        if table is None:
-            raise ProcbusError(f"table {name!r} does not exist")
-        if json_output:
-            print_json(table)
-            return 0
-        console.print(f"[bold]{table.qualified_name}[/]  at {table.location}", highlight=False)
-        grid = Table("column", "type", "partition")
-        for column in table.columns:
-            grid.add_row(
-                column.name, column.type, "yes" if column.name in table.partition_by else ""
-            )
-        console.print(grid)
-        console.print(f"created by {table.created_by} at {table.created_at}", highlight=False)
-        return 0
-
-    _run(run())
-
-
-@table_app.command("list")
-def table_list(
-    namespace: str | None = typer.Option(None, "--namespace", help="Only this namespace."),
-    json_output: bool = JSON_OPTION,
-) -> None:
-    """Every table in the catalog."""
-
-    async def run() -> int:
-        async with session() as current:
-            tables = await current.catalog.list_tables(namespace)
-        if json_output:
-            print_json([table.model_dump(mode="json") for table in tables])
-            return 0
-        grid = Table("table", "columns", "partitioned by", "created by")
-        for table in tables:
-            grid.add_row(
-                table.qualified_name,
-                ", ".join(f"{c.name}:{c.type}" for c in table.columns),
-                ", ".join(table.partition_by),
-                table.created_by,
-            )
-        console.print(grid)
-        return 0
-
-    _run(run())
-
-
-# ---- procedures ----
+# ---- procbus proc ... ----
 
 
 @proc_app.command("list")
@@ -383,10 +185,12 @@ def proc_list(
     """Procedures, newest first (from Temporal's visibility: a second or so behind)."""
 
     async def run() -> int:
-        async with session() as current:
-            found = await list_procedures(
-                current.client, state=state, procedure_type=procedure_type
-            )
+        from rich.table import Table
+
+        from procbus.procedures.client import list_procedures
+
+        client, _ = await _client()
+        found = await list_procedures(client, state=state, procedure_type=procedure_type)
         if json_output:
             print_json([entry.model_dump(mode="json") for entry in found])
             return 0
@@ -399,7 +203,7 @@ def proc_list(
         console.print(grid)
         return 0
 
-    _run(run())
+    run_command(run())
 
 
 @proc_app.command("status")
@@ -407,16 +211,18 @@ def proc_status(procedure_id: str, json_output: bool = JSON_OPTION) -> None:
     """State, steps done, step running, compensations and error of one procedure."""
 
     async def run() -> int:
-        async with session() as current:
-            status = await procedure_status(current.client, procedure_id)
+        from procbus.procedures.client import procedure_status
+
+        client, _ = await _client()
+        status = await procedure_status(client, procedure_id)
         if json_output:
             print_json(status)
         else:
-            console.print(_steps_table(status))
-            _print_outcome(status)
+            console.print(steps_table(status))
+            print_outcome(status)
         return 0
 
-    _run(run())
+    run_command(run())
 
 
 @proc_app.command("wait")
@@ -430,10 +236,10 @@ def proc_wait(
     """Wait for the end (or STUCK); exit 0 only when it SUCCEEDED."""
 
     async def run() -> int:
-        async with session() as current:
-            return await _follow(current, procedure_id, json_output, timeout)
+        client, _ = await _client()
+        return await follow(client, procedure_id, json_output, timeout)
 
-    _run(run())
+    run_command(run())
 
 
 @proc_app.command("abort")
@@ -447,15 +253,17 @@ def proc_abort(
     """Roll a procedure back; refused once it passed its pivot."""
 
     async def run() -> int:
-        async with session() as current:
-            status = await abort_procedure(current.client, procedure_id, reason)
+        from procbus.procedures.client import abort_procedure
+
+        client, _ = await _client()
+        status = await abort_procedure(client, procedure_id, reason)
         if json_output:
             print_json(status)
         else:
             console.print(f"abort requested: {procedure_id} rolls back", highlight=False)
         return 0
 
-    _run(run())
+    run_command(run())
 
 
 @proc_app.command("retry")
@@ -463,15 +271,17 @@ def proc_retry(procedure_id: str, json_output: bool = JSON_OPTION) -> None:
     """Run a STUCK procedure's failing compensation again."""
 
     async def run() -> int:
-        async with session() as current:
-            status = await retry_procedure(current.client, procedure_id)
+        from procbus.procedures.client import retry_procedure
+
+        client, _ = await _client()
+        status = await retry_procedure(client, procedure_id)
         if json_output:
             print_json(status)
         else:
             console.print(f"retrying the compensation {status.stuck_step}", highlight=False)
         return 0
 
-    _run(run())
+    run_command(run())
 
 
 @proc_app.command("skip")
@@ -483,12 +293,14 @@ def proc_skip(
     """Skip a STUCK procedure's failing compensation (recorded with your reason)."""
 
     async def run() -> int:
-        async with session() as current:
-            status = await skip_compensation(current.client, procedure_id, reason)
+        from procbus.procedures.client import skip_compensation
+
+        client, _ = await _client()
+        status = await skip_compensation(client, procedure_id, reason)
         if json_output:
             print_json(status)
         else:
             console.print(f"skipped the compensation {status.stuck_step}", highlight=False)
         return 0
 
-    _run(run())
+    run_command(run())

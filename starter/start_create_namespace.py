@@ -12,18 +12,18 @@ import uuid
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.table_models import CreateNamespaceInput, NamespaceResult
+from procbus.lakehouse.models import CreateNamespaceInput, NamespaceResult
 from starter.scripts import connect
 from workflows.tables import CreateNamespace
 
 
 async def main(target: str, procedure_id: str) -> NamespaceResult:
-    client, endpoints = await connect()
+    client, services = await connect()
     return await client.execute_workflow(
         CreateNamespace.run,
         CreateNamespaceInput(namespace=target),
         id=procedure_id,  # the procedure ID: the same ID never starts a second run
-        task_queue=endpoints.task_queue,
+        task_queue=services.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
 

@@ -14,18 +14,18 @@ import uuid
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.table_models import CreateTableInput, TableResult
+from procbus.lakehouse.models import CreateTableInput, TableResult
 from starter.scripts import connect
 from workflows.tables import CreateTable
 
 
 async def main(request: CreateTableInput, procedure_id: str) -> TableResult:
-    client, endpoints = await connect()
+    client, services = await connect()
     return await client.execute_workflow(
         CreateTable.run,
         request,
         id=procedure_id,  # the procedure ID: the same ID never starts a second run
-        task_queue=endpoints.task_queue,
+        task_queue=services.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         static_summary=f"CreateTable {request.table}",
     )

@@ -12,18 +12,18 @@ import os
 import sys
 import uuid
 
-from procbus.stack_check import StackCheckInput, StackCheckResult
+from procbus.stack.check import StackCheckInput, StackCheckResult
 from starter.scripts import connect
 from workflows.stack_check import StackCheck
 
 
 async def main(check_id: str) -> StackCheckResult:
-    client, endpoints = await connect()
+    client, services = await connect()
     return await client.execute_workflow(
         StackCheck.run,
         StackCheckInput(check_id=check_id, message="hello from a starter script"),
         id=f"stack-check-{check_id}",  # the same check ID never starts a second run
-        task_queue=endpoints.task_queue,
+        task_queue=services.task_queue,
     )
 
 

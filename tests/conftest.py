@@ -120,8 +120,8 @@ def state_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path) -> Any:
     """A worker with fault rules (PROCBUS_FAULTS syntax) on this test's queue; use `async with`."""
-    from procbus.descriptor_cache import DescriptorCache
-    from procbus.faults import parse_faults
+    from procbus.lakehouse.cache import DescriptorCache
+    from procbus.temporal.faults import parse_faults
 
     def start(faults: str = "", cache: DescriptorCache | None = None) -> Worker:
         return build_worker(

@@ -1,9 +1,15 @@
+"""The procbus worker: every workflow and activity, the outbox relay and the sweep Schedule.
+
+`procbus worker` (against the configured services) and `procbus dev` (against the embedded
+stack) both run `serve`, so they do the same things.
+"""
+
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import asyncpg
@@ -16,11 +22,12 @@ from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from procbus.config import Settings
 from procbus.db import create_pool
-from procbus.descriptor_cache import DescriptorCache
-from procbus.endpoints import resolve_endpoints
-from procbus.faults import Fault, FaultInterceptor, parse_faults
-from procbus.outbox import OutboxRelay
-from procbus.temporal import connect_client
+from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
+from procbus.lakehouse.cache import DescriptorCache
+from procbus.stack.addresses import ServiceAddresses, resolve_addresses
+from procbus.temporal.client import connect_client
+from procbus.temporal.errors import ProcbusErrorInterceptor
+from procbus.temporal.faults import Fault, FaultInterceptor, parse_faults
 from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
@@ -56,7 +63,10 @@ def build_worker(
     cache: DescriptorCache | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`."""
-    interceptors: list[Interceptor] = [FaultInterceptor(list(faults))] if faults else []
+    # The first is the outermost: procbus errors become typed ApplicationErrors last.
+    interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
+    if faults:
+        interceptors.append(FaultInterceptor(list(faults)))
     warehouse_root.mkdir(parents=True, exist_ok=True)
     return Worker(
         client,
@@ -67,29 +77,49 @@ def build_worker(
     )
 
 
-async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """Run a worker against the configured services until SIGINT/SIGTERM (or `stop` is set)."""
-    endpoints = resolve_endpoints(settings)
-    client = await connect_client(endpoints.temporal_address, endpoints.namespace, settings)
-    pool = await create_pool(endpoints.database_url)
-    stop = stop or asyncio.Event()
+async def serve(
+    settings: Settings,
+    services: ServiceAddresses,
+    stop: asyncio.Event,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Run a worker on `services` until `stop` is set: the workflows and activities, the
+    outbox relay loop, and the Temporal Schedule that sweeps what a dead relay left."""
+    client = await connect_client(services.temporal_address, services.namespace, settings)
+    pool = await create_pool(services.database_url)
+    try:
+        async with build_worker(
+            client,
+            pool,
+            services.task_queue,
+            warehouse_root=settings.warehouse_root,
+            faults=parse_faults(settings.faults),
+        ):
+            await ensure_sweep_schedule(client, services.task_queue)
+            if on_ready is not None:
+                on_ready()
+            # Performs durable calls whose process died between commit and relay.
+            await OutboxRelay(client, pool, services.task_queue).run(stop)
+    finally:
+        await pool.close()
+
+
+@contextlib.contextmanager
+def stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set `stop`: the worker finishes its tasks and leaves cleanly."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
-        worker = build_worker(
-            client,
-            pool,
-            endpoints.task_queue,
-            warehouse_root=settings.warehouse_root,
-            faults=parse_faults(settings.faults),
-        )
-        relay = OutboxRelay(client, pool, endpoints.task_queue)
-        async with worker:
-            # Performs durable calls whose process died between commit and relay.
-            await relay.run(stop)
+        yield
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
-        await pool.close()
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """`procbus worker`: serve the configured services until SIGINT/SIGTERM (or `stop`)."""
+    stop = stop or asyncio.Event()
+    with stopped_by_signals(stop):
+        await serve(settings, resolve_addresses(settings), stop)

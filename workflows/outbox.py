@@ -7,7 +7,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.outbox import SweepRequest, SweepResult
+    from procbus.hooks.outbox import SweepRequest, SweepResult
 
 
 @workflow.defn(name="OutboxSweep")

@@ -17,20 +17,22 @@ A procedure is a Temporal workflow class that derives from `Procedure`:
                             undo=Tables.remove_layout)
             ...
 
-Workflow code only: deterministic, no I/O.
+Everything the procedure must remember sits in one model (`ProcedureCarry`: its status, step
+results, undo stack, deadline, lease expiry), handed whole to the next run when it continues as
+new. Locks are kept by `ProcedureLocks` (workflows/locks.py), children run by `ChildProcedures`
+(workflows/children.py). Workflow code only: deterministic, no I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, get_type_hints
 
 from pydantic import TypeAdapter
 from temporalio import activity, workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -43,19 +45,10 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
-    from procbus.lock_models import (
-        LOCKS_CHANGED_SIGNAL,
-        Fence,
-        HoldRequest,
-        LockGrant,
-        LockSetRequest,
-        LockSetState,
-        LockSpec,
-        ReleaseRequest,
-        covering_grant,
-        fence_for,
-    )
-    from procbus.lock_modes import LockError, LockMode, expand
+    from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
+    from procbus.locks.models import LOCKS_CHANGED_SIGNAL, Fence
+    from procbus.locks.modes import LockMode
+    from procbus.procedures.ids import StepActivityId, check_step_name
     from procbus.procedures.models import (
         AbortRequest,
         ChildCompensations,
@@ -67,28 +60,23 @@ with workflow.unsafe.imports_passed_through():
         SkippedCompensation,
         SkipRequest,
     )
+    from procbus.temporal.errors import application_error
+    from procbus.temporal.search_attributes import (
+        PROCEDURE_STATE,
+        PROCEDURE_TARGET,
+        PROCEDURE_TYPE,
+    )
+
+from workflows.children import CHILD_COMPENSATIONS_SIGNAL, ChildProcedures
+from workflows.locks import ProcedureLocks
 
 InputT = TypeVar("InputT", bound=ProcedureInput)
 ResultT = TypeVar("ResultT")
 
-PROCEDURE_TYPE = SearchAttributeKey.for_keyword("ProcedureType")
-PROCEDURE_STATE = SearchAttributeKey.for_keyword("ProcedureState")
-PROCEDURE_TARGET = SearchAttributeKey.for_keyword("ProcedureTarget")
-
-CHILD_COMPENSATIONS_SIGNAL = "procbus_child_compensations"
-ROLLED_BACK_ERROR = "ProcedureRolledBack"
-FAILED_ERROR = "ProcedureFailed"
-INVALID_INPUT_ERROR = "InvalidProcedureInput"
-
-LOCK_TIMEOUT_ERROR = "LockTimeout"
-
+# Where the results of a finished run_children call are kept, like a step's.
+CHILDREN_RESULT_PREFIX = "children:"
 ROLL_FORWARD_FIRST_WAIT = timedelta(seconds=1)
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
-# A waiting procedure is told when a release grants it something; it also asks again at this
-# pace, because a lease that runs out frees a lock without anyone to tell.
-LOCK_POLL_FIRST_WAIT = timedelta(milliseconds=250)
-LOCK_POLL_MAX_WAIT = timedelta(seconds=5)
-LOCK_CALL_TIMEOUT = timedelta(seconds=30)
 
 
 def activity_name(action: Callable[..., Any] | str) -> str:
@@ -102,31 +90,22 @@ def activity_name(action: Callable[..., Any] | str) -> str:
 
 def invalid_input(message: str) -> ApplicationError:
     """Refuse a procedure's input before any step ran: it fails at once, nothing to undo."""
-    return ApplicationError(message, type=INVALID_INPUT_ERROR, non_retryable=True)
+    return application_error(ErrorType.INVALID_PROCEDURE_INPUT, message)
 
 
 def _error_text(error: BaseException) -> str:
     """The root cause of a step's failure, as a person would want to read it."""
     while isinstance(error, ActivityError | ChildWorkflowError) and error.cause is not None:
         error = error.cause
-    if isinstance(error, ApplicationError) and error.type and error.type != ROLLED_BACK_ERROR:
+    if (
+        isinstance(error, ApplicationError)
+        and error.type
+        and error.type != ErrorType.PROCEDURE_ROLLED_BACK
+    ):
         return f"{error.type}: {error.message}"
     if isinstance(error, FailureError):
         return error.message
     return f"{type(error).__name__}: {error}"
-
-
-class _LockWaitTimedOut(Exception):
-    """The procedure's locks were not granted within its lock timeout."""
-
-
-def _failure(task: asyncio.Task[Any]) -> BaseException | None:
-    """A finished task's error, its cancellation included; None while running or on success."""
-    if not task.done():
-        return None
-    if task.cancelled():
-        return asyncio.CancelledError()
-    return task.exception()
 
 
 class Procedure(Generic[InputT, ResultT]):
@@ -137,7 +116,7 @@ class Procedure(Generic[InputT, ResultT]):
         initial_interval=timedelta(milliseconds=500),
         maximum_interval=timedelta(seconds=5),
         maximum_attempts=3,
-        non_retryable_error_types=["InvalidRequest"],
+        non_retryable_error_types=NON_RETRYABLE_ERROR_TYPES,
     )
     # Compensations get more patience: past these the procedure is STUCK, not abandoned.
     compensation_retry: ClassVar[RetryPolicy] = RetryPolicy(
@@ -150,27 +129,20 @@ class Procedure(Generic[InputT, ResultT]):
     max_history_events: ClassVar[int] = 10_000
 
     def __init__(self) -> None:
-        self._status: ProcedureStatus | None = None
-        self._compensations: list[Compensation] = []
-        self._results: dict[str, Any] = {}
+        self._carry: ProcedureCarry | None = None
+        # Done in an earlier run, before continue-as-new: skipped, not run again.
         self._carried_steps: set[str] = set()
-        self._deadline_at: datetime | None = None
-        self._runs = 1
+        self._carried_children: set[str] = set()
         self._rollback_reason: str | None = None
         self._cancel_requested = False
         self._abort_request: AbortRequest | None = None
         self._operator_decision: SkipRequest | str | None = None
-        self._child_compensations: dict[str, list[Compensation]] = {}
         self._body: asyncio.Task[ResultT] | None = None
         self._current_input: ProcedureInput = ProcedureInput()
         self._step_timeout = self.step_timeout
-        self._lock_request: LockSetRequest | None = None
-        self._inherited_locks: list[LockGrant] = []
-        self._in_lock_table = False  # queued or granted: must be released at the end
-        self._locks_changed = False
-        self._holding: asyncio.Task[None] | None = None
-        self._leased_until: datetime | None = None
         self._update_task = -1  # history length of the workflow task that last ran an update
+        self._locks: ProcedureLocks | None = None
+        self._child_procedures = ChildProcedures()
 
     # ---- what a procedure defines ----
 
@@ -192,7 +164,7 @@ class Procedure(Generic[InputT, ResultT]):
     def fence(self, resource: str) -> Fence | None:
         """The fence a write to `resource` carries: the tokens of the locks that allow it
         (None if this procedure holds no such lock)."""
-        return fence_for(self.status.locks + self._inherited_locks, resource)
+        return self._lock_keeper.fence(resource)
 
     async def steps(self, request: InputT) -> ResultT:
         raise NotImplementedError
@@ -201,22 +173,30 @@ class Procedure(Generic[InputT, ResultT]):
 
     @property
     def status(self) -> ProcedureStatus:
-        assert self._status is not None, "execute() has not started"
-        return self._status
+        return self._kept.status
+
+    @property
+    def _kept(self) -> ProcedureCarry:
+        assert self._carry is not None, "execute() has not started"
+        return self._carry
+
+    @property
+    def _lock_keeper(self) -> ProcedureLocks:
+        assert self._locks is not None, "execute() has not started"
+        return self._locks
 
     async def execute(self, request: InputT) -> ResultT:
         """Run the steps; roll back on failure, cancellation, abort or deadline."""
-        info = workflow.info()
         self._current_input = request
         if request.step_timeout_seconds is not None:
             self._step_timeout = timedelta(seconds=request.step_timeout_seconds)
-        self._status = ProcedureStatus(
-            procedure_id=info.workflow_id,
-            procedure_type=info.workflow_type,
-            target=self.target(request),
-            state=ProcedureState.RUNNING,
+        self._carry = self._resume(request)
+        self._locks = ProcedureLocks(
+            self._carry,
+            set_state=self._set_state,
+            before_local_activity=self._local_activity_allowed,
+            on_lost=self._locks_lost,
         )
-        self._resume(request)
         workflow.upsert_search_attributes(
             [
                 PROCEDURE_TYPE.value_set(self.status.procedure_type),
@@ -225,17 +205,7 @@ class Procedure(Generic[InputT, ResultT]):
         )
         self._set_state(self.status.state)
         try:
-            for name in (
-                "deadline_seconds",
-                "step_timeout_seconds",
-                "lock_timeout_seconds",
-                "lock_lease_seconds",
-            ):
-                value = getattr(request, name)
-                if value is not None and value <= 0:
-                    raise invalid_input(f"{name} must be more than 0, got {value}")
-            self.validate(request)
-            self._lock_request = self._lock_set(request)
+            self._check_input(request)
         except ApplicationError as error:
             self.status.error = error.message
             self._set_state(ProcedureState.FAILED)
@@ -249,7 +219,7 @@ class Procedure(Generic[InputT, ResultT]):
                     timeout=self._time_left(),
                 )
             except TimeoutError:
-                self._deadline_at = None
+                self._kept.deadline_at = None
                 self._request_rollback("its deadline passed")
             except asyncio.CancelledError:
                 self._cancel_requested = True
@@ -261,77 +231,50 @@ class Procedure(Generic[InputT, ResultT]):
             body.exception(), workflow.ContinueAsNewError
         )
         if not continuing:  # the next run keeps the locks
-            await self._release_locks()
+            await self._lock_keeper.release()
         return body.result()
 
-    # ---- locks ----
-
-    def _lock_set(self, request: InputT) -> LockSetRequest | None:
-        """The locks to queue for: the declared ones, less what a parent already holds."""
-        try:
-            wanted = expand(self.locks(request))
-        except LockError as error:
-            raise invalid_input(str(error)) from None
-        self._inherited_locks = list(request.inherited_locks)
-        own = [
-            LockSpec(resource=lock.path, mode=lock.mode)
-            for lock in wanted
-            if covering_grant(self._inherited_locks, lock.path, lock.mode) is None
-        ]
-        if not own:
-            return None
-        return LockSetRequest(
-            holder=self.status.procedure_id,
-            locks=own,
-            family=list(request.lock_family),
-            lease_seconds=request.lock_lease_seconds,
+    def _resume(self, request: InputT) -> ProcedureCarry:
+        """A fresh state, or the one the previous run handed over when it continued as new."""
+        carried = request.carried
+        if carried is not None:
+            self._carried_steps = set(carried.status.steps_done)
+            self._carried_children = {
+                key for key in carried.results if key.startswith(CHILDREN_RESULT_PREFIX)
+            }
+            status = carried.status
+            status.runs += 1
+            return carried
+        info = workflow.info()
+        deadline_at = None
+        if request.deadline_seconds is not None and request.deadline_seconds > 0:
+            deadline_at = workflow.now() + timedelta(seconds=request.deadline_seconds)
+        return ProcedureCarry(
+            status=ProcedureStatus(
+                procedure_id=info.workflow_id,
+                procedure_type=info.workflow_type,
+                target=self.target(request),
+                state=ProcedureState.RUNNING,
+            ),
+            deadline_at=deadline_at,
         )
 
-    async def _take_locks(self, request: InputT) -> None:
-        """Queue for the locks and wait (WAITING) until all are granted, or time out."""
-        lock_request = self._lock_request
-        if lock_request is None:
-            return
-        if self.status.locks:  # carried over from the run before continue-as-new
-            self._in_lock_table = True
-            self._start_holding(lock_request)
-            return
-        give_up_at = workflow.now() + timedelta(seconds=request.lock_timeout_seconds)
-        poll = LOCK_POLL_FIRST_WAIT
-        max_poll = min(LOCK_POLL_MAX_WAIT, timedelta(seconds=lock_request.lease_seconds / 3))
-        while True:
-            self._locks_changed = False
-            self._in_lock_table = True
-            await self._local_activity_allowed()
-            state: LockSetState = await workflow.execute_local_activity(
-                "acquire_locks",
-                lock_request,
-                result_type=LockSetState,
-                start_to_close_timeout=LOCK_CALL_TIMEOUT,
-            )
-            if state.granted:
-                break
-            self.status.waiting_for = [wait.describe() for wait in state.waiting]
-            if self.status.state is not ProcedureState.WAITING:
-                self._set_state(ProcedureState.WAITING)
-            left = give_up_at - workflow.now()
-            if left <= timedelta(0):
-                raise _LockWaitTimedOut(
-                    f"waited {request.lock_timeout_seconds:g} s for "
-                    + "; ".join(self.status.waiting_for)
-                )
-            try:
-                await workflow.wait_condition(
-                    lambda: self._locks_changed, timeout=min(poll, left), timeout_summary="locks"
-                )
-            except TimeoutError:
-                poll = min(poll * 2, max_poll)
-        self.status.waiting_for = []
-        self.status.locks = state.grants
-        self._leased_until = state.lease_expires_at
-        if self.status.state is ProcedureState.WAITING:
-            self._set_state(ProcedureState.RUNNING)
-        self._start_holding(lock_request)
+    def _check_input(self, request: InputT) -> None:
+        """The engine's settings, the procedure's own checks, then its lock set."""
+        for name in (
+            "deadline_seconds",
+            "step_timeout_seconds",
+            "lock_timeout_seconds",
+            "lock_lease_seconds",
+        ):
+            value = getattr(request, name)
+            if value is not None and value <= 0:
+                raise invalid_input(f"{name} must be more than 0, got {value}")
+        self.validate(request)
+        try:
+            self._lock_keeper.plan(self.locks(request), request)
+        except LockError as error:
+            raise invalid_input(str(error)) from None
 
     async def _local_activity_allowed(self) -> None:
         """A local activity in the workflow task that ran an update makes that task fail on
@@ -339,79 +282,14 @@ class Procedure(Generic[InputT, ResultT]):
         if self._update_task == workflow.info().get_current_history_length():
             await workflow.sleep(timedelta(milliseconds=1), summary="after the update")
 
-    def _start_holding(self, lock_request: LockSetRequest) -> None:
-        self._holding = asyncio.create_task(self._hold_locks(lock_request))
-
-    async def _hold_locks(self, lock_request: LockSetRequest) -> None:
-        """Keep the leases renewed; if they were lost anyway, roll back (before the pivot)."""
-        lease = timedelta(seconds=lock_request.lease_seconds)
-        request = HoldRequest(
-            holder=lock_request.holder,
-            grants=self.status.locks,
-            lease_seconds=lock_request.lease_seconds,
-            leased_until=self._leased_until,
-        )
-        try:
-            # The grant's lease covers the first third: a short procedure never renews at all.
-            await workflow.sleep(lease / 3, summary="renew the locks' leases from here on")
-            for run in itertools.count(1):  # each run of the activity is bounded; start the next
-                await workflow.execute_activity(
-                    "hold_locks",
-                    request,
-                    activity_id=f"hold_locks:{self._runs}.{run}",
-                    start_to_close_timeout=timedelta(seconds=request.max_seconds) + lease,
-                    # Shorter than the lease: a worker that dies is replaced before it runs out.
-                    heartbeat_timeout=lease / 2,
-                    retry_policy=RetryPolicy(
-                        initial_interval=timedelta(milliseconds=200),
-                        maximum_interval=lease / 4,
-                        non_retryable_error_types=["LockLost"],
-                    ),
-                    cancellation_type=ActivityCancellationType.TRY_CANCEL,
-                    summary="keep the locks' leases renewed",
-                )
-        except ActivityError as error:
-            if isinstance(error.cause, CancelledError):
-                return
-            self.status.error = _error_text(error)
-            self._request_rollback("its locks were lost")
-
-    async def _release_locks(self) -> None:
-        if self._holding is not None:
-            self._holding.cancel()
-            self._holding = None
-        if not self._in_lock_table:
-            return
-        await self._local_activity_allowed()
-        await workflow.execute_local_activity(
-            "release_locks",
-            ReleaseRequest(holder=self.status.procedure_id),
-            start_to_close_timeout=LOCK_CALL_TIMEOUT,
-            summary="release the locks",
-        )
-        self._in_lock_table = False
-        self.status.locks = []
-
-    def _resume(self, request: InputT) -> None:
-        carried = request.carried
-        if carried is None:
-            if request.deadline_seconds is not None:
-                self._deadline_at = workflow.now() + timedelta(seconds=request.deadline_seconds)
-            return
-        self._carried_steps = set(carried.steps_done)
-        self._results = dict(carried.results)
-        self._compensations = list(carried.compensations)
-        self._deadline_at = carried.deadline_at
-        self._runs = carried.runs + 1
-        self.status.steps_done = list(carried.steps_done)
-        self.status.pivot_step = carried.pivot_step
-        self.status.runs = self._runs
-        self.status.locks = list(carried.locks)
+    def _locks_lost(self, error: BaseException) -> None:
+        self.status.error = _error_text(error)
+        self._request_rollback("its locks were lost")
 
     def _time_left(self) -> timedelta | None:
-        if self._deadline_at is None:
+        if self._kept.deadline_at is None:
             return None
-        return max(self._deadline_at - workflow.now(), timedelta(0))
+        return max(self._kept.deadline_at - workflow.now(), timedelta(0))
 
     def _request_rollback(self, reason: str) -> None:
         if self.status.pivot_step is not None:
@@ -429,22 +307,18 @@ class Procedure(Generic[InputT, ResultT]):
 
     async def _forward(self, request: InputT) -> ResultT:
         try:
-            await self._take_locks(request)
+            await self._lock_keeper.take(request.lock_timeout_seconds)
             result = await self.steps(request)
         except workflow.ContinueAsNewError:
             raise
         except asyncio.CancelledError:
             await self._roll_back_on_request()
-        except _LockWaitTimedOut as timed_out:
+        except LockTimeout as timed_out:
             self.status.waiting_for = []
-            self.status.error = f"{LOCK_TIMEOUT_ERROR}: {timed_out}"
+            self.status.error = f"{ErrorType.LOCK_TIMEOUT}: {timed_out}"
             self._set_state(ProcedureState.FAILED)
-            raise ApplicationError(
-                f"{self.status.procedure_type} {self.status.procedure_id} failed before any "
-                f"step: {self.status.error}",
-                self.status,
-                type=LOCK_TIMEOUT_ERROR,
-                non_retryable=True,
+            raise self._failure(
+                ErrorType.LOCK_TIMEOUT, f"failed before any step: {self.status.error}"
             ) from None
         except Exception as error:
             if self._rollback_reason is not None and self.status.pivot_step is None:
@@ -454,38 +328,36 @@ class Procedure(Generic[InputT, ResultT]):
             self.status.error = _error_text(error)
             if self.status.pivot_step is not None:
                 self._set_state(ProcedureState.FAILED)
-                raise ApplicationError(
-                    f"{self.status.procedure_type} {self.status.procedure_id} failed past its "
-                    f"pivot: {self.status.error}",
-                    self.status,
-                    type=FAILED_ERROR,
-                    non_retryable=True,
+                raise self._failure(
+                    ErrorType.PROCEDURE_FAILED, f"failed past its pivot: {self.status.error}"
                 ) from error
             failed = self.status.step_running
             self.status.failed_step = failed
             await self._roll_back(f"step {failed!r} failed" if failed else "it failed")
-            raise ApplicationError(
-                f"{self.status.procedure_type} {self.status.procedure_id} rolled back: "
-                f"{self.status.rollback_reason}: {self.status.error}",
-                self.status,
-                type=ROLLED_BACK_ERROR,
-                non_retryable=True,
+            raise self._failure(
+                ErrorType.PROCEDURE_ROLLED_BACK,
+                f"rolled back: {self.status.rollback_reason}: {self.status.error}",
             ) from error
         self.status.step_running = None
         self._set_state(ProcedureState.SUCCEEDED)
-        await self._hand_undo_stack_to_parent()
+        await self._child_procedures.hand_undo_stack_to_parent(self._kept)
         return result
+
+    def _failure(self, kind: ErrorType, what: str) -> ApplicationError:
+        """How the run ends in Temporal: the type, the story, and the status as details."""
+        return ApplicationError(
+            f"{self.status.procedure_type} {self.status.procedure_id} {what}",
+            self.status,
+            type=str(kind),
+            non_retryable=True,
+        )
 
     async def _roll_back_on_request(self) -> NoReturn:
         await self._roll_back(self._rollback_reason or "it was cancelled")
         if self._cancel_requested:
             raise asyncio.CancelledError()  # Temporal shows the run as Canceled
-        raise ApplicationError(
-            f"{self.status.procedure_type} {self.status.procedure_id} rolled back: "
-            f"{self.status.rollback_reason}",
-            self.status,
-            type=ROLLED_BACK_ERROR,
-            non_retryable=True,
+        raise self._failure(
+            ErrorType.PROCEDURE_ROLLED_BACK, f"rolled back: {self.status.rollback_reason}"
         )
 
     async def step(
@@ -507,11 +379,12 @@ class Procedure(Generic[InputT, ResultT]):
         The action and its undo are activities that must be idempotent; they can read their
         idempotency key (procedure ID + step name) with `procbus.procedures.step_key()`.
         """
+        check_step_name(name)
         if result_type is None and not isinstance(action, str):
             result_type = get_type_hints(action).get("return")
         if name in self._carried_steps:  # done in an earlier run, before continue-as-new
             self._carried_steps.discard(name)
-            stored = self._results.get(name)
+            stored = self._kept.results.get(name)
             return TypeAdapter(result_type).validate_python(stored) if result_type else stored
         if name in self.status.steps_done or name == self.status.step_running:
             raise ValueError(f"step {name!r} ran already: step names must be unique")
@@ -521,7 +394,7 @@ class Procedure(Generic[InputT, ResultT]):
         if undo is not None:
             if past_pivot:
                 raise ValueError(f"step {name!r} has an undo but runs after the pivot")
-            self._compensations.append(
+            self._kept.compensations.append(
                 Compensation(
                     step=name,
                     activity=activity_name(undo),
@@ -535,7 +408,7 @@ class Procedure(Generic[InputT, ResultT]):
                 result = await workflow.execute_activity(
                     activity_name(action),
                     arg,
-                    activity_id=name if attempt == 1 else f"{name}#{attempt}",
+                    activity_id=str(StepActivityId(step=name, attempt=attempt)),
                     result_type=result_type,
                     start_to_close_timeout=step_timeout or self._step_timeout,
                     retry_policy=self.step_retry,
@@ -559,10 +432,10 @@ class Procedure(Generic[InputT, ResultT]):
             self._set_state(ProcedureState.RUNNING)
         self.status.step_running = None
         self.status.steps_done.append(name)
-        self._results[name] = to_jsonable_python(result)
+        self._kept.results[name] = to_jsonable_python(result)
         if pivot:
             self.status.pivot_step = name
-            self._compensations.clear()  # nothing before the pivot is ever undone now
+            self._kept.compensations.clear()  # nothing before the pivot is ever undone now
         self._stop_if_rolling_back()
         return result
 
@@ -581,96 +454,49 @@ class Procedure(Generic[InputT, ResultT]):
         ones' undo stacks join this procedure's, and the failure is raised so this procedure
         rolls back everything. Results come back in the order given.
         """
+        group = CHILDREN_RESULT_PREFIX + ",".join(child_id for _, child_id, _ in children)
+        if group in self._carried_children:  # they ran in an earlier run
+            self._carried_children.discard(group)
+            carried: list[Any] = self._kept.results[group]
+            return carried
         if self.status.pivot_step is not None:
             raise ValueError("children after the pivot could not be rolled back")
-        tasks: list[asyncio.Task[Any]] = []
-        child_ids = []
-        inherited = self.status.locks + self._inherited_locks
-        family = [self.status.procedure_id, *self._current_input.lock_family]
-        for workflow_type, child_id, given_input in children:
-            # Children inherit this procedure's locks: they never wait for their parent.
-            child_input = given_input.model_copy(
-                update={"inherited_locks": inherited, "lock_family": family}
-            )
-            child_ids.append(child_id)
-            self.status.children.append(child_id)
-            tasks.append(
-                asyncio.create_task(
-                    workflow.execute_child_workflow(
-                        workflow_type,
-                        child_input,
-                        id=child_id,
-                        static_summary=f"child of {self.status.procedure_id}",
-                    )
-                )
-            )
-        try:
-            await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        except asyncio.CancelledError:
-            await self._stop_children(tasks, child_ids)
-            raise
-        failure = next((_failure(task) for task in tasks if _failure(task) is not None), None)
-        if failure is not None:
-            await self._stop_children(tasks, child_ids)
-            raise failure
-        self._adopt_child_undo(child_ids)
-        self._stop_if_rolling_back()
-        return [task.result() for task in tasks]
-
-    async def _stop_children(self, tasks: list[asyncio.Task[Any]], child_ids: list[str]) -> None:
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        # Wait for each to end: cancelled children roll back before this procedure does.
-        await workflow.wait(tasks)
-        finished = [
-            child_id
-            for child_id, task in zip(child_ids, tasks, strict=True)
-            if _failure(task) is None
-        ]
-        self._adopt_child_undo(finished)
-
-    def _adopt_child_undo(self, child_ids: list[str]) -> None:
-        for child_id in child_ids:
-            self._compensations.extend(self._child_compensations.pop(child_id, []))
-
-    async def _hand_undo_stack_to_parent(self) -> None:
-        parent = workflow.info().parent
-        if parent is None:
-            return
-        own_id = self.status.procedure_id
-        await workflow.get_external_workflow_handle(parent.workflow_id).signal(
-            CHILD_COMPENSATIONS_SIGNAL,
-            ChildCompensations(
-                procedure_id=own_id,
-                compensations=[
-                    entry.model_copy(update={"procedure_id": entry.procedure_id or own_id})
-                    for entry in self._compensations
-                ],
-            ),
+        self._continue_as_new_if_due()
+        results = await self._child_procedures.run(
+            self._kept,
+            children,
+            inherited_locks=self._lock_keeper.for_children(),
+            lock_family=[self.status.procedure_id, *self._current_input.lock_family],
         )
+        self._kept.results[group] = to_jsonable_python(results)
+        self._stop_if_rolling_back()
+        return results
 
     async def _roll_back(self, reason: str) -> None:
         self.status.rollback_reason = reason
         self.status.step_running = None
         self._set_state(ProcedureState.ROLLING_BACK)
-        while self._compensations:
-            await self._compensate(self._compensations[-1])
-            self._compensations.pop()
+        compensations = self._kept.compensations
+        while compensations:
+            await self._compensate(compensations[-1])
+            compensations.pop()
         self._set_state(ProcedureState.ROLLED_BACK)
 
     async def _compensate(self, compensation: Compensation) -> None:
-        label = compensation.step
-        if compensation.procedure_id:
-            label = f"{compensation.procedure_id}/{compensation.step}"
         attempt = 1
         while True:
-            activity_id = f"undo:{label}" if attempt == 1 else f"undo:{label}#{attempt}"
+            activity_id = StepActivityId(
+                step=compensation.step,
+                undo=True,
+                attempt=attempt,
+                child=compensation.procedure_id,
+            )
+            label = activity_id.label
             try:
                 await workflow.execute_activity(
                     compensation.activity,
                     compensation.arg,
-                    activity_id=activity_id,
+                    activity_id=str(activity_id),
                     start_to_close_timeout=self._step_timeout,
                     retry_policy=self.compensation_retry,
                     summary=f"undo {label}",
@@ -705,16 +531,8 @@ class Procedure(Generic[InputT, ResultT]):
             or info.get_current_history_length() >= self.max_history_events
         ):
             return
-        carried = ProcedureCarry(
-            steps_done=list(self.status.steps_done),
-            results=dict(self._results),
-            compensations=list(self._compensations),
-            pivot_step=self.status.pivot_step,
-            deadline_at=self._deadline_at,
-            runs=self._runs,
-            locks=self.status.locks,
-        )
-        workflow.continue_as_new(self._current_input.model_copy(update={"carried": carried}))
+        # The whole state, as one model: nothing the next run needs is left behind.
+        workflow.continue_as_new(self._current_input.model_copy(update={"carried": self._kept}))
 
     def _set_state(self, state: ProcedureState) -> None:
         self.status.state = state
@@ -786,8 +604,9 @@ class Procedure(Generic[InputT, ResultT]):
 
     @workflow.signal(name=LOCKS_CHANGED_SIGNAL)
     def _receive_locks_changed(self) -> None:
-        self._locks_changed = True
+        if self._locks is not None:
+            self._locks.changed()
 
     @workflow.signal(name=CHILD_COMPENSATIONS_SIGNAL)
     def _receive_child_compensations(self, message: ChildCompensations) -> None:
-        self._child_compensations[message.procedure_id] = message.compensations
+        self._child_procedures.receive(message)

@@ -6,7 +6,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.stack_check import StackCheckInput, StackCheckResult
+    from procbus.stack.check import StackCheckInput, StackCheckResult
 
 
 @workflow.defn(name="StackCheck")

@@ -1,7 +1,7 @@
 """The table procedures: CreateNamespace, DeleteNamespace, CreateTable, DeleteTable.
 
 Each is a `Procedure`: steps with their undo, so a failure anywhere leaves the catalog, the
-warehouse and the workers' caches as they were (or, past DeleteTable's pivot, as after).
+warehouse and the descriptor cache as they were (or, past DeleteTable's pivot, as after).
 
 Locks (README, "Locks"), held from before the first step until after the last compensation:
 
@@ -20,29 +20,22 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.tables import TableActivities
-    from procbus.catalog import (
-        InvalidRequest,
-        NamespaceDescriptor,
-        TableDescriptor,
-        parse_columns,
-        parse_table_name,
-        validate_name,
-        validate_partitioning,
-    )
-    from procbus.table_models import (
+    from procbus.errors import InvalidRequest
+    from procbus.lakehouse.models import (
         CreateNamespaceInput,
         CreateTableInput,
         DeleteNamespaceInput,
         DeleteTableInput,
         EventStep,
+        NamespaceDescriptor,
         NamespaceRef,
         NamespaceResult,
         NamespaceStep,
+        TableDescriptor,
         TableResult,
         TableStep,
-        namespace_resource,
-        table_resource,
     )
+    from procbus.lakehouse.names import namespace_resource, table_resource
 
 from workflows.procedure import Procedure, invalid_input
 
@@ -50,7 +43,7 @@ T = TypeVar("T")
 
 
 def _checked(check: Callable[..., T], *args: Any) -> T:
-    """Run a catalog check; bad input fails the procedure before any step."""
+    """Run an input check; bad input fails the procedure before any step."""
     try:
         return check(*args)
     except InvalidRequest as error:
@@ -67,7 +60,7 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
         return request.namespace
 
     def validate(self, request: CreateNamespaceInput) -> None:
-        _checked(validate_name, "namespace", request.namespace)
+        _checked(request.check)
 
     def locks(self, request: CreateNamespaceInput) -> Sequence[tuple[str, str]]:
         return [(namespace_resource(request.namespace), "X")]
@@ -116,7 +109,7 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
         return request.namespace
 
     def validate(self, request: DeleteNamespaceInput) -> None:
-        _checked(validate_name, "namespace", request.namespace)
+        _checked(request.check)
 
     def locks(self, request: DeleteNamespaceInput) -> Sequence[tuple[str, str]]:
         return [(namespace_resource(request.namespace), "X")]
@@ -159,27 +152,15 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         return request.table
 
     def validate(self, request: CreateTableInput) -> None:
-        self._descriptor(request)
+        _checked(request.check)
 
     def locks(self, request: CreateTableInput) -> Sequence[tuple[str, str]]:
-        return [(table_resource(*_checked(parse_table_name, request.table)), "X")]
-
-    def _descriptor(self, request: CreateTableInput) -> TableDescriptor:
-        namespace, name = _checked(parse_table_name, request.table)
-        columns = _checked(parse_columns, request.columns)
-        partition_by = _checked(validate_partitioning, columns, request.partition_by)
-        return TableDescriptor(
-            namespace=namespace,
-            name=name,
-            columns=columns,
-            partition_by=partition_by,
-            properties=request.properties,
-            created_by=workflow.info().workflow_id,
-        )
+        table = _checked(request.check)
+        return [(table_resource(table.namespace, table.name), "X")]
 
     async def steps(self, request: CreateTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
-        planned = TableStep(procedure_id=procedure_id, table=self._descriptor(request))
+        planned = TableStep(procedure_id=procedure_id, table=_checked(request.check, procedure_id))
         table = await self.step("preflight", TableActivities.preflight_create_table, planned)
         fence = self.fence(table_resource(table.namespace, table.name))
         step = TableStep(procedure_id=procedure_id, table=table, fence=fence)
@@ -202,7 +183,7 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
             TableActivities.refresh_cache,
             step,
             undo=TableActivities.evict_cache,
-            summary="refresh the workers' table-descriptor cache",
+            summary="put the table in the descriptor cache of the worker running this step",
         )
         await self.step(
             "record_event",
@@ -231,14 +212,14 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
         return request.table
 
     def validate(self, request: DeleteTableInput) -> None:
-        _checked(parse_table_name, request.table)
+        _checked(request.check)
 
     def locks(self, request: DeleteTableInput) -> Sequence[tuple[str, str]]:
-        return [(table_resource(*_checked(parse_table_name, request.table)), "X")]
+        return [(table_resource(*_checked(request.check)), "X")]
 
     async def steps(self, request: DeleteTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
-        namespace, name = _checked(parse_table_name, request.table)
+        namespace, name = _checked(request.check)
         wanted = TableStep(
             procedure_id=procedure_id,
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
@@ -251,7 +232,7 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
             TableActivities.evict_cache,
             step,
             undo=TableActivities.refresh_cache,
-            summary="evict the table from the workers' descriptor cache",
+            summary="evict the table from the descriptor cache of the worker running this step",
         )
         await self.step(
             "remove_from_catalog",

@@ -63,7 +63,7 @@ async def migrate(
 
     All or nothing: a failing migration leaves the schema as it was.
     """
-    queries = load_queries()
+    queries = load_queries("procbus.db")
     migrations = migrations if migrations is not None else discover_migrations()
     async with connection.transaction():
         await connection.execute(queries["take_migration_lock"])
@@ -101,5 +101,5 @@ async def migrate(
 
 
 async def applied_migrations(connection: asyncpg.Connection) -> list[AppliedMigration]:
-    rows = await connection.fetch(load_queries()["applied_migrations"])
+    rows = await connection.fetch(load_queries("procbus.db")["applied_migrations"])
     return [AppliedMigration(row["version"], row["name"], row["applied_at"]) for row in rows]

@@ -1,20 +1,41 @@
-"""asyncpg connections to the procbus database."""
+"""asyncpg connections to the procbus database: json and jsonb travel as Python values."""
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
+from pydantic_core import to_json
 
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
 
 
+def _encode(value: object) -> str:
+    # pydantic's encoder: models, datetimes, UUIDs and decimals become JSON as in the API.
+    return to_json(value).decode()
+
+
+async def register_json_codecs(connection: asyncpg.Connection) -> None:
+    """json/jsonb parameters take Python values and columns come back decoded, so no call site
+    dumps or loads JSON by hand."""
+    for type_name in ("json", "jsonb"):
+        await connection.set_type_codec(
+            type_name, encoder=_encode, decoder=json.loads, schema="pg_catalog"
+        )
+
+
 async def connect(database_url: str) -> asyncpg.Connection:
-    return await asyncpg.connect(database_url)
+    connection = await asyncpg.connect(database_url)
+    await register_json_codecs(connection)
+    return connection
 
 
 async def create_pool(
     database_url: str, *, min_size: int = POOL_MIN_SIZE, max_size: int = POOL_MAX_SIZE
 ) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(database_url, min_size=min_size, max_size=max_size)
+    pool = await asyncpg.create_pool(
+        database_url, min_size=min_size, max_size=max_size, init=register_json_codecs
+    )
     assert pool is not None  # create_pool only returns None when told not to initialise
     return pool

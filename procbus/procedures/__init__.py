@@ -1,5 +1,22 @@
-"""Procedures: multi-step operations that roll back, or past their pivot roll forward."""
+"""Procedures: multi-step operations that roll back, or past their pivot roll forward.
 
+models: state, status and undo stack (pure, safe in the workflow sandbox); ids: the activity IDs
+of steps and undos; client: start, status, list, wait, abort, retry and skip from outside. The
+engine itself is a workflow: workflows/procedure.py.
+"""
+
+from procbus.procedures.client import (
+    ProcedureSummary,
+    abort_procedure,
+    list_procedures,
+    new_procedure_id,
+    procedure_status,
+    retry_procedure,
+    skip_compensation,
+    start_procedure,
+    wait_for_procedure,
+)
+from procbus.procedures.ids import StepActivityId, step_key_of
 from procbus.procedures.models import (
     AbortRequest,
     ChildCompensations,
@@ -20,8 +37,20 @@ __all__ = [
     "ProcedureInput",
     "ProcedureState",
     "ProcedureStatus",
+    "ProcedureSummary",
     "SkipRequest",
     "SkippedCompensation",
+    "StepActivityId",
+    "abort_procedure",
+    "list_procedures",
+    "new_procedure_id",
+    "procedure_status",
+    "retry_procedure",
+    "skip_compensation",
+    "start_procedure",
+    "step_key",
+    "step_key_of",
+    "wait_for_procedure",
 ]
 
 
@@ -34,7 +63,4 @@ def step_key() -> str:
     from temporalio import activity
 
     info = activity.info()
-    # Activity IDs are "step", "step#2" (a roll-forward attempt), "undo:step" and, for a
-    # finished child undone by its parent, "undo:child-id/step": the same key for all of them.
-    name = info.activity_id.split("#", 1)[0].removeprefix("undo:")
-    return name if "/" in name else f"{info.workflow_id}/{name}"
+    return step_key_of(info.activity_id, info.workflow_id or "")

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from procbus.lock_models import DEFAULT_LEASE_SECONDS, LockGrant
+from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
 
 
 class ProcedureState(StrEnum):
@@ -42,18 +42,6 @@ class SkippedCompensation(BaseModel):
     step: str
     reason: str
     error: str | None = None
-
-
-class ProcedureCarry(BaseModel):
-    """What a procedure hands to its next run when it continues as new."""
-
-    steps_done: list[str] = Field(default_factory=list)
-    results: dict[str, Any] = Field(default_factory=dict)
-    compensations: list[Compensation] = Field(default_factory=list)
-    pivot_step: str | None = None
-    deadline_at: datetime | None = None
-    runs: int = 1
-    locks: list[LockGrant] = Field(default_factory=list)
 
 
 class ProcedureInput(BaseModel):
@@ -124,3 +112,20 @@ class ProcedureStatus(BaseModel):
     refused: list[str] = Field(default_factory=list)
     children: list[str] = Field(default_factory=list)
     runs: int = 1
+
+
+class ProcedureCarry(BaseModel):
+    """Everything a procedure must not forget, kept in one model and handed whole to the next
+    run when it continues as new: its status (steps, pivot, locks, children, refusals, runs),
+    the results of its steps, its undo stack, its deadline and its locks' lease expiry."""
+
+    status: ProcedureStatus
+    results: dict[str, Any] = Field(default_factory=dict)
+    compensations: list[Compensation] = Field(default_factory=list)
+    deadline_at: datetime | None = None
+    leased_until: datetime | None = Field(
+        default=None, description="when the locks' leases run out unless renewed"
+    )
+
+
+ProcedureInput.model_rebuild()

@@ -130,11 +130,6 @@ class EmbeddedPostgres:
         wait_for_port(self.process, self.port, timeout)
         self._wait_until_accepting(timeout)
 
-    def start(self, timeout: float = 30.0) -> None:
-        self.prepare()
-        self.launch()
-        self.wait_ready(timeout)
-
     def _wait_until_accepting(self, timeout: float) -> None:
         # The port opens before recovery after a crash ends; pg_isready tells when it is done.
         deadline = time.monotonic() + timeout

@@ -9,13 +9,7 @@ from pathlib import Path
 
 from procbus.errors import StackError
 from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
-
-# Typed search attributes that procedures keep current, so the UI can filter on them.
-SEARCH_ATTRIBUTES = {
-    "ProcedureType": "Keyword",
-    "ProcedureState": "Keyword",
-    "ProcedureTarget": "Keyword",
-}
+from procbus.temporal.search_attributes import SEARCH_ATTRIBUTES
 
 
 def temporal_binary() -> Path:
@@ -100,11 +94,6 @@ class DevTemporalServer:
         wait_for_port(self.process, self.port, timeout)
         if self.ui:
             wait_for_port(self.process, self.ui_port, timeout)
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.prepare()
-        self.launch()
-        self.wait_ready(timeout)
 
     def stop(self) -> None:
         self.process.stop(timeout=20)

@@ -52,8 +52,8 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
     assert described["partition_by"] == ["dt"]
     assert Path(described["location"], "_procbus_table.json").is_file()
 
+    # Bad input is refused before anything starts, by the check the procedure itself runs.
     for args, says in [
-        (["table", "create", "sales.orders", "--schema", "id:bigint"], "exists already"),
         (["table", "create", "sales.o2", "--schema", "id:bigint,id:int"], "appears twice"),
         (["table", "create", "sales.o2", "--schema", "id:uuid"], "unknown column type"),
         (["table", "create", "sales/../x.o", "--schema", "id:int"], "NAMESPACE.TABLE"),
@@ -61,10 +61,7 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
         (["table", "create", "sales.", "--schema", "id:int"], "name is empty"),
         (["table", "create", "sales." + "x" * 64, "--schema", "id:int"], "at most 63"),
         (["table", "create", "sales.t", "--schema", "from:int"], "reserved SQL word"),
-        (["table", "delete", "sales.nothing"], "does not exist"),
-        (["namespace", "create", "sales"], "exists already"),
-        (["namespace", "delete", "sales"], "holds 1 tables"),
-        (["namespace", "delete", "nothing"], "does not exist"),
+        (["namespace", "create", "Sales"], "lower-case letters"),
         (["proc", "status", "no-such-procedure"], "no procedure with ID"),
         (["proc", "list", "--state", "SLEEPING"], "unknown state"),
     ]:
@@ -72,6 +69,25 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
         assert result.returncode == 1, (args, result.stdout)
         assert says in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert tables(dev_stack) == ["sales.orders"]
+
+    # What contradicts the catalog is the procedure's preflight to refuse: the same error a
+    # `temporal` CLI user gets, and nothing is left behind.
+    for args, says in [
+        (["table", "create", "sales.orders", "--schema", "id:bigint"], "exists already"),
+        (["table", "delete", "sales.nothing"], "does not exist"),
+        (["namespace", "create", "sales"], "exists already"),
+        (["namespace", "delete", "sales"], "holds 1 tables"),
+        (["namespace", "delete", "nothing"], "does not exist"),
+    ]:
+        result = procbus(dev_stack.env, *args, "--wait", "--json")
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        refused = json.loads(result.stdout)
+        assert refused["state"] == "ROLLED_BACK", refused
+        assert refused["error"].startswith("InvalidRequest: ") and says in refused["error"]
+        assert refused["steps_done"] == [] and refused["failed_step"] == "preflight"
+        shown = procbus(dev_stack.env, *args, "--wait")  # and as a person reads it
+        assert shown.returncode == 1 and "error: InvalidRequest: " in shown.stdout
     assert tables(dev_stack) == ["sales.orders"]
 
     for script in (
@@ -104,7 +120,8 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
             break
         time.sleep(0.3)
     assert states.get(procedure_id) == "SUCCEEDED"
-    assert len(states) == 2  # and the one the starter script ran
+    # And the one the starter script ran; the two refused in preflight rolled back.
+    assert sorted(states.values()) == ["ROLLED_BACK", "ROLLED_BACK", "SUCCEEDED", "SUCCEEDED"]
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     import asyncpg
 
-    from procbus.lock_models import Fence
     from procbus.locks import check_fence
+    from procbus.locks.models import Fence
     from procbus.procedures import ProcedureInput, step_key
 
 from workflows.procedure import Procedure
@@ -29,6 +29,7 @@ class Entry(BaseModel):
     entry: str
     seconds: float = 0.0  # how long the action takes
     fail: bool = False  # fail after writing
+    pivot: bool = False  # the point of no return: entries after it have no undo
     fence: Fence | None = None  # set by the procedure when it writes under its locks
 
 
@@ -36,6 +37,7 @@ class LedgerInput(ProcedureInput):
     entries: list[Entry] = Field(default_factory=list)
     children: list[LedgerInput] = Field(default_factory=list)
     child_ids: list[str] = Field(default_factory=list)
+    children_first: bool = False  # run the children before the entries, not after
     locks: list[str] = Field(default_factory=list, description="'path:MODE' entries")
     fenced_resource: str | None = None  # writes carry the fence of this resource
 
@@ -90,18 +92,26 @@ class Ledger(Procedure[LedgerInput, LedgerResult]):
     async def steps(self, request: LedgerInput) -> LedgerResult:
         written = []
         fence = self.fence(request.fenced_resource) if request.fenced_resource else None
+        if request.children_first:
+            await self._run_children(request)
         for entry in request.entries:
             written.append(
                 await self.step(
                     f"write_{entry.key}",
                     LedgerActivities.write,
                     entry.model_copy(update={"fence": fence}),
-                    undo=LedgerActivities.erase,
+                    undo=None if self.status.pivot_step else LedgerActivities.erase,
+                    pivot=entry.pivot,
                     step_timeout=timedelta(seconds=max(30.0, entry.seconds * 3)),
                     # Heartbeats carry cancellation to a running step within a second or so.
                     heartbeat_timeout=timedelta(seconds=2),
                 )
             )
+        if not request.children_first:
+            await self._run_children(request)
+        return LedgerResult(written=written)
+
+    async def _run_children(self, request: LedgerInput) -> None:
         if request.children:
             await self.run_children(
                 [
@@ -109,7 +119,6 @@ class Ledger(Procedure[LedgerInput, LedgerResult]):
                     for child_id, child in zip(request.child_ids, request.children, strict=True)
                 ]
             )
-        return LedgerResult(written=written)
 
 
 @workflow.defn(name="ShortHistoryLedger")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import asyncpg
 
-from procbus.catalog import Catalog
-from procbus.descriptor_cache import DescriptorCache
+from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.catalog import Catalog
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from procbus.hooks import (
     run_in_transaction,
     transaction,
 )
-from procbus.outbox import SWEEP_SCHEDULE_ID, OutboxRelay, ensure_sweep_schedule
-from procbus.stack_check import StackCheckInput
+from procbus.hooks.outbox import SWEEP_SCHEDULE_ID, OutboxRelay, ensure_sweep_schedule
+from procbus.stack.check import StackCheckInput
 from tests.integration.signal_sink import Note, SignalSink
 from tests.services import run_command
 from workflows.stack_check import StackCheck

@@ -15,8 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from procbus.lock_models import Fence, LockEntry, LockSetRequest
-from procbus.lock_modes import LockError, LockMode, compatible
 from procbus.locks import (
     LockLost,
     LockTable,
@@ -26,6 +24,8 @@ from procbus.locks import (
     fence_of,
     lock_set,
 )
+from procbus.locks.models import Fence, LockEntry, LockSetRequest
+from procbus.locks.modes import LockError, LockMode, compatible
 from tests.services import run_command, subprocess_environment
 
 

@@ -15,8 +15,9 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from procbus.faults import FaultInterceptor, parse_faults
+from activities.locks import LockActivities
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
+from procbus.temporal.faults import FaultInterceptor, parse_faults
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,
@@ -41,7 +42,11 @@ def ledger_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any:
             client,
             task_queue=task_queue,
             workflows=[Ledger, ShortHistoryLedger],
-            activities=[LedgerActivities(ledger).write, LedgerActivities(ledger).erase],
+            activities=[
+                LedgerActivities(ledger).write,
+                LedgerActivities(ledger).erase,
+                *LockActivities(ledger).all(),
+            ],
             interceptors=[FaultInterceptor(rules)] if rules else [],
         )
 
@@ -320,6 +325,53 @@ async def test_continue_as_new_carries_the_undo_stack(
     assert status.state is ProcedureState.ROLLED_BACK
     assert status.compensations_done == [f"write_{name}" for name in reversed(names)]
     assert await keys(ledger) == []
+
+
+async def test_continue_as_new_keeps_children_refusals_and_the_lease(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    child_id = f"{procedure_id}-child"
+    after_pivot = [f"k{i:02d}" for i in range(12)]
+    handle = await client.start_workflow(
+        ShortHistoryLedger.run,
+        LedgerInput(
+            children=[LedgerInput(entries=entries("child"))],
+            child_ids=[child_id],
+            children_first=True,
+            entries=[
+                Entry(key="pivot", entry="x", pivot=True),
+                Entry(key="slow", entry="x", seconds=2),
+                *entries(*after_pivot),
+            ],
+            locks=["ledger/accounts:X"],
+        ),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    await wait_for(client, procedure_id, lambda status: status.step_running == "write_slow")
+    await handle.cancel()  # past the pivot: refused, and the refusal is recorded
+    refused = await wait_for(client, procedure_id, lambda status: bool(status.refused))
+    assert (await handle.result()).written == ["pivot", "slow", *after_pivot]
+    final = await status_of(client, procedure_id)
+    assert final.runs > refused.runs, "the procedure did not continue as new after the refusal"
+    assert final.state is ProcedureState.SUCCEEDED
+    assert final.children == [child_id]
+    assert final.refused == refused.refused
+    assert "refused, the procedure passed its pivot 'write_pivot'" in final.refused[0]
+    assert final.pivot_step == "write_pivot"
+    assert final.steps_done == ["write_pivot", "write_slow", *(f"write_{k}" for k in after_pivot)]
+    assert final.locks == []  # released at the end, by the last run
+    assert await keys(ledger) == sorted(["child", "pivot", "slow", *after_pivot])
+    # What the last run started from: the whole state of the one before, lease expiry included.
+    history = await client.get_workflow_handle(procedure_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    [last_input] = await client.data_converter.decode(started.input.payloads, [LedgerInput])
+    carried = last_input.carried
+    assert carried is not None and carried.status.runs == final.runs - 1
+    assert carried.status.children == [child_id] and carried.status.refused == final.refused
+    assert [lock.resource for lock in carried.status.locks] == ["ledger", "ledger/accounts"]
+    assert carried.leased_until is not None
 
 
 async def test_bad_engine_input_fails_before_any_step(

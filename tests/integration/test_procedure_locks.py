@@ -18,13 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.locks import LockActivities
-from procbus.catalog import Catalog, TableDescriptor
-from procbus.faults import FaultInterceptor, parse_faults
-from procbus.lock_models import LockGrant, fence_for
-from procbus.lock_modes import LockMode, expand, lock_sets_conflict
+from procbus.lakehouse.catalog import Catalog, TableDescriptor
+from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.locks import LockTable, StaleFencingToken, lock_set
+from procbus.locks.models import LockGrant, fence_for
+from procbus.locks.modes import LockMode, expand, lock_sets_conflict
 from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
-from procbus.table_models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
+from procbus.temporal.faults import FaultInterceptor, parse_faults
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,
@@ -228,8 +228,8 @@ async def test_twenty_concurrent_procedures_never_overlap_on_conflicting_locks(
                 Ledger.run,
                 LedgerInput(
                     entries=[
-                        Entry(key=f"{procedure_id}/start", entry="start", seconds=0.1),
-                        Entry(key=f"{procedure_id}/end", entry="end", seconds=0.1),
+                        Entry(key=f"{procedure_id}.start", entry="start", seconds=0.1),
+                        Entry(key=f"{procedure_id}.end", entry="end", seconds=0.1),
                     ],
                     locks=locks_wanted,
                 ),
@@ -242,7 +242,7 @@ async def test_twenty_concurrent_procedures_never_overlap_on_conflicting_locks(
     rows = await ledger.fetch('SELECT "key", "written_at" FROM "test_ledger"')
     written = {row["key"]: row["written_at"] for row in rows}
     intervals = {
-        procedure_id: (written[f"{procedure_id}/start"], written[f"{procedure_id}/end"])
+        procedure_id: (written[f"{procedure_id}.start"], written[f"{procedure_id}.end"])
         for procedure_id in lock_sets
     }
     expanded = {

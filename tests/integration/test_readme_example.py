@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from examples.grant_access import AccessActivities, GrantAccess, GrantAccessInput
-from procbus.faults import FaultInterceptor, parse_faults
+from procbus.temporal.faults import FaultInterceptor, parse_faults
 
 PROJECT = Path(__file__).resolve().parents[2]
 

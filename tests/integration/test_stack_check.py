@@ -7,8 +7,8 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.temporal_server import temporal_binary
-from procbus.stack_check import StackCheckInput, StackCheckResult
 from tests.services import run_command
 from workflows.stack_check import StackCheck
 

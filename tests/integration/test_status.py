@@ -6,7 +6,7 @@ from pathlib import Path
 from temporalio.worker import Worker
 
 from procbus.config import load_settings
-from procbus.status import check_status
+from procbus.stack.status import check_status
 
 
 async def test_status_is_up_with_a_worker(

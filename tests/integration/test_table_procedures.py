@@ -12,17 +12,17 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from procbus.descriptor_cache import DescriptorCache
 from procbus.errors import ProcbusError
-from procbus.procedure_client import abort_procedure, list_procedures
-from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.stack.temporal_server import temporal_binary
-from procbus.table_models import (
+from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.models import (
     CreateNamespaceInput,
     CreateTableInput,
     DeleteNamespaceInput,
     DeleteTableInput,
 )
+from procbus.procedures import ProcedureState, ProcedureStatus
+from procbus.procedures.client import abort_procedure, list_procedures
+from procbus.stack.temporal_server import temporal_binary
 from tests.integration.tables_state import snapshot
 from tests.services import run_command
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable

@@ -11,9 +11,9 @@ from typing import Any
 import asyncpg
 from temporalio.client import Client
 
-from procbus.descriptor_cache import DescriptorCache
+from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
 from procbus.procedures import ProcedureState
-from procbus.table_models import CreateNamespaceInput, CreateTableInput
 from tests.integration.tables_state import snapshot
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import subprocess_environment, worker_process

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from procbus.lock_modes import (
+from procbus.locks.modes import (
     LockError,
     LockMode,
     LockRequest,

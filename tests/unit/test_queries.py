@@ -5,9 +5,17 @@ from pathlib import Path
 
 import pytest
 
-from procbus.db.queries import load_queries, parse_queries
+from procbus.db.queries import QUERIES_FILE, load_queries, parse_queries
 
 PROJECT = Path(__file__).resolve().parents[2]
+LIBRARY = PROJECT / "procbus"
+
+
+def packages_with_queries() -> list[str]:
+    """Every mechanism that keeps SQL: the packages with a queries.sql beside their code."""
+    return sorted(
+        ".".join(path.parent.relative_to(PROJECT).parts) for path in LIBRARY.rglob(QUERIES_FILE)
+    )
 
 
 def test_blocks_become_named_queries() -> None:
@@ -24,14 +32,29 @@ def test_empty_and_duplicate_queries_are_refused() -> None:
         parse_queries("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")
 
 
-def test_an_unknown_name_lists_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="known: .*get_stack_check"):
-        load_queries()["no_such_query"]
+def test_an_unknown_name_names_the_file_and_lists_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="procbus/stack/queries.sql has .* known: .*get_stack_check"):
+        load_queries("procbus.stack")["no_such_query"]
 
 
-def test_every_query_the_code_names_exists() -> None:
-    used: set[str] = set()
-    for source in (PROJECT / "procbus").rglob("*.py"):
-        used |= set(re.findall(r'queries\["([a-z_0-9]+)"\]', source.read_text()))
-    assert used, "the code names no queries: the pattern is out of date"
-    assert used <= set(load_queries())
+def test_every_mechanism_keeps_its_sql_beside_its_code() -> None:
+    assert packages_with_queries() == [
+        "procbus.db",
+        "procbus.hooks",
+        "procbus.lakehouse",
+        "procbus.locks",
+        "procbus.stack",
+    ]
+    assert not list(LIBRARY.rglob("sql/*.sql")), "SQL outside a mechanism's queries.sql"
+
+
+def test_every_query_the_code_names_exists_in_its_package() -> None:
+    named = 0
+    for package in packages_with_queries():
+        folder = PROJECT.joinpath(*package.split("."))
+        used: set[str] = set()
+        for source in folder.glob("*.py"):
+            used |= set(re.findall(r'queries(?:\([^)]*\))?\["([a-z_0-9]+)"\]', source.read_text()))
+        named += len(used)
+        assert used <= set(load_queries(package)), package
+    assert named, "the code names no queries: the pattern is out of date"

@@ -14,15 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from procbus.errors import ProcbusError
+from procbus.errors import LockError
 
 MAX_DEPTH = 8
 MAX_PATH_LENGTH = 512
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.\-]*$")
-
-
-class LockError(ProcbusError):
-    """A bad lock request: a malformed path, an unknown mode, a bad lease."""
 
 
 class LockMode(StrEnum):

@@ -11,7 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from procbus.catalog import InvalidRequest, TableDescriptor
+from procbus.errors import InvalidRequest
+from procbus.lakehouse.models import TableDescriptor
 
 MARKER = "_procbus_table.json"
 DATA_FOLDER = "data"

@@ -13,9 +13,9 @@ from temporalio.client import Client
 
 from procbus.config import Settings
 from procbus.db import connect
-from procbus.endpoints import Endpoints, mask_password, resolve_endpoints
 from procbus.errors import ProcbusError
-from procbus.temporal import connect_client
+from procbus.stack.addresses import ServiceAddresses, mask_password, resolve_addresses
+from procbus.temporal.client import connect_client
 
 # An idle worker long-polls for about a minute at a time: a poll seen within this window means
 # a worker is alive; a dead worker drops out after it.
@@ -70,11 +70,11 @@ async def live_pollers(client: Client, task_queue: str) -> list[str]:
 
 
 async def _check_temporal(
-    endpoints: Endpoints, settings: Settings
+    services: ServiceAddresses, settings: Settings
 ) -> tuple[ComponentStatus, ComponentStatus]:
     try:
         client = await asyncio.wait_for(
-            connect_client(endpoints.temporal_address, endpoints.namespace, settings),
+            connect_client(services.temporal_address, services.namespace, settings),
             CHECK_TIMEOUT_SECONDS,
         )
         system = await client.workflow_service.get_system_info(GetSystemInfoRequest())
@@ -85,12 +85,12 @@ async def _check_temporal(
         name="temporal", up=True, detail=f"server {system.server_version or '?'}"
     )
     try:
-        pollers = await live_pollers(client, endpoints.task_queue)
+        pollers = await live_pollers(client, services.task_queue)
     except Exception as error:
         return temporal, ComponentStatus(name="worker", up=False, detail=f"unknown: {error}")
     if not pollers:
         return temporal, ComponentStatus(
-            name="worker", up=False, detail=f"no worker polls task queue {endpoints.task_queue!r}"
+            name="worker", up=False, detail=f"no worker polls task queue {services.task_queue!r}"
         )
     return temporal, ComponentStatus(
         name="worker", up=True, detail=f"{len(pollers)} polling: {', '.join(sorted(pollers))}"
@@ -99,7 +99,7 @@ async def _check_temporal(
 
 async def check_status(settings: Settings) -> StackStatus:
     try:
-        endpoints = resolve_endpoints(settings)
+        services = resolve_addresses(settings)
     except ProcbusError as error:
         return StackStatus(
             up=False,
@@ -112,16 +112,16 @@ async def check_status(settings: Settings) -> StackStatus:
             components=[ComponentStatus(name="stack", up=False, detail=str(error))],
         )
     database, (temporal, worker) = await asyncio.gather(
-        _check_database(endpoints.database_url), _check_temporal(endpoints, settings)
+        _check_database(services.database_url), _check_temporal(services, settings)
     )
     components = [temporal, database, worker]
     return StackStatus(
         up=all(component.up for component in components),
-        source=endpoints.source,
-        temporal_address=endpoints.temporal_address,
-        namespace=endpoints.namespace,
-        ui_url=endpoints.ui_url,
-        database_url=mask_password(endpoints.database_url),
-        task_queue=endpoints.task_queue,
+        source=services.source,
+        temporal_address=services.temporal_address,
+        namespace=services.namespace,
+        ui_url=services.ui_url,
+        database_url=mask_password(services.database_url),
+        task_queue=services.task_queue,
         components=components,
     )

@@ -11,11 +11,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 from procbus.config import Settings
 from procbus.errors import StackError
-from procbus.stack.state import read_live_stack
+from procbus.stack.state import StackInfo, read_live_stack
 
 
 @dataclass(frozen=True)
-class Endpoints:
+class ServiceAddresses:
     temporal_address: str
     namespace: str
     task_queue: str
@@ -34,10 +34,10 @@ def mask_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
-def resolve_endpoints(settings: Settings) -> Endpoints:
+def resolve_addresses(settings: Settings) -> ServiceAddresses:
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     if settings.temporal_address and database_url:
-        return Endpoints(
+        return ServiceAddresses(
             settings.temporal_address,
             settings.temporal_namespace,
             settings.task_queue,
@@ -54,11 +54,23 @@ def resolve_endpoints(settings: Settings) -> Endpoints:
             f"{missing} is not set and no embedded stack runs on {settings.state_dir}: start one "
             f"with `procbus dev`, or set {missing}"
         )
-    return Endpoints(
+    return ServiceAddresses(
         settings.temporal_address or stack.temporal_address,
         settings.temporal_namespace if settings.temporal_address else stack.namespace,
         stack.task_queue,
         database_url or stack.database_url,
         None if settings.temporal_address else stack.ui_url,
+        "embedded",
+    )
+
+
+def embedded_addresses(info: StackInfo) -> ServiceAddresses:
+    """What a `procbus dev` stack serves, as every command sees it."""
+    return ServiceAddresses(
+        info.temporal_address,
+        info.namespace,
+        info.task_queue,
+        info.database_url,
+        info.ui_url,
         "embedded",
     )

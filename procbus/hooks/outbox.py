@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
+from pydantic import BaseModel
 from temporalio.api.common.v1 import Payloads, WorkflowExecution
 from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
 from temporalio.client import (
@@ -37,10 +37,22 @@ from procbus.db.queries import load_queries
 
 log = logging.getLogger(__name__)
 
+QUERIES = "procbus.hooks"
 CLAIM_SECONDS = 30.0
 RETRY_AFTER_SECONDS = 2.0
 BATCH = 100
 SWEEP_SCHEDULE_ID = "procbus-outbox-sweep"
+
+
+class SweepRequest(BaseModel):
+    """Input of the OutboxSweep workflow: perform up to this many rows left behind."""
+
+    limit: int = 1000
+
+
+class SweepResult(BaseModel):
+    performed: int
+    pending: int
 
 
 @dataclass(frozen=True)
@@ -62,7 +74,7 @@ class OutboxRelay:
         self.client = client
         self.pool = pool
         self.default_task_queue = default_task_queue
-        self.queries = load_queries()
+        self.queries = load_queries(QUERIES)
 
     async def claim(self, limit: int = BATCH, ids: list[int] | None = None) -> list[OutboxRow]:
         rows = await self.pool.fetch(self.queries["claim_outbox_rows"], limit, CLAIM_SECONDS, ids)
@@ -74,7 +86,7 @@ class OutboxRelay:
                 workflow_type=row["workflow_type"],
                 signal_name=row["signal_name"],
                 task_queue=row["task_queue"],
-                payload=json.loads(row["payload"]),
+                payload=row["payload"],
                 request_id=str(row["request_id"]),
             )
             for row in rows

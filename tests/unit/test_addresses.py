@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from procbus.endpoints import mask_password
+from procbus.stack.addresses import mask_password
 
 
 @pytest.mark.parametrize(

@@ -1,165 +1,34 @@
 """The lake catalog in PostgreSQL: namespaces, tables (schema, partitioning), events.
 
-Names and schemas are checked here, before any side effect; every write is idempotent per
-procedure (a retried step finds its own row) and undo removes only what its procedure made.
+Every write is idempotent per procedure (a retried step finds its own row), undo removes only
+what its procedure made, and a write that carries a fence is refused once its lock was lost.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Any
 
 import asyncpg
-from pydantic import BaseModel, Field
 
 from procbus.db.queries import load_queries
-from procbus.errors import ProcbusError
-from procbus.lock_models import Fence
-from procbus.locks import check_fence
+from procbus.errors import InvalidRequest
+from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.names import Column
+from procbus.locks.models import Fence
+from procbus.locks.table import check_fence
 
-MAX_NAME_LENGTH = 63  # PostgreSQL's identifier limit, so names fit anywhere they are used
-_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-_DECIMAL = re.compile(r"^decimal\((?P<precision>\d{1,2}),(?P<scale>\d{1,2})\)$")
-COLUMN_TYPES = (
-    "boolean",
-    "tinyint",
-    "smallint",
-    "int",
-    "bigint",
-    "float",
-    "double",
-    "string",
-    "binary",
-    "date",
-    "timestamp",
-    "decimal(p,s)",
-)
-# SQL and Spark SQL keywords that make confusing or unusable table and column names.
-RESERVED_WORDS = frozenset(
-    """all alter and any as asc between by case cast check column constraint create cross
-    current_date current_time current_timestamp current_user default delete desc distinct drop
-    else end except exists false fetch for foreign from full grant group having in inner insert
-    intersect into is join lateral left like limit natural not null of offset on only or order
-    outer partition primary references right select session_user some table then to true union
-    unique update user using values when where window with""".split()  # noqa: SIM905
-)
-
-
-class InvalidRequest(ProcbusError):
-    """Bad input (a name, a schema) or a request that contradicts the catalog."""
-
-
-class Column(BaseModel):
-    name: str
-    type: str
-
-
-class TableDescriptor(BaseModel):
-    namespace: str
-    name: str
-    columns: list[Column]
-    partition_by: list[str] = Field(default_factory=list)
-    properties: dict[str, str] = Field(default_factory=dict)
-    location: str = ""
-    created_by: str = ""
-    created_at: datetime | None = None
-
-    @property
-    def qualified_name(self) -> str:
-        return f"{self.namespace}.{self.name}"
-
-
-class NamespaceDescriptor(BaseModel):
-    name: str
-    properties: dict[str, str] = Field(default_factory=dict)
-    created_by: str = ""
-    created_at: datetime | None = None
-
-
-def validate_name(kind: str, name: str) -> str:
-    """A namespace, table or column name: lower-case letters, digits, '_'; not a keyword."""
-    if not name:
-        raise InvalidRequest(f"the {kind} name is empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidRequest(
-            f"the {kind} name {name[:20]!r}... is {len(name)} characters; at most "
-            f"{MAX_NAME_LENGTH} are allowed"
-        )
-    if not _NAME.match(name):
-        raise InvalidRequest(
-            f"the {kind} name {name!r} may hold only lower-case letters, digits and '_', "
-            "and must not start with a digit"
-        )
-    if name in RESERVED_WORDS:
-        raise InvalidRequest(f"the {kind} name {name!r} is a reserved SQL word")
-    return name
-
-
-def parse_table_name(qualified: str) -> tuple[str, str]:
-    """'sales.orders' -> ('sales', 'orders'), both names checked."""
-    parts = qualified.split(".")
-    if len(parts) != 2:
-        raise InvalidRequest(f"expected NAMESPACE.TABLE, got {qualified!r}")
-    return validate_name("namespace", parts[0]), validate_name("table", parts[1])
-
-
-def normalize_type(text: str) -> str:
-    column_type = text.strip().lower().replace(" ", "")
-    column_type = {"integer": "int", "long": "bigint", "text": "string", "bool": "boolean"}.get(
-        column_type, column_type
-    )
-    if column_type in COLUMN_TYPES:
-        return column_type
-    decimal = _DECIMAL.match(column_type)
-    if decimal:
-        precision, scale = int(decimal["precision"]), int(decimal["scale"])
-        if 0 < precision <= 38 and scale <= precision:
-            return column_type
-    raise InvalidRequest(f"unknown column type {text.strip()!r}; known: {', '.join(COLUMN_TYPES)}")
-
-
-def parse_columns(spec: str) -> list[Column]:
-    """'id:bigint,amount:double' -> columns; names unique, types known."""
-    if not spec.strip():
-        raise InvalidRequest("the schema is empty: give NAME:TYPE pairs, e.g. 'id:bigint'")
-    columns: list[Column] = []
-    # decimal(p,s) holds a comma: split on commas that start a new NAME:TYPE pair.
-    for entry in re.split(r",(?=\s*[^,()]+:)", spec):
-        name, separator, column_type = entry.partition(":")
-        if not separator:
-            raise InvalidRequest(f"expected NAME:TYPE in the schema, got {entry.strip()!r}")
-        column = Column(
-            name=validate_name("column", name.strip()), type=normalize_type(column_type)
-        )
-        if any(existing.name == column.name for existing in columns):
-            raise InvalidRequest(f"column {column.name!r} appears twice in the schema")
-        columns.append(column)
-    return columns
-
-
-def validate_partitioning(columns: list[Column], partition_by: list[str]) -> list[str]:
-    names = {column.name for column in columns}
-    for column in partition_by:
-        if column not in names:
-            raise InvalidRequest(f"partition column {column!r} is not in the schema")
-    if len(set(partition_by)) != len(partition_by):
-        raise InvalidRequest("a partition column appears twice")
-    if len(partition_by) >= len(columns):
-        raise InvalidRequest("a table needs at least one column that is not a partition column")
-    return partition_by
+QUERIES = "procbus.lakehouse"
 
 
 def _table(row: asyncpg.Record) -> TableDescriptor:
     return TableDescriptor(
         namespace=row["namespace"],
         name=row["name"],
-        columns=[Column(**column) for column in json.loads(row["columns"])],
+        columns=[Column(**column) for column in row["columns"]],
         partition_by=list(row["partition_by"]),
-        properties=json.loads(row["properties"]),
+        properties=row["properties"],
         location=row["location"],
         created_by=row["created_by"],
         created_at=row["created_at"],
@@ -169,7 +38,7 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
 def _namespace(row: asyncpg.Record) -> NamespaceDescriptor:
     return NamespaceDescriptor(
         name=row["name"],
-        properties=json.loads(row["properties"]),
+        properties=row["properties"],
         created_by=row["created_by"],
         created_at=row["created_at"],
     )
@@ -180,7 +49,7 @@ class Catalog:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self.queries = load_queries()
+        self.queries = load_queries(QUERIES)
 
     @contextlib.asynccontextmanager
     async def _writing(self, fence: Fence | None) -> AsyncIterator[asyncpg.Connection]:
@@ -208,7 +77,7 @@ class Catalog:
             created = await connection.fetchval(
                 self.queries["insert_namespace"],
                 namespace.name,
-                json.dumps(namespace.properties),
+                namespace.properties,
                 namespace.created_by,
             )
         if created is None:
@@ -239,7 +108,7 @@ class Catalog:
             await connection.execute(
                 self.queries["restore_namespace"],
                 namespace.name,
-                json.dumps(namespace.properties),
+                namespace.properties,
                 namespace.created_by,
                 namespace.created_at,
             )
@@ -264,9 +133,9 @@ class Catalog:
                     self.queries["insert_table"],
                     table.namespace,
                     table.name,
-                    json.dumps([column.model_dump() for column in table.columns]),
+                    [column.model_dump() for column in table.columns],
                     table.partition_by,
-                    json.dumps(table.properties),
+                    table.properties,
                     table.location,
                     table.created_by,
                 )
@@ -293,9 +162,9 @@ class Catalog:
                 self.queries["restore_table"],
                 table.namespace,
                 table.name,
-                json.dumps([column.model_dump() for column in table.columns]),
+                [column.model_dump() for column in table.columns],
                 table.partition_by,
-                json.dumps(table.properties),
+                table.properties,
                 table.location,
                 table.created_by,
                 table.created_at,
@@ -317,7 +186,7 @@ class Catalog:
                 event_type,
                 namespace,
                 table,
-                json.dumps(payload, default=str),
+                payload,
             )
 
     async def remove_event(
@@ -328,4 +197,4 @@ class Catalog:
 
     async def list_events(self) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(self.queries["list_events"])
-        return [{**dict(row), "payload": json.loads(row["payload"])} for row in rows]
+        return [dict(row) for row in rows]

@@ -1,10 +1,11 @@
 """Hierarchical locks with leases and fencing tokens, in PostgreSQL.
 
-The lock table (migration 0004) keeps one row per holder and resource. A holder queues its whole
-expanded lock set in one transaction (`acquire`); requests are granted FIFO per resource, each
-grant with a fencing token that grows per resource and a lease. A holder renews its leases while
-it lives (`renew`); a lease that runs out releases the lock, and the next writer's token is newer,
-so a late write of the old holder is refused by `check_fence` inside the write's transaction.
+The lock table (procbus/db/schema.sql) keeps one row per holder and resource. A holder queues
+its whole expanded lock set in one transaction (`acquire`); requests are granted FIFO per
+resource, each grant with a fencing token that grows per resource and a lease. A holder renews
+its leases while it lives (`renew`); a lease that runs out releases the lock, and the next
+writer's token is newer, so a late write of the old holder is refused by `check_fence` inside
+the write's transaction.
 
 Procedures use the table through activities (activities/locks.py); scripts and jobs can use
 `LockTable.holding(...)`, which waits, renews in the background and releases on exit.
@@ -14,15 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 
 import asyncpg
 
 from procbus.db.queries import load_queries
-from procbus.errors import ProcbusError
-from procbus.lock_models import (
+from procbus.errors import LockError, LockLost, LockTimeout, StaleFencingToken
+from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,
     Blocker,
     Fence,
@@ -34,19 +34,9 @@ from procbus.lock_models import (
     LockWait,
     fence_for,
 )
-from procbus.lock_modes import LockError, LockMode, expand
+from procbus.locks.modes import LockMode, expand
 
-
-class LockTimeout(ProcbusError):
-    """The locks were not granted in time; the request left the queue."""
-
-
-class LockLost(ProcbusError):
-    """A granted lock's lease ran out and another holder may have it now."""
-
-
-class StaleFencingToken(ProcbusError):
-    """A write carried a fencing token older than the resource's newest: its lock was lost."""
+QUERIES = "procbus.locks"
 
 
 def lock_set(
@@ -82,7 +72,7 @@ async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
     """
     fenced = [(fence.resource, fence.token)] + [(g.resource, g.token) for g in fence.path]
     rows = await connection.fetch(
-        load_queries()["check_fence"],
+        load_queries(QUERIES)["check_fence"],
         [resource for resource, _ in fenced],
         [token for _, token in fenced],
     )
@@ -103,7 +93,7 @@ async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
 class LockTable:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self.queries = load_queries()
+        self.queries = load_queries(QUERIES)
 
     async def acquire(self, request: LockSetRequest) -> LockSetState:
         """Queue the set (or renew its place) and return what is granted and what waits."""
@@ -123,7 +113,7 @@ class LockTable:
         for row in rows:
             mode = LockMode(row["mode"])
             if row["token"] is None:
-                behind = [Blocker(**blocker) for blocker in json.loads(row["blockers"])]
+                behind = [Blocker(**blocker) for blocker in row["blockers"]]
                 waiting.append(LockWait(resource=row["resource"], mode=mode, behind=behind))
             else:
                 grants.append(LockGrant(resource=row["resource"], mode=mode, token=row["token"]))

@@ -6,7 +6,7 @@ also rolls back what the cache says.
 
 from __future__ import annotations
 
-from procbus.catalog import TableDescriptor
+from procbus.lakehouse.models import TableDescriptor
 
 
 class DescriptorCache:

@@ -1,7 +1,8 @@
 -- name: insert_outbox_row
+-- On the application's own connection: the payload comes as JSON text, so no codec is needed.
 INSERT INTO "procbus_outbox"
     ("kind", "workflow_id", "workflow_type", "signal_name", "task_queue", "payload", "request_id")
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7)
 RETURNING "id";
 
 -- name: claim_outbox_rows
@@ -36,7 +37,3 @@ WHERE "id" = $1;
 
 -- name: count_pending_outbox
 SELECT count(*) FROM "procbus_outbox" WHERE "done_at" IS NULL;
-
--- name: get_outbox_row
-SELECT "id", "kind", "workflow_id", "done_at", "attempts", "last_error", "run_id"
-FROM "procbus_outbox" WHERE "id" = $1;

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, field_validator
 
-from procbus.lock_modes import LockMode, parse_path, stronger
+from procbus.locks.modes import LockMode, parse_path, stronger
 
 DEFAULT_LEASE_SECONDS = 30.0
 
@@ -109,6 +109,12 @@ class HoldRequest(BaseModel):
     max_seconds: float = 3600.0
 
 
+class HoldResult(BaseModel):
+    """How a run of the lease keeper ended: the leases' expiry it left (None: released)."""
+
+    leased_until: datetime | None = None
+
+
 class ReleaseRequest(BaseModel):
     holder: str
 
@@ -133,6 +139,23 @@ class LockEntry(BaseModel):
     @property
     def granted(self) -> bool:
         return self.token is not None
+
+
+class ResourceLocks(BaseModel):
+    """One resource of `procbus lock list`: its holders, then its waiters in queue order."""
+
+    resource: str
+    holders: list[LockEntry] = Field(default_factory=list)
+    waiters: list[LockEntry] = Field(default_factory=list, description="in queue order")
+
+
+def by_resource(entries: list[LockEntry]) -> list[ResourceLocks]:
+    """Entries as the lock table lists them (by resource, holders first), grouped."""
+    resources: dict[str, ResourceLocks] = {}
+    for entry in entries:
+        current = resources.setdefault(entry.resource, ResourceLocks(resource=entry.resource))
+        (current.holders if entry.granted else current.waiters).append(entry)
+    return list(resources.values())
 
 
 def fence_for(grants: list[LockGrant], resource: str) -> Fence | None:

@@ -26,7 +26,9 @@ from temporalio.worker import (
     Interceptor,
 )
 
-INJECTED_FAULT = "InjectedFault"
+from procbus.errors import ErrorType
+from procbus.procedures.ids import StepActivityId
+
 _RULE = re.compile(
     r"^(?P<procedure>[A-Za-z_][A-Za-z0-9_]*)\.(?P<step>[A-Za-z_][A-Za-z0-9_]*)(?P<undo>\.undo)?"
     r":(?P<kind>fail_before|fail_after|delay)(=(?P<value>[0-9]+(\.[0-9]+)?))?$"
@@ -91,14 +93,6 @@ def parse_faults(text: str | None) -> list[Fault]:
     return faults
 
 
-def step_of_activity(activity_id: str) -> tuple[str, bool]:
-    """The step name and whether it is an undo, from the engine's activity IDs."""
-    name = activity_id.split("#", 1)[0]
-    undo = name.startswith("undo:")
-    name = name.removeprefix("undo:").rsplit("/", 1)[-1]
-    return name, undo
-
-
 class FaultInterceptor(Interceptor):
     """A worker interceptor applying the rules to every procedure step that runs on it."""
 
@@ -111,11 +105,16 @@ class FaultInterceptor(Interceptor):
         return _FaultActivityInbound(next, self)
 
     def matching(self, workflow_type: str | None, activity_id: str) -> list[Fault]:
-        step, undo = step_of_activity(activity_id)
+        try:
+            step = StepActivityId.parse(activity_id)
+        except ValueError:  # not a step: the lease keeper, a local activity of the engine
+            return []
         return [
             fault
             for fault in self.faults
-            if fault.procedure == workflow_type and fault.step == step and fault.undo == undo
+            if fault.procedure == workflow_type
+            and fault.step == step.step
+            and fault.undo == step.undo
         ]
 
     def should_fail(self, workflow_id: str, fault: Fault) -> bool:
@@ -130,7 +129,7 @@ def _injected(fault: Fault, message: str) -> ApplicationError:
     # An always-failing action must not be retried into success; counted faults and undo
     # faults go through the retry policy like a real transient failure.
     permanent = fault.times is None and not fault.undo
-    return ApplicationError(message, type=INJECTED_FAULT, non_retryable=permanent)
+    return ApplicationError(message, type=str(ErrorType.INJECTED_FAULT), non_retryable=permanent)
 
 
 class _FaultActivityInbound(ActivityInboundInterceptor):

@@ -22,8 +22,13 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.errors import ProcbusError
-from procbus.procedures import AbortRequest, ProcedureInput, ProcedureState, ProcedureStatus
-from procbus.procedures.models import SkipRequest
+from procbus.procedures.models import (
+    AbortRequest,
+    ProcedureInput,
+    ProcedureState,
+    ProcedureStatus,
+    SkipRequest,
+)
 
 POLL_SECONDS = 0.25
 

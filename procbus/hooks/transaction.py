@@ -31,7 +31,7 @@ from temporalio import workflow as temporal_workflow
 
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
-from procbus.outbox import OutboxRelay
+from procbus.hooks.outbox import QUERIES, OutboxRelay
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +192,11 @@ class Transaction:
         task_queue: str | None,
         arg: Any,
     ) -> asyncio.Future[str | None]:
+        # Text, not a Python value: this is the application's connection, maybe without
+        # procbus's jsonb codec.
         payload = json.dumps([] if arg is None else [to_jsonable_python(arg)])
         row_id = await self.connection.fetchval(
-            load_queries()["insert_outbox_row"],
+            load_queries(QUERIES)["insert_outbox_row"],
             kind,
             workflow_id,
             workflow_type,

@@ -36,7 +36,7 @@ async def record_stack_check(
     pool: asyncpg.Pool, request: StackCheckInput, worker: str
 ) -> StackCheckResult:
     """Write the check (once per check_id, so retries are harmless) and read it back."""
-    queries = load_queries()
+    queries = load_queries("procbus.stack")
     async with pool.acquire() as connection, connection.transaction():
         await connection.execute(
             queries["insert_stack_check"], request.check_id, request.message, worker

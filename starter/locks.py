@@ -4,40 +4,28 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import typer
-from pydantic import BaseModel, Field
-from rich.table import Table
 
-from procbus.config import load_settings
-from procbus.db import create_pool
-from procbus.endpoints import resolve_endpoints
-from procbus.lock_models import LockEntry
-from procbus.locks import LockTable
 from starter.output import console, print_json
+
+if TYPE_CHECKING:
+    from procbus.locks.models import LockEntry
 
 lock_app = typer.Typer(
     help="Hierarchical locks: holders, tokens, leases, waiters.", no_args_is_help=True
 )
 
 
-class ResourceLocks(BaseModel):
-    resource: str
-    holders: list[LockEntry] = Field(default_factory=list)
-    waiters: list[LockEntry] = Field(default_factory=list, description="in queue order")
-
-
-def by_resource(entries: list[LockEntry]) -> list[ResourceLocks]:
-    resources: dict[str, ResourceLocks] = {}
-    for entry in entries:
-        current = resources.setdefault(entry.resource, ResourceLocks(resource=entry.resource))
-        (current.holders if entry.granted else current.waiters).append(entry)
-    return list(resources.values())
-
-
 async def _entries(holder: str | None) -> list[LockEntry]:
+    from procbus.config import load_settings
+    from procbus.db import create_pool
+    from procbus.locks.table import LockTable
+    from procbus.stack.addresses import resolve_addresses
+
     pool = await create_pool(
-        resolve_endpoints(load_settings()).database_url, min_size=1, max_size=1
+        resolve_addresses(load_settings()).database_url, min_size=1, max_size=1
     )
     try:
         return await LockTable(pool).list_locks(holder)
@@ -56,6 +44,8 @@ def list_locks(
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Every lock: resource, mode, holder (procedure ID), fencing token, lease; then waiters."""
+    from procbus.locks.models import by_resource
+
     resources = by_resource(asyncio.run(_entries(holder)))
     if json_output:
         print_json([resource.model_dump(mode="json") for resource in resources])
@@ -63,6 +53,8 @@ def list_locks(
     if not resources:
         console.print("no locks held or waited for")
         return
+    from rich.table import Table
+
     now = datetime.now(UTC)
     table = Table(show_header=True)
     for column in ("resource", "mode", "holder", "token", "lease", "state"):

@@ -1,0 +1,174 @@
+"""`procbus namespace|table ...`: start the table procedures, read the catalog.
+
+Starting needs only Temporal: the input is checked here by the same `check()` the procedure
+runs (a bad name never starts anything); whether the namespace or table exists is the
+procedure's preflight to say, as it says to a `temporal` CLI user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import typer
+
+from starter.output import console, print_json
+from starter.procedures import ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
+
+if TYPE_CHECKING:
+    from procbus.lakehouse.catalog import Catalog
+
+namespace_app = typer.Typer(help="Namespaces of the lake catalog.", no_args_is_help=True)
+table_app = typer.Typer(help="Tables of the lake catalog.", no_args_is_help=True)
+
+
+@contextlib.asynccontextmanager
+async def catalog() -> AsyncIterator[Catalog]:
+    """The catalog on the configured (or running) stack's database; no Temporal needed."""
+    from procbus.config import load_settings
+    from procbus.db import create_pool
+    from procbus.lakehouse.catalog import Catalog
+    from procbus.stack.addresses import resolve_addresses
+
+    pool = await create_pool(
+        resolve_addresses(load_settings()).database_url, min_size=1, max_size=2
+    )
+    try:
+        yield Catalog(pool)
+    finally:
+        await pool.close()
+
+
+# ---- namespaces ----
+
+
+@namespace_app.command("create")
+def namespace_create(
+    name: str,
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Start a CreateNamespace procedure."""
+    from procbus.lakehouse.models import CreateNamespaceInput
+
+    request = CreateNamespaceInput(namespace=name)
+    request.check()
+    run_command(start("CreateNamespace", name, request, procedure_id, wait, json_output))
+
+
+@namespace_app.command("delete")
+def namespace_delete(
+    name: str,
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Start a DeleteNamespace procedure (refused while the namespace holds tables)."""
+    from procbus.lakehouse.models import DeleteNamespaceInput
+
+    request = DeleteNamespaceInput(namespace=name)
+    request.check()
+    run_command(start("DeleteNamespace", name, request, procedure_id, wait, json_output))
+
+
+# ---- tables ----
+
+
+@table_app.command("create")
+def table_create(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
+    schema: str = typer.Option(
+        ..., "--schema", help="NAME:TYPE pairs, e.g. 'id:bigint,ts:timestamp'"
+    ),
+    partition_by: list[str] = typer.Option(
+        [], "--partition-by", help="A partition column (repeatable)."
+    ),
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Start a CreateTable procedure: layout, catalog, cache, event; undone if any step fails."""
+    from procbus.lakehouse.models import CreateTableInput
+
+    request = CreateTableInput(table=name, columns=schema, partition_by=partition_by)
+    request.check()
+    run_command(start("CreateTable", name, request, procedure_id, wait, json_output))
+
+
+@table_app.command("delete")
+def table_delete(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Start a DeleteTable procedure: the catalog removal is the point of no return."""
+    from procbus.lakehouse.models import DeleteTableInput
+
+    request = DeleteTableInput(table=name)
+    request.check()
+    run_command(start("DeleteTable", name, request, procedure_id, wait, json_output))
+
+
+@table_app.command("describe")
+def table_describe(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"), json_output: bool = JSON_OPTION
+) -> None:
+    """A table's schema, partitioning, location and the procedure that created it."""
+
+    async def run() -> int:
+        from rich.table import Table
+
+        from procbus.errors import ProcbusError
+        from procbus.lakehouse.names import parse_table_name
+
+        namespace, table_name = parse_table_name(name)
+        async with catalog() as tables:
+            table = await tables.get_table(namespace, table_name)
+        if table is None:
+            raise ProcbusError(f"table {name!r} does not exist")
+        if json_output:
+            print_json(table)
+            return 0
+        console.print(f"[bold]{table.qualified_name}[/]  at {table.location}", highlight=False)
+        grid = Table("column", "type", "partition")
+        for column in table.columns:
+            grid.add_row(
+                column.name, column.type, "yes" if column.name in table.partition_by else ""
+            )
+        console.print(grid)
+        console.print(f"created by {table.created_by} at {table.created_at}", highlight=False)
+        return 0
+
+    run_command(run())
+
+
+@table_app.command("list")
+def table_list(
+    namespace: str | None = typer.Option(None, "--namespace", help="Only this namespace."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Every table in the catalog."""
+
+    async def run() -> int:
+        from rich.table import Table
+
+        async with catalog() as tables:
+            found = await tables.list_tables(namespace)
+        if json_output:
+            print_json([table.model_dump(mode="json") for table in found])
+            return 0
+        grid = Table("table", "columns", "partitioned by", "created by")
+        for table in found:
+            grid.add_row(
+                table.qualified_name,
+                ", ".join(f"{c.name}:{c.type}" for c in table.columns),
+                ", ".join(table.partition_by),
+                table.created_by,
+            )
+        console.print(grid)
+        return 0
+
+    run_command(run())

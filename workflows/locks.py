@@ -1,0 +1,206 @@
+"""A procedure's side of the lock table: workflow code only, deterministic, no I/O.
+
+It plans the lock set (the declared locks, expanded, less what a parent already holds), queues
+for it and waits (WAITING) until everything is granted or the lock timeout passes, keeps the
+leases renewed by a heartbeating activity while the procedure runs, hands the grants to child
+procedures and releases everything after the compensations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from procbus.errors import ErrorType, LockTimeout
+    from procbus.locks.models import (
+        Fence,
+        HoldRequest,
+        HoldResult,
+        LockGrant,
+        LockSetRequest,
+        LockSetState,
+        LockSpec,
+        ReleaseRequest,
+        covering_grant,
+        fence_for,
+    )
+    from procbus.locks.modes import LockMode, expand
+    from procbus.procedures.ids import lease_keeper_id
+    from procbus.procedures.models import (
+        ProcedureCarry,
+        ProcedureInput,
+        ProcedureState,
+        ProcedureStatus,
+    )
+
+# A waiting procedure is told when a release grants it something; it also asks again at this
+# pace, because a lease that runs out frees a lock without anyone to tell.
+LOCK_POLL_FIRST_WAIT = timedelta(milliseconds=250)
+LOCK_POLL_MAX_WAIT = timedelta(seconds=5)
+LOCK_CALL_TIMEOUT = timedelta(seconds=30)
+
+
+class ProcedureLocks:
+    def __init__(
+        self,
+        carry: ProcedureCarry,
+        *,
+        set_state: Callable[[ProcedureState], None],
+        before_local_activity: Callable[[], Awaitable[None]],
+        on_lost: Callable[[BaseException], None],
+    ) -> None:
+        self._carry = carry
+        self._set_state = set_state
+        self._before_local_activity = before_local_activity
+        self._on_lost = on_lost
+        self.request: LockSetRequest | None = None
+        self.inherited: list[LockGrant] = []
+        self._in_lock_table = False  # queued or granted: must be released at the end
+        self._changed = False
+        self._keeper: asyncio.Task[None] | None = None
+
+    @property
+    def _status(self) -> ProcedureStatus:
+        return self._carry.status
+
+    def plan(self, declared: Sequence[tuple[str, LockMode | str]], request: ProcedureInput) -> None:
+        """The locks to queue for: the declared ones, less what a parent already holds.
+        LockError for a bad path or mode."""
+        wanted = expand(declared)
+        self.inherited = list(request.inherited_locks)
+        own = [
+            LockSpec(resource=lock.path, mode=lock.mode)
+            for lock in wanted
+            if covering_grant(self.inherited, lock.path, lock.mode) is None
+        ]
+        if own:
+            self.request = LockSetRequest(
+                holder=self._status.procedure_id,
+                locks=own,
+                family=list(request.lock_family),
+                lease_seconds=request.lock_lease_seconds,
+            )
+
+    def fence(self, resource: str) -> Fence | None:
+        """The fence a write to `resource` carries (None if no lock held covers it)."""
+        return fence_for(self._status.locks + self.inherited, resource)
+
+    def for_children(self) -> list[LockGrant]:
+        """What children inherit: this procedure's grants and the ones it inherited."""
+        return self._status.locks + self.inherited
+
+    def changed(self) -> None:
+        """A release granted this procedure something: ask again at once."""
+        self._changed = True
+
+    async def take(self, timeout_seconds: float) -> None:
+        """Queue for the locks and wait (WAITING) until all are granted; LockTimeout when
+        they are not granted in time."""
+        lock_request = self.request
+        if lock_request is None:
+            return
+        if self._status.locks:  # carried over from the run before continue-as-new
+            self._in_lock_table = True
+            self._keep(lock_request)
+            return
+        give_up_at = workflow.now() + timedelta(seconds=timeout_seconds)
+        poll = LOCK_POLL_FIRST_WAIT
+        max_poll = min(LOCK_POLL_MAX_WAIT, timedelta(seconds=lock_request.lease_seconds / 3))
+        while True:
+            self._changed = False
+            self._in_lock_table = True
+            await self._before_local_activity()
+            state: LockSetState = await workflow.execute_local_activity(
+                "acquire_locks",
+                lock_request,
+                result_type=LockSetState,
+                start_to_close_timeout=LOCK_CALL_TIMEOUT,
+            )
+            if state.granted:
+                break
+            self._status.waiting_for = [wait.describe() for wait in state.waiting]
+            if self._status.state is not ProcedureState.WAITING:
+                self._set_state(ProcedureState.WAITING)
+            left = give_up_at - workflow.now()
+            if left <= timedelta(0):
+                raise LockTimeout(
+                    f"waited {timeout_seconds:g} s for " + "; ".join(self._status.waiting_for)
+                )
+            try:
+                await workflow.wait_condition(
+                    lambda: self._changed, timeout=min(poll, left), timeout_summary="locks"
+                )
+            except TimeoutError:
+                poll = min(poll * 2, max_poll)
+        self._status.waiting_for = []
+        self._status.locks = state.grants
+        self._carry.leased_until = state.lease_expires_at
+        if self._status.state is ProcedureState.WAITING:
+            self._set_state(ProcedureState.RUNNING)
+        self._keep(lock_request)
+
+    def _keep(self, lock_request: LockSetRequest) -> None:
+        self._keeper = asyncio.create_task(self._keep_leases(lock_request))
+
+    async def _keep_leases(self, lock_request: LockSetRequest) -> None:
+        """Keep the leases renewed; if they were lost anyway, roll back (before the pivot)."""
+        lease = timedelta(seconds=lock_request.lease_seconds)
+        try:
+            # The grant's lease covers the first third: a short procedure never renews at all.
+            await workflow.sleep(lease / 3, summary="renew the locks' leases from here on")
+            for part in itertools.count(1):  # each run of the activity is bounded; start the next
+                request = HoldRequest(
+                    holder=lock_request.holder,
+                    grants=self._status.locks,
+                    lease_seconds=lock_request.lease_seconds,
+                    leased_until=self._carry.leased_until,
+                )
+                held: HoldResult = await workflow.execute_activity(
+                    "hold_locks",
+                    request,
+                    result_type=HoldResult,
+                    activity_id=lease_keeper_id(self._status.runs, part),
+                    start_to_close_timeout=timedelta(seconds=request.max_seconds) + lease,
+                    # Shorter than the lease: a worker that dies is replaced before it runs out.
+                    heartbeat_timeout=lease / 2,
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(milliseconds=200),
+                        maximum_interval=lease / 4,
+                        non_retryable_error_types=[ErrorType.LOCK_LOST.value],
+                    ),
+                    cancellation_type=ActivityCancellationType.TRY_CANCEL,
+                    summary="keep the locks' leases renewed",
+                )
+                if held.leased_until is None:
+                    return  # released
+                self._carry.leased_until = held.leased_until
+        except ActivityError as error:
+            if isinstance(error.cause, CancelledError):
+                return
+            self._on_lost(error)
+
+    async def release(self) -> None:
+        """Release every lock and queue place; the keeper stops first."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
+        if not self._in_lock_table:
+            return
+        await self._before_local_activity()
+        await workflow.execute_local_activity(
+            "release_locks",
+            ReleaseRequest(holder=self._status.procedure_id),
+            start_to_close_timeout=LOCK_CALL_TIMEOUT,
+            summary="release the locks",
+        )
+        self._in_lock_table = False
+        self._status.locks = []
+        self._carry.leased_until = None
