@@ -36,6 +36,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: install check-java
 	@for benchmark in bench/*.py; do echo "== $$benchmark"; $(BIN)/python $$benchmark || exit 1; done
