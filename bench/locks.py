@@ -1,10 +1,10 @@
 """What the locks cost.
 
 (1) Uncontended acquire + release of a 3-level lock set (IX namespace, IX table, X partition)
-    by 8 concurrent clients, each on its own namespace, against bare PostgreSQL transactions
-    taking pg_advisory_xact_lock on the same 3 keys. Goal: >= 0.5x the advisory-lock rate.
-    Also shown: the floor of any lock kept in a table, the same 3 rows inserted into a copy of
-    the lock table and deleted again, in as many calls, with no lock logic at all.
+    by 8 concurrent clients, each on its own namespace, against the floor of any lock kept in
+    rows: the same 3 rows inserted into a copy of the lock table and deleted again, in as many
+    calls, with no lock logic at all. Goal: >= 0.85x that floor. Also shown: bare PostgreSQL
+    transactions taking pg_advisory_xact_lock on the same 3 keys (in memory, no rows).
 (2) A 5-step procedure that takes its locks (IX namespace + X table, queued, leased, released)
     against the same procedure without locks, N at a time. Goal: <= 1.2x wall time.
 Both sides of each run in the same process on the same servers, alternating. Last line: JSON.
@@ -165,9 +165,10 @@ async def main() -> dict[str, float | int]:
         "clients": CLIENTS,
         "advisory_lock_sets_per_s": round(advisory_rate, 1),
         "procbus_lock_sets_per_s": round(lock_rate, 1),
-        "ratio_locks_to_advisory": round(lock_rate / advisory_rate, 3),
-        "goal_ratio_locks_at_least": 0.5,
         "row_writes_only_sets_per_s": round(floor_rate, 1),
+        "ratio_locks_to_row_writes": round(lock_rate / floor_rate, 3),
+        "goal_ratio_locks_to_row_writes_at_least": 0.85,
+        "ratio_locks_to_advisory": round(lock_rate / advisory_rate, 3),
         "ratio_row_writes_only_to_advisory": round(floor_rate / advisory_rate, 3),
         "procedures": PROCEDURES,
         "concurrency": CONCURRENCY,
