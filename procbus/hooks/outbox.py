@@ -34,6 +34,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.db.queries import load_queries
+from procbus.temporal.payloads import WorkflowInput
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ BATCH = 100
 SWEEP_SCHEDULE_ID = "procbus-outbox-sweep"
 
 
-class SweepRequest(BaseModel):
+class SweepRequest(WorkflowInput):
     """Input of the OutboxSweep workflow: perform up to this many rows left behind."""
 
     limit: int = 1000

@@ -15,10 +15,13 @@ from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.errors import ProcbusError
@@ -68,15 +71,41 @@ async def start_procedure(
 
 
 async def procedure_status(client: Client, procedure_id: str) -> ProcedureStatus:
+    handle = client.get_workflow_handle(procedure_id)
     try:
-        status: ProcedureStatus = await client.get_workflow_handle(procedure_id).query(
-            "status", result_type=ProcedureStatus
-        )
+        status: ProcedureStatus = await handle.query("status", result_type=ProcedureStatus)
         return status
+    except WorkflowQueryFailedError as error:
+        # No status to ask: the run failed before its code ran (its input was refused).
+        return await _status_of_unstarted(handle, error)
     except RPCError as error:
         if error.status is RPCStatusCode.NOT_FOUND:
             raise ProcbusError(f"no procedure with ID {procedure_id!r}") from None
         raise ProcbusError(f"cannot read procedure {procedure_id!r}: {error.message}") from None
+
+
+async def _status_of_unstarted(
+    handle: WorkflowHandle[object, object], query_error: WorkflowQueryFailedError
+) -> ProcedureStatus:
+    description = await handle.describe()
+    if description.status is not WorkflowExecutionStatus.FAILED:
+        raise ProcbusError(f"cannot read procedure {handle.id!r}: {query_error}") from None
+    try:
+        await handle.result()
+    except WorkflowFailureError as failed:
+        cause = failed.cause
+        error = (
+            f"{cause.type}: {cause.message}" if isinstance(cause, ApplicationError) else str(cause)
+        )
+    else:  # pragma: no cover - a FAILED run always raises
+        error = str(query_error)
+    return ProcedureStatus(
+        procedure_id=handle.id,
+        procedure_type=description.workflow_type,
+        target="",
+        state=ProcedureState.FAILED,
+        error=error,
+    )
 
 
 async def list_procedures(

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
+from procbus.temporal.payloads import WorkflowInput
 
 
 class ProcedureState(StrEnum):
@@ -44,7 +45,7 @@ class SkippedCompensation(BaseModel):
     error: str | None = None
 
 
-class ProcedureInput(BaseModel):
+class ProcedureInput(WorkflowInput):
     """Base of every procedure's input; procedures add their own fields."""
 
     deadline_seconds: float | None = Field(

@@ -12,9 +12,10 @@ import asyncpg
 from pydantic import BaseModel, Field
 
 from procbus.db.queries import load_queries
+from procbus.temporal.payloads import WorkflowInput
 
 
-class StackCheckInput(BaseModel):
+class StackCheckInput(WorkflowInput):
     """Input of the StackCheck workflow and of its activity."""
 
     check_id: str = Field(min_length=1, max_length=200, description="idempotency key of the row")

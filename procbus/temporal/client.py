@@ -6,7 +6,6 @@ import logging
 from functools import cache
 
 from temporalio.client import Client, TLSConfig
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
@@ -18,6 +17,7 @@ from temporalio.service import RPCError
 
 from procbus.config import Settings
 from procbus.errors import StackError
+from procbus.temporal.payloads import procbus_data_converter
 
 
 class _DropLateActivityCompletion(logging.Filter):
@@ -75,7 +75,7 @@ async def connect_client(address: str, namespace: str, settings: Settings | None
             namespace=namespace,
             tls=tls,
             api_key=api_key,
-            data_converter=pydantic_data_converter,
+            data_converter=procbus_data_converter,
             runtime=procbus_runtime(),
         )
     except RuntimeError as error:  # the core SDK reports an unreachable server this way
