@@ -28,6 +28,8 @@ from temporalio.client import (
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
 )
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -43,6 +45,9 @@ CLAIM_SECONDS = 30.0
 RETRY_AFTER_SECONDS = 2.0
 BATCH = 100
 SWEEP_SCHEDULE_ID = "procbus-outbox-sweep"
+# Every worker's relay loop sweeps all the time; the Schedule is the safety net behind them, and
+# rare, so the Temporal UI's workflow list shows procedures, not a sweep a minute.
+SWEEP_EVERY = timedelta(hours=1)
 
 
 class SweepRequest(WorkflowInput):
@@ -192,18 +197,34 @@ class OutboxRelay:
 
 
 async def ensure_sweep_schedule(
-    client: Client, task_queue: str, every: timedelta = timedelta(minutes=1)
+    client: Client, task_queue: str, every: timedelta = SWEEP_EVERY
 ) -> None:
-    """The Temporal Schedule that starts OutboxSweep periodically (created once, kept)."""
+    """The Temporal Schedule that starts OutboxSweep every `every`: created once, kept; one
+    made with another interval (procbus used to sweep every minute) is brought to this one."""
+    spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
             "OutboxSweep",
-            {"limit": 1000},
+            SweepRequest(limit=1000),
             id="procbus-outbox-sweep-run",
             task_queue=task_queue,
+            static_summary="procbus: perform committed outbox rows that no relay performed",
         ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        spec=spec,
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
-    with contextlib.suppress(ScheduleAlreadyRunningError):  # created by an earlier start
+    try:
         await client.create_schedule(SWEEP_SCHEDULE_ID, schedule)
+        return
+    except ScheduleAlreadyRunningError:  # created by an earlier start
+        pass
+    handle = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
+    existing = await handle.describe()
+    if [interval.every for interval in existing.schedule.spec.intervals] == [every]:
+        return
+
+    def new_interval(current: ScheduleUpdateInput) -> ScheduleUpdate:
+        current.description.schedule.spec = spec
+        return ScheduleUpdate(schedule=current.description.schedule)
+
+    await handle.update(new_interval)
