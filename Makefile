@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test dev lint bench install check-java clean
+.PHONY: demo test dev lint bench install check-java check-chromium clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,24 @@ check-java:
 	  echo "or 'brew install openjdk@17' (macOS), then run this again."; \
 	  exit 1; }
 
+# The Temporal UI test drives the system Chromium headless; Debian's package, installed here
+# when missing and allowed (root with apt-get), else a message saying how.
+check-chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Chromium (Debian package chromium) for the Temporal UI test ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	      || { echo "could not install Chromium with apt-get"; exit 1; }; \
+	  else \
+	    echo "Chromium is missing: the Temporal UI test drives it headless."; \
+	    echo "Install it, e.g. 'sudo apt-get install -y chromium' (Debian/Ubuntu), then run this again."; \
+	    exit 1; \
+	  fi; }
+
 demo: install check-java
 	$(BIN)/procbus demo
 
-test: install check-java
+test: install check-java check-chromium
 	$(BIN)/python -m pytest -q
 
 dev: install check-java

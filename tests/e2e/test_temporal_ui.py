@@ -1,0 +1,93 @@
+"""The Temporal UI of the embedded stack, as a person sees it, in headless Chromium (Debian's
+`chromium`, driven by Playwright; no browser is downloaded)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.conftest import DevStack, procbus
+
+# Flags for a closed network: no background connections, no first-run pages, no updates.
+CHROMIUM_FLAGS = [
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+UI_TIMEOUT_MS = 30_000
+
+
+def chromium_path() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert found, (
+        "Chromium is missing; the Temporal UI test drives it headless. `make test` installs it "
+        "when run as root; otherwise: sudo apt-get install -y chromium"
+    )
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    flags = CHROMIUM_FLAGS + (["--no-sandbox"] if os.geteuid() == 0 else [])
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium_path(), args=flags)
+        yield launched
+        launched.close()
+
+
+def ok(stack: DevStack, *args: str) -> str:
+    result = procbus(stack.env, *args)
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result.stdout
+
+
+def test_the_ui_shows_procedures_their_steps_and_the_schedules(
+    dev_stack: DevStack, browser: Browser
+) -> None:
+    dev_stack.start()
+    ok(dev_stack, "namespace", "create", "sales", "--wait")
+    created = ok(dev_stack, "table", "create", "sales.orders", "--schema", "id:bigint", "--wait")
+    table_id = created.split()[0]
+    refused = procbus(dev_stack.env, "namespace", "create", "sales", "--wait")  # exists
+    refused_id = refused.stdout.split()[0]
+    ui = str(dev_stack.stack()["ui_url"])
+    page: Page = browser.new_page(viewport={"width": 1600, "height": 1200})
+    page.set_default_timeout(UI_TIMEOUT_MS)
+
+    # The workflows page lists the procedures, not a flood of sweeps.
+    page.goto(f"{ui}/namespaces/default/workflows")
+    rows = page.locator("tr", has_text="CreateTable")
+    expect(page.get_by_text(table_id).first).to_be_visible()
+    expect(page.get_by_text(refused_id).first).to_be_visible()
+    assert rows.count() >= 1
+    assert page.locator("tr", has_text="OutboxSweep").count() <= 1  # hourly at most
+
+    # A query on ProcedureState finds each procedure by its state.
+    query = quote('ProcedureState = "ROLLED_BACK"')
+    page.goto(f"{ui}/namespaces/default/workflows?query={query}")
+    expect(page.get_by_text(refused_id).first).to_be_visible()
+    expect(page.get_by_text(table_id)).to_have_count(0)
+
+    # A procedure's page: the summary of each step, and the current details line.
+    page.goto(f"{ui}/namespaces/default/workflows/{table_id}")
+    expect(page.get_by_text("add sales.orders to the catalog").first).to_be_visible()
+    expect(page.get_by_text("record TableCreated for delivery").first).to_be_visible()
+    page.get_by_text("User Metadata").click()
+    # Summary and current details are markdown, each rendered in its own frame.
+    summary, details = page.frame_locator("iframe").first, page.frame_locator("iframe").last
+    expect(summary.get_by_text("CreateTable sales.orders")).to_be_visible()
+    expect(details.get_by_text("SUCCEEDED")).to_be_visible()
+    expect(details.get_by_text("5 steps done")).to_be_visible()
+
+    # The Schedules page lists procbus's schedule, hourly.
+    page.goto(f"{ui}/namespaces/default/schedules")
+    expect(page.get_by_text("procbus-outbox-sweep").first).to_be_visible()
+    expect(page.get_by_text("Every 1 hour").first).to_be_visible()
+    page.close()
