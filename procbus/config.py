@@ -57,6 +57,18 @@ class Settings(BaseSettings):
         default=0, ge=0, le=65535, description="embedded PostgreSQL port; 0: any free port"
     )
 
+    metrics_port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Prometheus metrics on METRICS_HOST:PORT/metrics; unset: none for `procbus "
+        "worker`, 9090 for `procbus dev`",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        description="address the metrics endpoint binds (0.0.0.0 in a container)",
+    )
+
     faults: str | None = Field(
         default=None,
         description="fault injection for drills, e.g. CreateTable.add_to_catalog:fail_after",
@@ -134,6 +146,11 @@ class Settings(BaseSettings):
     @property
     def warehouse_root(self) -> Path:
         return self.warehouse if self.warehouse is not None else self.state_dir / "warehouse"
+
+    def metrics_address(self, default_port: int | None = None) -> str | None:
+        """host:port of the metrics endpoint, or None for none."""
+        port = self.metrics_port or default_port
+        return f"{self.metrics_host}:{port}" if port else None
 
     @property
     def uses_tls(self) -> bool:

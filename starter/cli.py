@@ -85,6 +85,7 @@ def status(json_output: bool = JSON_OPTION) -> None:
             ("Web UI", result.ui_url),
             ("database", result.database_url),
             ("task queue", result.task_queue),
+            ("metrics", result.metrics_url),
         ):
             if value:
                 console.print(f"{label:<11}{value}", highlight=False)

@@ -10,11 +10,15 @@ from procbus.stack.embedded import EmbeddedServices
 from starter.output import console
 from worker import serve, stopped_by_signals
 
+# Where `procbus dev` serves Prometheus metrics unless PROCBUS_METRICS_PORT says otherwise.
+DEV_METRICS_PORT = 9090
+
 
 async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
     stop = asyncio.Event()
+    metrics_address = settings.metrics_address(default_port=DEV_METRICS_PORT)
     with stopped_by_signals(stop):
-        async with EmbeddedServices(settings) as services:
+        async with EmbeddedServices(settings, metrics_address=metrics_address) as services:
             assert services.info is not None
             info = services.info
 
@@ -26,8 +30,15 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
                 console.print(f"  Web UI     {info.ui_url}")
                 console.print(f"  PostgreSQL {info.database_url}")
                 console.print(f"  worker     task queue {info.task_queue}")
+                console.print(f"  metrics    {info.metrics_url}")
                 console.print("Ctrl-C stops everything.", style="dim")
 
-            await serve(settings, embedded_addresses(info), stop, on_ready=announce)
+            await serve(
+                settings,
+                embedded_addresses(info),
+                stop,
+                on_ready=announce,
+                metrics_address=metrics_address,
+            )
             if not quiet:
                 console.print("stopping ...", style="dim")

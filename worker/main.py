@@ -25,9 +25,10 @@ from procbus.db import create_pool
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
-from procbus.temporal.client import connect_client
+from procbus.temporal.client import connect_client, procbus_runtime
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.temporal.faults import Fault, FaultInterceptor, parse_faults
+from procbus.temporal.metrics import OutboxMetrics
 from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
@@ -82,10 +83,18 @@ async def serve(
     services: ServiceAddresses,
     stop: asyncio.Event,
     on_ready: Callable[[], None] | None = None,
+    *,
+    metrics_address: str | None = None,
 ) -> None:
     """Run a worker on `services` until `stop` is set: the workflows and activities, the
-    outbox relay loop, and the Temporal Schedule that sweeps what a dead relay left."""
-    client = await connect_client(services.temporal_address, services.namespace, settings)
+    outbox relay loop, and the Temporal Schedule that sweeps what a dead relay left; with
+    `metrics_address`, Prometheus metrics there (the SDK's and procbus's)."""
+    client = await connect_client(
+        services.temporal_address, services.namespace, settings, metrics_address=metrics_address
+    )
+    metrics = None
+    if metrics_address is not None:
+        metrics = OutboxMetrics(procbus_runtime(metrics_address).metric_meter)
     pool = await create_pool(services.database_url)
     try:
         async with build_worker(
@@ -99,7 +108,7 @@ async def serve(
             if on_ready is not None:
                 on_ready()
             # Performs durable calls whose process died between commit and relay.
-            await OutboxRelay(client, pool, services.task_queue).run(stop)
+            await OutboxRelay(client, pool, services.task_queue, metrics).run(stop)
     finally:
         await pool.close()
 
@@ -122,4 +131,6 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     """`procbus worker`: serve the configured services until SIGINT/SIGTERM (or `stop`)."""
     stop = stop or asyncio.Event()
     with stopped_by_signals(stop):
-        await serve(settings, resolve_addresses(settings), stop)
+        await serve(
+            settings, resolve_addresses(settings), stop, metrics_address=settings.metrics_address()
+        )

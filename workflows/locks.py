@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         ProcedureState,
         ProcedureStatus,
     )
+    from procbus.temporal.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS
 
 # A waiting procedure is told when a release grants it something; it also asks again at this
 # pace, because a lease that runs out frees a lock without anyone to tell.
@@ -111,7 +112,9 @@ class ProcedureLocks:
             self._in_lock_table = True
             self._keep(lock_request)
             return
-        give_up_at = workflow.now() + timedelta(seconds=timeout_seconds)
+        queued_at = workflow.now()
+        give_up_at = queued_at + timedelta(seconds=timeout_seconds)
+        waited = False
         poll = LOCK_POLL_FIRST_WAIT
         max_poll = min(LOCK_POLL_MAX_WAIT, timedelta(seconds=lock_request.lease_seconds / 3))
         while True:
@@ -127,6 +130,7 @@ class ProcedureLocks:
             if state.granted:
                 break
             self._status.waiting_for = [wait.describe() for wait in state.waiting]
+            waited = True
             if self._status.state is not ProcedureState.WAITING:
                 self._set_state(ProcedureState.WAITING)
             left = give_up_at - workflow.now()
@@ -142,10 +146,20 @@ class ProcedureLocks:
                 poll = min(poll * 2, max_poll)
         self._status.waiting_for = []
         self._status.locks = state.grants
+        self._record_wait(workflow.now() - queued_at, waited)
         self._carry.leased_until = state.lease_expires_at
         if self._status.state is ProcedureState.WAITING:
             self._set_state(ProcedureState.RUNNING)
         self._keep(lock_request)
+
+    @staticmethod
+    def _record_wait(wait: timedelta, waited: bool) -> None:
+        meter = workflow.metric_meter()
+        meter.create_histogram_float(
+            LOCK_WAIT_SECONDS, "from queueing for the locks to holding them all", "s"
+        ).record(wait.total_seconds())
+        if waited:
+            meter.create_counter(LOCK_WAITS, "procedures that had to wait for their locks").add(1)
 
     def _keep(self, lock_request: LockSetRequest) -> None:
         self._keeper = asyncio.create_task(self._keep_leases(lock_request))

@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         SkipRequest,
     )
     from procbus.temporal.errors import application_error
+    from procbus.temporal.metrics import PROCEDURE_STATES
     from procbus.temporal.search_attributes import (
         PROCEDURE_STATE,
         PROCEDURE_TARGET,
@@ -537,6 +538,10 @@ class Procedure(Generic[InputT, ResultT]):
     def _set_state(self, state: ProcedureState) -> None:
         self.status.state = state
         workflow.upsert_search_attributes([PROCEDURE_STATE.value_set(state.value)])
+        # Labelled with workflow_type by the meter; not recorded while replaying.
+        workflow.metric_meter().create_counter(
+            PROCEDURE_STATES, "procedures entering each state"
+        ).add(1, {"state": state.value})
         running = f", running {self.status.step_running}" if self.status.step_running else ""
         waiting = (
             f", waiting for {'; '.join(self.status.waiting_for)}"

@@ -36,6 +36,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.db.queries import load_queries
+from procbus.temporal.metrics import OutboxMetrics
 from procbus.temporal.payloads import WorkflowInput
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ QUERIES = "procbus.hooks"
 CLAIM_SECONDS = 30.0
 RETRY_AFTER_SECONDS = 2.0
 BATCH = 100
+# How often the relay loop reports the backlog (a count over the pending rows' index).
+BACKLOG_EVERY_SECONDS = 5.0
 SWEEP_SCHEDULE_ID = "procbus-outbox-sweep"
 # Every worker's relay loop sweeps all the time; the Schedule is the safety net behind them, and
 # rare, so the Temporal UI's workflow list shows procedures, not a sweep a minute.
@@ -76,10 +79,17 @@ class OutboxRow:
 class OutboxRelay:
     """Performs outbox rows: the ones a transaction just committed, and any left behind."""
 
-    def __init__(self, client: Client, pool: asyncpg.Pool, default_task_queue: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        pool: asyncpg.Pool,
+        default_task_queue: str,
+        metrics: OutboxMetrics | None = None,
+    ) -> None:
         self.client = client
         self.pool = pool
         self.default_task_queue = default_task_queue
+        self.metrics = metrics
         self.queries = load_queries(QUERIES)
 
     async def claim(self, limit: int = BATCH, ids: list[int] | None = None) -> list[OutboxRow]:
@@ -107,6 +117,12 @@ class OutboxRelay:
         rows = await self.claim(limit)
         outcomes = await asyncio.gather(*(self._call_logged(row) for row in rows))
         done = [(row.id, run_id) for row, (ok, run_id) in zip(rows, outcomes, strict=True) if ok]
+        if self.metrics is not None:
+            for row, (ok, _) in zip(rows, outcomes, strict=True):
+                if ok:
+                    self.metrics.performed.add(1, {"kind": row.kind})
+                else:
+                    self.metrics.failures.add(1)
         if done:
             # One statement for the whole sweep; a relay that dies before it only repeats calls
             # Temporal deduplicates (the row's workflow ID, the signal's request ID).
@@ -185,9 +201,14 @@ class OutboxRelay:
 
     async def run(self, stop: asyncio.Event, interval: float = 0.5) -> None:
         """The worker's relay loop: sweep until `stop` is set."""
+        loop = asyncio.get_running_loop()
+        backlog_due = loop.time()
         while not stop.is_set():
             try:
                 done = await self.sweep()
+                if self.metrics is not None and loop.time() >= backlog_due:
+                    self.metrics.backlog.set(await self.pending())
+                    backlog_due = loop.time() + BACKLOG_EVERY_SECONDS
             except Exception as error:  # the database may be restarting: try again soon
                 log.warning("outbox sweep failed: %s", error)
                 done = 0

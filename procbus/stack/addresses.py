@@ -22,6 +22,12 @@ class ServiceAddresses:
     database_url: str
     ui_url: str | None
     source: Literal["settings", "embedded"]
+    metrics_url: str | None = None  # where the worker serves Prometheus metrics, if it does
+
+
+def metrics_url(metrics_address: str | None) -> str | None:
+    """The URL Prometheus scrapes for a metrics endpoint on host:port."""
+    return f"http://{metrics_address}/metrics" if metrics_address else None
 
 
 def mask_password(url: str) -> str:
@@ -44,6 +50,7 @@ def resolve_addresses(settings: Settings) -> ServiceAddresses:
             database_url,
             None,
             "settings",
+            metrics_url(settings.metrics_address()),
         )
     stack = read_live_stack(settings.state_dir)
     if stack is None:
@@ -61,6 +68,7 @@ def resolve_addresses(settings: Settings) -> ServiceAddresses:
         database_url or stack.database_url,
         None if settings.temporal_address else stack.ui_url,
         "embedded",
+        metrics_url(settings.metrics_address()) or stack.metrics_url,
     )
 
 
@@ -73,4 +81,5 @@ def embedded_addresses(info: StackInfo) -> ServiceAddresses:
         info.database_url,
         info.ui_url,
         "embedded",
+        info.metrics_url,
     )

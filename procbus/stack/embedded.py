@@ -14,6 +14,7 @@ from procbus.config import Settings
 from procbus.db import connect
 from procbus.db.migrate import migrate
 from procbus.errors import StackError
+from procbus.stack.addresses import metrics_url
 from procbus.stack.postgres import EmbeddedPostgres
 from procbus.stack.processes import free_port, port_is_free, require_free_port
 from procbus.stack.state import StackInfo, StackLock, remove_stack, write_stack
@@ -44,8 +45,10 @@ async def migrate_database(database_url: str) -> list[str]:
 class EmbeddedServices:
     """Start with `async with`: holds STATE_DIR, runs both servers, publishes stack.json."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, metrics_address: str | None = None) -> None:
         self.settings = settings
+        # Where the worker that runs beside this stack serves metrics (procbus dev), if any.
+        self.metrics_address = metrics_address
         self.state_dir = settings.state_dir.resolve()
         self.lock = StackLock(self.state_dir)
         self.postgres: EmbeddedPostgres | None = None
@@ -80,6 +83,8 @@ class EmbeddedServices:
         settings = self.settings
         require_free_port(settings.dev_temporal_port, "PROCBUS_DEV_TEMPORAL_PORT")
         require_free_port(settings.dev_ui_port, "PROCBUS_DEV_UI_PORT")
+        if self.metrics_address is not None:
+            require_free_port(int(self.metrics_address.rsplit(":", 1)[1]), "PROCBUS_METRICS_PORT")
         logs = self.state_dir / "logs"
         self.postgres = EmbeddedPostgres(
             self.state_dir / "postgres", self._postgres_port(), logs / "postgres.log"
@@ -113,6 +118,7 @@ class EmbeddedServices:
             postgres_pid=self.postgres.pid,
             temporal_pid=self.temporal.pid,
             started_at=datetime.now(UTC),
+            metrics_url=metrics_url(self.metrics_address),
         )
         write_stack(self.state_dir, self.info)
 

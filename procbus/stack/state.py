@@ -31,6 +31,7 @@ class StackInfo(BaseModel):
     postgres_pid: int
     temporal_pid: int
     started_at: datetime
+    metrics_url: str | None = None
 
 
 class StackLock:

@@ -37,6 +37,7 @@ class StackStatus(BaseModel):
     ui_url: str | None
     database_url: str | None
     task_queue: str | None
+    metrics_url: str | None = None
     components: list[ComponentStatus]
 
 
@@ -123,5 +124,6 @@ async def check_status(settings: Settings) -> StackStatus:
         ui_url=services.ui_url,
         database_url=mask_password(services.database_url),
         task_queue=services.task_queue,
+        metrics_url=services.metrics_url,
         components=components,
     )

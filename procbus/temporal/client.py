@@ -9,6 +9,7 @@ from temporalio.client import Client, TLSConfig
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
+    PrometheusConfig,
     Runtime,
     TelemetryConfig,
     TelemetryFilter,
@@ -29,20 +30,33 @@ class _DropLateActivityCompletion(logging.Filter):
 
 
 @cache
-def procbus_runtime() -> Runtime:
+def procbus_runtime(metrics_address: str | None = None) -> Runtime:
     """The Temporal runtime of procbus processes: the core SDK's logs go through Python logging
-    (stderr), never to stdout, where `--json` output goes."""
+    (stderr), never to stdout, where `--json` output goes. With `metrics_address` (host:port)
+    it serves Prometheus metrics there, the SDK's and procbus's (procbus.temporal.metrics)."""
     core_log = logging.getLogger("temporalio.core")
     core_log.addFilter(_DropLateActivityCompletion())
-    runtime = Runtime(
-        telemetry=TelemetryConfig(
-            logging=LoggingConfig(
-                filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
-                forwarding=LogForwardingConfig(logger=core_log),
+    metrics = None
+    if metrics_address is not None:
+        metrics = PrometheusConfig(
+            bind_address=metrics_address, counters_total_suffix=True, durations_as_seconds=True
+        )
+    try:
+        runtime = Runtime(
+            telemetry=TelemetryConfig(
+                logging=LoggingConfig(
+                    filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                    forwarding=LogForwardingConfig(logger=core_log),
+                ),
+                metrics=metrics,
             )
         )
-    )
-    Runtime.set_default(runtime, error_if_already_set=False)
+    except Exception as error:  # the core SDK binds the metrics port itself
+        raise StackError(
+            f"cannot serve metrics on {metrics_address} (PROCBUS_METRICS_PORT): {error}"
+        ) from None
+    if metrics_address is None:
+        Runtime.set_default(runtime, error_if_already_set=False)
     return runtime
 
 
@@ -61,8 +75,15 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
     )
 
 
-async def connect_client(address: str, namespace: str, settings: Settings | None = None) -> Client:
-    """A client whose payloads are pydantic models as JSON, so the `temporal` CLI can send them."""
+async def connect_client(
+    address: str,
+    namespace: str,
+    settings: Settings | None = None,
+    *,
+    metrics_address: str | None = None,
+) -> Client:
+    """A client whose payloads are pydantic models as JSON, so the `temporal` CLI can send them.
+    A worker built on it serves metrics on `metrics_address` when given."""
     tls: TLSConfig | bool = False
     api_key = None
     if settings is not None:
@@ -76,7 +97,7 @@ async def connect_client(address: str, namespace: str, settings: Settings | None
             tls=tls,
             api_key=api_key,
             data_converter=procbus_data_converter,
-            runtime=procbus_runtime(),
+            runtime=procbus_runtime(metrics_address),
         )
     except RuntimeError as error:  # the core SDK reports an unreachable server this way
         raise StackError(f"cannot reach the Temporal server at {address}: {error}") from None

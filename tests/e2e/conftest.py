@@ -99,7 +99,10 @@ class DevStack:
 @pytest.fixture
 def dev_env(state_dir: Path) -> dict[str, str]:
     return subprocess_environment(
-        state_dir, dev_temporal_port=str(free_port()), dev_ui_port=str(free_port())
+        state_dir,
+        dev_temporal_port=str(free_port()),
+        dev_ui_port=str(free_port()),
+        metrics_port=str(free_port()),  # not procbus dev's 9090, which a person's stack may hold
     )
 
 

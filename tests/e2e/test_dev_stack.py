@@ -86,7 +86,10 @@ def test_a_port_in_use_is_one_line(state_dir: Path) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         env = subprocess_environment(
-            state_dir, dev_temporal_port=str(port), dev_ui_port=str(free_port())
+            state_dir,
+            dev_temporal_port=str(port),
+            dev_ui_port=str(free_port()),
+            metrics_port=str(free_port()),
         )
         result = procbus(env, "dev", timeout=30)
     assert result.returncode == 1

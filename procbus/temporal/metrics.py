@@ -1,0 +1,49 @@
+"""procbus's own metrics, on the same Prometheus endpoint as the Temporal SDK's.
+
+Both go through the Temporal runtime's metric meter: the runtime of a process started with
+PROCBUS_METRICS_PORT (`procbus worker`; `procbus dev` uses 9090 unless set) serves them at
+http://HOST:PORT/metrics. Workflow code records through `workflow.metric_meter()`, which skips
+replays, so each state change counts once.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import MetricCounter, MetricGauge, MetricMeter
+
+# Counter {procedure_type, state}: procedures entering each state (RUNNING, WAITING, ...).
+PROCEDURE_STATES = "procbus_procedure_states"
+# Counter {procedure_type}: procedures that had to wait for their locks.
+LOCK_WAITS = "procbus_lock_waits"
+# Histogram {procedure_type}, seconds: from queueing for the locks to holding them all.
+LOCK_WAIT_SECONDS = "procbus_lock_wait_seconds"
+# Gauge: committed outbox rows not performed yet.
+OUTBOX_BACKLOG = "procbus_outbox_backlog"
+# Counter {kind}: outbox rows performed (start_workflow, signal_workflow).
+OUTBOX_PERFORMED = "procbus_outbox_performed"
+# Counter: Temporal calls of outbox rows that failed (the row is tried again later).
+OUTBOX_FAILURES = "procbus_outbox_failures"
+
+# Every metric procbus defines, for the README and the tests.
+PROCBUS_METRICS = (
+    PROCEDURE_STATES,
+    LOCK_WAITS,
+    LOCK_WAIT_SECONDS,
+    OUTBOX_BACKLOG,
+    OUTBOX_PERFORMED,
+    OUTBOX_FAILURES,
+)
+
+
+class OutboxMetrics:
+    """What the outbox relay reports: its backlog and what it performed or failed to."""
+
+    def __init__(self, meter: MetricMeter) -> None:
+        self.backlog: MetricGauge = meter.create_gauge(
+            OUTBOX_BACKLOG, "committed outbox rows not performed yet"
+        )
+        self.performed: MetricCounter = meter.create_counter(
+            OUTBOX_PERFORMED, "outbox rows performed, by kind"
+        )
+        self.failures: MetricCounter = meter.create_counter(
+            OUTBOX_FAILURES, "Temporal calls of outbox rows that failed and wait for a retry"
+        )

@@ -1,0 +1,99 @@
+"""Prometheus metrics of `procbus dev`, scraped with a real HTTP client: the Temporal SDK's and
+procbus's own on one endpoint, the one `procbus status --json` names."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import time
+from pathlib import Path
+
+import httpx
+
+from procbus.stack.processes import free_port
+from procbus.temporal.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS, OUTBOX_BACKLOG
+from tests.e2e.conftest import DevStack, procbus
+from tests.services import subprocess_environment
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """The samples of one metric: (labels, value)."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(rf"^{name}(?:{{(?P<labels>[^}}]*)}})? (?P<value>\S+)$", line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"] or ""))
+            found.append((labels, float(match["value"])))
+    return found
+
+
+def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
+    port = free_port()
+    env = subprocess_environment(
+        state_dir,
+        dev_temporal_port=str(free_port()),
+        dev_ui_port=str(free_port()),
+        metrics_port=str(port),
+        # CreateTable slow enough that a DeleteNamespace of its namespace waits for its lock.
+        faults="CreateTable.create_layout:delay=2",
+    )
+    stack = DevStack(env, state_dir)
+    try:
+        stack.start()
+        status = json.loads(procbus(env, "status", "--json").stdout)
+        url = status["metrics_url"]
+        assert url == f"http://127.0.0.1:{port}/metrics"
+        assert procbus(env, "namespace", "create", "sales", "--wait").returncode == 0
+        creating = procbus(env, "table", "create", "sales.orders", "--schema", "id:int")
+        time.sleep(0.5)  # CreateTable holds IX on sales now
+        deleting = procbus(env, "namespace", "delete", "sales", "--wait")
+        assert deleting.returncode == 1  # waited, then refused: the namespace holds the table
+        table_id = creating.stdout.split()[0]
+        assert procbus(env, "proc", "wait", table_id).returncode == 0
+
+        text = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the exporter shows what was recorded by now
+            text = httpx.get(url, timeout=10).text
+            if samples(text, f"{LOCK_WAITS}_total"):
+                break
+            time.sleep(0.5)
+        # The SDK's own.
+        assert samples(text, "temporal_workflow_completed_total")
+        assert samples(text, "temporal_activity_execution_latency_count")
+        # procbus's: procedures by type and state, lock waits and wait time, the outbox.
+        states = {
+            (labels["workflow_type"], labels["state"]): value
+            for labels, value in samples(text, "procbus_procedure_states_total")
+        }
+        assert states[("CreateNamespace", "SUCCEEDED")] == 1
+        assert states[("CreateTable", "SUCCEEDED")] == 1
+        assert states[("DeleteNamespace", "WAITING")] == 1
+        assert states[("DeleteNamespace", "ROLLED_BACK")] == 1
+        [(waits_labels, waits)] = samples(text, f"{LOCK_WAITS}_total")
+        assert waits_labels["workflow_type"] == "DeleteNamespace" and waits == 1
+        waited = {
+            labels["workflow_type"]: value
+            for labels, value in samples(text, f"{LOCK_WAIT_SECONDS}_sum")
+        }
+        assert waited["DeleteNamespace"] > 0.5  # it waited for CreateTable's slow step
+        assert samples(text, OUTBOX_BACKLOG) == [({"service_name": "temporal-core-sdk"}, 0.0)]
+    finally:
+        stack.stop()
+
+
+def test_a_metrics_port_in_use_is_one_line(state_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        env = subprocess_environment(
+            state_dir,
+            dev_temporal_port=str(free_port()),
+            dev_ui_port=str(free_port()),
+            metrics_port=str(taken.getsockname()[1]),
+        )
+        result = procbus(env, "dev", timeout=60)
+    assert result.returncode == 1
+    assert "PROCBUS_METRICS_PORT" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
