@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import RawValue, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -403,3 +404,16 @@ async def test_retry_and_skip_are_refused_unless_stuck(
         await handle.execute_update("retry")
     assert "applies to a STUCK procedure; this one is RUNNING" in str(refused.value.cause)
     assert (await handle.result()).written == ["a"]
+
+
+async def test_status_sends_empty_lists_as_empty_lists(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    procedure_id = new_id()
+    await client.execute_workflow(
+        Ledger.run, LedgerInput(entries=entries("a")), id=procedure_id, task_queue=task_queue
+    )
+    raw = await client.get_workflow_handle(procedure_id).query("status", result_type=RawValue)
+    status = json.loads(raw.payload.data)
+    for field in ("children", "locks", "refused", "waiting_for", "compensations_done"):
+        assert status[field] == [], field
