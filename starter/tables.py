@@ -18,6 +18,14 @@ from starter.procedures import ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command,
 
 if TYPE_CHECKING:
     from procbus.lakehouse.catalog import Catalog
+    from procbus.lakehouse.models import (
+        CreateNamespaceInput,
+        CreateTableInput,
+        DeleteNamespaceInput,
+        DeleteTableInput,
+    )
+
+    CheckedInput = CreateNamespaceInput | DeleteNamespaceInput | CreateTableInput | DeleteTableInput
 
 namespace_app = typer.Typer(help="Namespaces of the lake catalog.", no_args_is_help=True)
 table_app = typer.Typer(help="Tables of the lake catalog.", no_args_is_help=True)
@@ -40,6 +48,19 @@ async def catalog() -> AsyncIterator[Catalog]:
         await pool.close()
 
 
+def start_checked(
+    procedure_type: str,
+    target: str,
+    request: CheckedInput,
+    procedure_id: str | None,
+    wait: bool,
+    json_output: bool,
+) -> None:
+    """Refuse bad input here, with the check the procedure runs first; then start it."""
+    request.check()
+    run_command(start(procedure_type, target, request, procedure_id, wait, json_output))
+
+
 # ---- namespaces ----
 
 
@@ -54,8 +75,7 @@ def namespace_create(
     from procbus.lakehouse.models import CreateNamespaceInput
 
     request = CreateNamespaceInput(namespace=name)
-    request.check()
-    run_command(start("CreateNamespace", name, request, procedure_id, wait, json_output))
+    start_checked("CreateNamespace", name, request, procedure_id, wait, json_output)
 
 
 @namespace_app.command("delete")
@@ -69,8 +89,7 @@ def namespace_delete(
     from procbus.lakehouse.models import DeleteNamespaceInput
 
     request = DeleteNamespaceInput(namespace=name)
-    request.check()
-    run_command(start("DeleteNamespace", name, request, procedure_id, wait, json_output))
+    start_checked("DeleteNamespace", name, request, procedure_id, wait, json_output)
 
 
 # ---- tables ----
@@ -93,8 +112,7 @@ def table_create(
     from procbus.lakehouse.models import CreateTableInput
 
     request = CreateTableInput(table=name, columns=schema, partition_by=partition_by)
-    request.check()
-    run_command(start("CreateTable", name, request, procedure_id, wait, json_output))
+    start_checked("CreateTable", name, request, procedure_id, wait, json_output)
 
 
 @table_app.command("delete")
@@ -108,8 +126,7 @@ def table_delete(
     from procbus.lakehouse.models import DeleteTableInput
 
     request = DeleteTableInput(table=name)
-    request.check()
-    run_command(start("DeleteTable", name, request, procedure_id, wait, json_output))
+    start_checked("DeleteTable", name, request, procedure_id, wait, json_output)
 
 
 @table_app.command("describe")

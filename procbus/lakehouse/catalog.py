@@ -44,6 +44,19 @@ def _namespace(row: asyncpg.Record) -> NamespaceDescriptor:
     )
 
 
+def _table_values(table: TableDescriptor) -> tuple[object, ...]:
+    """A table's columns of procbus_tables, in the order insert_table and restore_table take."""
+    return (
+        table.namespace,
+        table.name,
+        [column.model_dump() for column in table.columns],
+        table.partition_by,
+        table.properties,
+        table.location,
+        table.created_by,
+    )
+
+
 class Catalog:
     """Catalog reads and writes on a pool."""
 
@@ -130,14 +143,7 @@ class Catalog:
         try:
             async with self._writing(fence) as connection:
                 added = await connection.fetchval(
-                    self.queries["insert_table"],
-                    table.namespace,
-                    table.name,
-                    [column.model_dump() for column in table.columns],
-                    table.partition_by,
-                    table.properties,
-                    table.location,
-                    table.created_by,
+                    self.queries["insert_table"], *_table_values(table)
                 )
         except asyncpg.ForeignKeyViolationError:
             raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
@@ -159,15 +165,7 @@ class Catalog:
     async def restore_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
         async with self._writing(fence) as connection:
             await connection.execute(
-                self.queries["restore_table"],
-                table.namespace,
-                table.name,
-                [column.model_dump() for column in table.columns],
-                table.partition_by,
-                table.properties,
-                table.location,
-                table.created_by,
-                table.created_at,
+                self.queries["restore_table"], *_table_values(table), table.created_at
             )
 
     async def record_event(
