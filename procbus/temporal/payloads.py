@@ -20,6 +20,7 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from procbus.errors import ErrorType
+from procbus.temporal.errors import application_error
 
 
 class WorkflowInput(pydantic.BaseModel):
@@ -41,11 +42,10 @@ def refused_input(
     required = ", ".join(
         f'"{name}": ...' for name, field in model.model_fields.items() if field.is_required()
     )
-    return ApplicationError(
+    return application_error(
+        ErrorType.INVALID_PROCEDURE_INPUT,
         f"{error.error_count()} validation error(s) for {model.__name__}: {findings} "
         f"(expected a JSON object like {{{required}}})",
-        type=str(ErrorType.INVALID_PROCEDURE_INPUT),
-        non_retryable=True,
     )
 
 
