@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from typer.exceptions import TyperException
 
+from procbus.errors import ConfigError, ProcbusError
 from starter.locks import lock_app
 from starter.output import console, print_error, print_json
 from starter.procedures import proc_app
@@ -145,8 +146,6 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
 
 def main() -> None:
     """Entry point: one line per user error, and a hard exit (temporalio sdk-python #300)."""
-    from procbus.errors import ConfigError, ProcbusError
-
     code = 0
     try:
         returned = app(standalone_mode=False)
