@@ -69,6 +69,12 @@ class Settings(BaseSettings):
         description="address the metrics endpoint binds (0.0.0.0 in a container)",
     )
 
+    endpoint_allowlist: str | None = Field(
+        default=None,
+        description="hosts and CIDRs topics may send to, comma-separated; unset: any but "
+        "link-local and cloud metadata addresses",
+    )
+
     faults: str | None = Field(
         default=None,
         description="fault injection for drills, e.g. CreateTable.add_to_catalog:fail_after",
@@ -84,6 +90,13 @@ class Settings(BaseSettings):
 
         parse_faults(value)
         return value
+
+    @field_validator("endpoint_allowlist")
+    @classmethod
+    def _endpoint_allowlist(cls, value: str | None) -> str | None:
+        from procbus.delivery.endpoints import parse_allowlist
+
+        return value if parse_allowlist(value) else None
 
     @field_validator("temporal_address")
     @classmethod

@@ -18,6 +18,8 @@ class ErrorType(StrEnum):
     STALE_FENCING_TOKEN = "StaleFencingToken"  # a write whose lock was lost meanwhile
     LOCK_LOST = "LockLost"  # a held lock's lease ran out and another holder may have it
     LOCK_TIMEOUT = "LockTimeout"  # the locks were not granted within the lock timeout
+    QUEUE_FULL = "QueueFull"  # a topic's bound refused an event: the caller refuses its operation
+    RESERVATION_EXPIRED = "ReservationExpired"  # a two-phase publish committed too late
     PROCEDURE_ROLLED_BACK = "ProcedureRolledBack"  # a procedure failed and was undone
     PROCEDURE_FAILED = "ProcedureFailed"  # a procedure failed past its pivot
     INJECTED_FAULT = "InjectedFault"  # PROCBUS_FAULTS made a step fail (drills and tests)
@@ -81,3 +83,16 @@ class StaleFencingToken(ProcbusError):
     """A write carried a fencing token older than the resource's newest: its lock was lost."""
 
     error_type = ErrorType.STALE_FENCING_TOKEN
+
+
+class QueueFull(ProcbusError):
+    """A topic holds as many entries or bytes (committed and reserved) as its bounds allow; the
+    caller should refuse the operation it wanted to publish about."""
+
+    error_type = ErrorType.QUEUE_FULL
+
+
+class ReservationExpired(ProcbusError):
+    """A reservation was committed after it ran out: its capacity is back, nothing was queued."""
+
+    error_type = ErrorType.RESERVATION_EXPIRED

@@ -32,6 +32,8 @@ from temporalio import workflow as temporal_workflow
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks.outbox import QUERIES, OutboxRelay
+from procbus.topics.models import DEFAULT_EVENT_TYPE, Event, Published
+from procbus.topics.queue import publish_in_transaction
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +163,23 @@ class Transaction:
     async def rollback(self) -> None:
         """Roll the transaction back now; every hook is cancelled (TransactionAborted)."""
         raise _ExplicitRollback()
+
+    # ---- persistent topics ----
+
+    async def publish(
+        self,
+        topic: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        type: str = DEFAULT_EVENT_TYPE,
+    ) -> Published:
+        """Queue an event on a persistent topic in this transaction: it exists if and only if
+        the transaction (and the savepoint it is in) commits. QueueFull when the topic is full:
+        the transaction should then fail as a whole."""
+        return await publish_in_transaction(
+            self.connection, topic, Event(payload=payload, key=key, type=type)
+        )
 
     # ---- durable calls (outbox) ----
 

@@ -1,0 +1,146 @@
+"""Endpoints: where a topic's events go, checked before a topic is created.
+
+    http://host/path, https://...        a webhook: one event per POST, or with ?batch=1 a JSON
+                                         array of events per POST
+    amqp://user:password@host/vhost?exchange=X&routing_key=Y   (amqps:// too) a RabbitMQ broker
+
+PROCBUS_ENDPOINT_ALLOWLIST (hosts and CIDRs, comma-separated), when set, refuses every other
+endpoint. Link-local and cloud metadata addresses are refused always: an endpoint must never
+reach the machine's own credentials.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from enum import StrEnum
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from procbus.errors import InvalidRequest
+
+MAX_ENDPOINT_LENGTH = 2048
+# Names that resolve to a cloud provider's instance metadata service.
+METADATA_HOSTS = frozenset(
+    {"metadata", "metadata.google.internal", "metadata.goog", "instance-data", "instance-data.ec2"}
+)
+# Metadata services outside the link-local ranges (Alibaba, AWS over IPv6).
+METADATA_ADDRESSES = (
+    ipaddress.ip_network("100.100.100.200/32"),
+    ipaddress.ip_network("fd00:ec2::254/128"),
+)
+
+
+class EndpointKind(StrEnum):
+    WEBHOOK = "webhook"  # HTTP POST, Standard Webhooks signatures
+    AMQP = "amqp"  # a message to a RabbitMQ exchange, with publisher confirms
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    kind: EndpointKind
+    host: str
+    batch: bool = False  # webhooks: a JSON array of events per POST
+
+    @property
+    def display(self) -> str:
+        """The URL with any password masked, for logs, status and workflow history."""
+        return masked(self.url)
+
+
+def masked(url: str) -> str:
+    """`url` with its password, if any, replaced by ***."""
+    parts = urlsplit(url)
+    try:
+        if parts.password is None:
+            return url
+    except ValueError:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{netloc}"))
+
+
+def parse_allowlist(text: str | None) -> list[str]:
+    """The allowed hosts and CIDRs of PROCBUS_ENDPOINT_ALLOWLIST; [] when it is unset."""
+    entries = [entry.strip().lower() for entry in (text or "").split(",") if entry.strip()]
+    for entry in entries:
+        if "/" in entry:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is neither a host name nor a CIDR") from None
+    return entries
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def refused_address(host: str) -> str | None:
+    """Why an endpoint host is refused whatever the allowlist says, or None."""
+    if host in METADATA_HOSTS:
+        return "it names a cloud metadata service"
+    address = _address(host)
+    if address is None:
+        return None
+    if address.is_link_local or any(address in network for network in METADATA_ADDRESSES):
+        return "it is a link-local or cloud metadata address"
+    if address.is_unspecified or address.is_multicast:
+        return "it is not a single host"
+    return None
+
+
+def allowed(host: str, allowlist: list[str]) -> bool:
+    if not allowlist:
+        return True
+    address = _address(host)
+    for entry in allowlist:
+        if "/" in entry:
+            if address is not None and address in ipaddress.ip_network(entry, strict=False):
+                return True
+        elif host == entry or host.endswith("." + entry):
+            return True
+    return False
+
+
+def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
+    """Check an endpoint URL; InvalidRequest saying what is wrong with it (its password
+    masked)."""
+    shown = masked(url)
+    if not url or len(url) > MAX_ENDPOINT_LENGTH:
+        raise InvalidRequest(f"the endpoint URL is empty or longer than {MAX_ENDPOINT_LENGTH}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("http", "https"):
+        kind = EndpointKind.WEBHOOK
+    elif scheme in ("amqp", "amqps"):
+        kind = EndpointKind.AMQP
+    else:
+        raise InvalidRequest(
+            f"endpoint {shown!r}: the scheme must be http, https, amqp or amqps, not "
+            f"{parts.scheme or '(none)'!r}"
+        )
+    try:
+        host = (parts.hostname or "").lower()
+        parts.port  # noqa: B018  # raises on a port that is not a number
+    except ValueError:
+        raise InvalidRequest(f"endpoint {shown!r}: the port is not a number") from None
+    if not host:
+        raise InvalidRequest(f"endpoint {shown!r} names no host")
+    refusal = refused_address(host)
+    if refusal is not None:
+        raise InvalidRequest(f"endpoint {shown!r} is refused: {refusal}")
+    if not allowed(host, allowlist or []):
+        raise InvalidRequest(
+            f"endpoint {shown!r} is refused: {host} is not in PROCBUS_ENDPOINT_ALLOWLIST"
+        )
+    query = parse_qs(parts.query)
+    batch = query.get("batch", ["0"])[-1] in ("1", "true")
+    if kind is EndpointKind.AMQP and not query.get("exchange") and not query.get("routing_key"):
+        raise InvalidRequest(
+            f"endpoint {shown!r}: an AMQP endpoint needs ?exchange=NAME and/or ?routing_key=KEY"
+        )
+    return Endpoint(url=url, kind=kind, host=host, batch=batch)

@@ -1,0 +1,203 @@
+"""Persistent topics as JSON-friendly models: a topic's settings, events, reservations, queue
+entries, dead letters and stats. Pure: safe in the workflow sandbox."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel, Field, field_validator
+
+from procbus.errors import InvalidRequest
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+# One event's payload at most, whatever the topic's bounds (and at most one shard's bytes).
+MAX_PAYLOAD_BYTES = 256 * 1024
+SHARDS = 16  # capacity shards per topic: publishers of one topic spread over them
+DEFAULT_EVENT_TYPE = "event"
+
+
+def check_topic_name(name: str) -> str:
+    if not TOPIC_NAME.match(name):
+        raise InvalidRequest(
+            f"bad topic name {name!r}: use 1-100 letters, digits, '_', '.', '-', starting with a "
+            "letter or digit"
+        )
+    return name
+
+
+class TopicSettings(BaseModel):
+    """What `procbus topic create` sets; every bound more than 0."""
+
+    endpoint: str = Field(description="http(s):// webhook or amqp(s):// broker URL")
+    sync: bool = Field(default=False, description="deliver inside the publishing call, no queue")
+    max_entries: int = Field(default=100_000, description="committed + reserved events at most")
+    max_bytes: int = Field(default=256 * 1024 * 1024, description="their payload bytes at most")
+    max_retries: int = Field(default=25, description="failed attempts before the dead letters")
+    retry_sleep_seconds: float = Field(
+        default=1.0, description="the first retry's wait; doubles with each attempt, jittered"
+    )
+    ttl_seconds: float = Field(
+        default=3 * 24 * 3600.0, description="an entry older than this goes to the dead letters"
+    )
+    batch_size: int = Field(default=100, description="entries per delivery round")
+    group_transactions: bool = Field(
+        default=False, description="batches never hold part of a source transaction"
+    )
+
+    @field_validator("max_entries", "max_bytes", "batch_size")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError(f"must be more than 0, got {value}")
+        return value
+
+    @field_validator("retry_sleep_seconds", "ttl_seconds")
+    @classmethod
+    def _positive_seconds(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"must be more than 0 seconds, got {value:g}")
+        return value
+
+    @field_validator("max_retries")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """The largest payload one event may carry on this topic (it must fit a shard)."""
+        return min(MAX_PAYLOAD_BYTES, self.max_bytes // SHARDS)
+
+
+class Topic(TopicSettings):
+    name: str
+    shards: int = SHARDS
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    created_at: datetime | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.disabled_at is None
+
+
+class Event(BaseModel):
+    """What a publisher sends: a payload, its type and, for ordering, its key."""
+
+    payload: Any
+    type: str = Field(default=DEFAULT_EVENT_TYPE, min_length=1, max_length=200)
+    key: str | None = Field(
+        default=None,
+        max_length=1000,
+        description="events of one key are delivered in commit order; a failing one holds back "
+        "only its own key",
+    )
+
+
+class Published(BaseModel):
+    """A committed event: its place in the queue and the webhook ID it is delivered with."""
+
+    topic: str
+    id: int
+    webhook_id: str
+    created_at: datetime
+
+
+class Reservation(BaseModel):
+    """Capacity taken for one event (two-phase publish): commit it, or abort it."""
+
+    id: UUID
+    topic: str
+    shard: int
+    bytes: int
+    expires_at: datetime
+
+
+class Entry(BaseModel):
+    """A committed event waiting in the queue, as a delivery attempt sees it."""
+
+    id: int
+    key: str | None
+    type: str
+    payload: Any
+    bytes: int
+    webhook_id: str
+    created_at: datetime
+    attempts: int
+    last_error: str | None = None
+
+
+class Claim(BaseModel):
+    """A delivery attempt's batch: the entries it holds, and the ID that lets it settle them."""
+
+    topic: str
+    id: UUID
+    entries: list[Entry]
+
+
+class Failure(BaseModel):
+    """An entry the endpoint did not acknowledge in this attempt."""
+
+    id: int
+    error: str
+    attempts: int = Field(description="attempts made before this one")
+    retry_after_seconds: float | None = Field(
+        default=None, description="the endpoint's Retry-After (429, 503), honoured as given"
+    )
+
+
+class Settled(BaseModel):
+    delivered: int = Field(description="entries acknowledged and removed")
+    failed: int
+    dead_lettered: list[int] = Field(default_factory=list)
+
+
+class Attempt(BaseModel):
+    at: datetime
+    error: str
+
+
+class DeadLetter(BaseModel):
+    id: int
+    key: str | None
+    type: str
+    payload: Any
+    bytes: int
+    webhook_id: str
+    created_at: datetime
+    attempts: int
+    last_error: str | None
+    history: list[Attempt] = Field(default_factory=list)
+    dead_at: datetime
+    reason: str
+
+
+class TopicStats(BaseModel):
+    """`procbus topic stats`: the queue now and its running totals."""
+
+    topic: str
+    endpoint: str
+    enabled: bool
+    disabled_reason: str | None
+    depth: int = Field(description="committed entries waiting")
+    depth_bytes: int
+    reserved: int = Field(description="live reservations")
+    capacity_used_entries: int = Field(description="committed + reserved, against max_entries")
+    capacity_used_bytes: int
+    max_entries: int
+    max_bytes: int
+    oldest_entry_age_seconds: float | None
+    retrying: int = Field(description="entries that failed at least once and wait")
+    blocked_keys: int = Field(description="keys held back behind a failed entry")
+    delivered: int
+    retried: int = Field(description="failed delivery attempts, all told")
+    dead_lettered: int
+    dead_letters: int = Field(description="dead letters kept now")

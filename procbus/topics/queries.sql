@@ -1,0 +1,219 @@
+-- name: insert_topic
+INSERT INTO "procbus_topics"
+    ("name", "endpoint", "sync", "max_entries", "max_bytes", "max_retries", "retry_sleep_seconds",
+     "ttl_seconds", "batch_size", "group_transactions", "shards", "max_payload_bytes")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+ON CONFLICT ("name") DO NOTHING
+RETURNING "name";
+
+-- name: insert_shards
+-- The topic's bounds split over its shards: the first ones take the remainder, so they add up.
+INSERT INTO "procbus_topic_shards" ("topic", "shard", "max_entries", "max_bytes")
+SELECT $1, s, $2 / $4 + CASE WHEN s < $2 % $4 THEN 1 ELSE 0 END,
+       $3 / $4 + CASE WHEN s < $3 % $4 THEN 1 ELSE 0 END
+FROM generate_series(0, $4 - 1) AS s;
+
+-- name: insert_secret
+INSERT INTO "procbus_topic_secrets" ("topic", "secret") VALUES ($1, $2);
+
+-- name: retire_secrets
+-- A rotation: the current secrets keep signing until $2, beside the new one.
+UPDATE "procbus_topic_secrets" SET "retired_at" = clock_timestamp() + make_interval(secs => $2)
+WHERE "topic" = $1 AND "retired_at" IS NULL;
+
+-- name: drop_retired_secrets
+DELETE FROM "procbus_topic_secrets" WHERE "topic" = $1 AND "retired_at" < clock_timestamp();
+
+-- name: signing_secrets
+SELECT "secret" FROM "procbus_topic_secrets"
+WHERE "topic" = $1 AND ("retired_at" IS NULL OR "retired_at" > clock_timestamp())
+ORDER BY "created_at" DESC;
+
+-- name: get_topic
+SELECT "name", "endpoint", "sync", "max_entries", "max_bytes", "max_retries",
+       "retry_sleep_seconds", "ttl_seconds", "batch_size", "group_transactions", "shards",
+       "disabled_at", "disabled_reason", "delivered", "retried", "dead_lettered", "created_at"
+FROM "procbus_topics" WHERE "name" = $1;
+
+-- name: list_topics
+SELECT "name", "endpoint", "sync", "max_entries", "max_bytes", "max_retries",
+       "retry_sleep_seconds", "ttl_seconds", "batch_size", "group_transactions", "shards",
+       "disabled_at", "disabled_reason", "delivered", "retried", "dead_lettered", "created_at"
+FROM "procbus_topics" ORDER BY "name";
+
+-- name: lock_topic_for_delete
+SELECT "name" FROM "procbus_topics" WHERE "name" = $1 FOR UPDATE;
+
+-- name: count_pending
+SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1;
+
+-- name: delete_topic_rows
+-- Everything of a topic but its row (its secrets go with it by the foreign key).
+WITH "entries" AS (DELETE FROM "procbus_topic_entries" WHERE "topic" = $1),
+     "reservations" AS (DELETE FROM "procbus_topic_reservations" WHERE "topic" = $1),
+     "dead" AS (DELETE FROM "procbus_topic_dead_letters" WHERE "topic" = $1)
+DELETE FROM "procbus_topic_shards" WHERE "topic" = $1;
+
+-- name: delete_topic
+DELETE FROM "procbus_topics" WHERE "name" = $1;
+
+-- name: set_disabled
+UPDATE "procbus_topics" SET "disabled_at" = clock_timestamp(), "disabled_reason" = $2
+WHERE "name" = $1;
+
+-- name: set_enabled
+UPDATE "procbus_topics" SET "disabled_at" = NULL, "disabled_reason" = NULL
+WHERE "name" = $1 RETURNING "name";
+
+-- name: publish
+SELECT "id", "created_at" FROM "procbus_topic_publish"($1, $2, $3, $4, $5, $6);
+
+-- name: reserve
+SELECT "shard", "expires_at" FROM "procbus_topic_reserve"($1, $2, $3, $4, $5);
+
+-- name: commit_reservation
+SELECT "outcome", "topic", "id", "created_at" FROM "procbus_topic_commit"($1, $2, $3, $4, $5);
+
+-- name: abort_reservation
+SELECT "procbus_topic_abort"($1);
+
+-- name: reclaim_expired
+SELECT "procbus_topic_reclaim"($1);
+
+-- name: claim_entries
+-- A delivery attempt's batch, in queue order: entries due, not held by a live claim, and not
+-- behind an earlier entry of the same key that waits for its retry (only that key waits).
+WITH "due" AS (
+    SELECT e."id" FROM "procbus_topic_entries" AS e
+    WHERE e."topic" = $1
+      AND e."next_attempt_at" <= clock_timestamp()
+      AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
+      AND (e."key" IS NULL OR NOT EXISTS (
+          SELECT 1 FROM "procbus_topic_entries" AS p
+          WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+            AND (p."next_attempt_at" > clock_timestamp() OR p."claimed_until" >= clock_timestamp())
+      ))
+    ORDER BY e."id"
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE "procbus_topic_entries" AS e
+SET "claim" = $3, "claimed_until" = clock_timestamp() + make_interval(secs => $4)
+FROM "due" AS d WHERE e."id" = d."id"
+RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+          e."attempts", e."last_error";
+
+-- name: remove_delivered
+-- Only the claim that holds them settles them: an older, overlapping attempt changes nothing.
+WITH "gone" AS (
+    DELETE FROM "procbus_topic_entries"
+    WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3
+    RETURNING "shard", "bytes"
+), "per_shard" AS (
+    SELECT g."shard", count(*) AS "entries", sum(g."bytes") AS "bytes"
+    FROM "gone" AS g GROUP BY g."shard"
+), "given_back" AS (
+    UPDATE "procbus_topic_shards" AS s
+    SET "entries" = s."entries" - p."entries", "bytes" = s."bytes" - p."bytes"
+    FROM "per_shard" AS p
+    WHERE s."topic" = $1 AND s."shard" = p."shard"
+), "counted" AS (
+    UPDATE "procbus_topics" SET "delivered" = "delivered" + (SELECT count(*) FROM "gone")
+    WHERE "name" = $1
+)
+SELECT count(*) FROM "gone";
+
+-- name: record_failures
+-- Failed sends of this claim: attempts, the next attempt's time and the history, with the
+-- entry, so a new owner goes on counting. $4 holds each entry's backoff in seconds.
+UPDATE "procbus_topic_entries" AS e
+SET "attempts" = e."attempts" + 1,
+    "next_attempt_at" = clock_timestamp() + make_interval(secs => f."backoff"),
+    "last_error" = f."error",
+    "history" = e."history" || jsonb_build_array(
+        jsonb_build_object('at', clock_timestamp(), 'error', f."error")),
+    "claim" = NULL, "claimed_until" = NULL
+FROM unnest($2::bigint[], $3::text[], $4::double precision[]) AS f("id", "error", "backoff")
+WHERE e."topic" = $1 AND e."id" = f."id" AND e."claim" = $5
+RETURNING e."id", e."attempts", e."created_at";
+
+-- name: count_retried
+UPDATE "procbus_topics" SET "retried" = "retried" + $2 WHERE "name" = $1;
+
+-- name: release_claim
+-- Entries of this claim that were not sent (behind a failed key): back to the queue as they were.
+UPDATE "procbus_topic_entries" SET "claim" = NULL, "claimed_until" = NULL
+WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3;
+
+-- name: dead_letter_ids
+-- Past max_retries or the TTL: out of the queue, into the dead letters, capacity given back.
+WITH "dead" AS (
+    DELETE FROM "procbus_topic_entries"
+    WHERE "topic" = $1 AND "id" = ANY ($2::bigint[])
+      AND ($4::uuid IS NULL OR "claim" = $4 OR "claim" IS NULL)
+    RETURNING *
+), "kept" AS (
+    INSERT INTO "procbus_topic_dead_letters"
+        ("id", "topic", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
+         "last_error", "history", "reason")
+    SELECT d."id", d."topic", d."key", d."type", d."payload", d."bytes", d."webhook_id",
+           d."created_at", d."attempts", d."last_error", d."history", $3
+    FROM "dead" AS d
+    RETURNING "id"
+), "per_shard" AS (
+    SELECT d."shard", count(*) AS "entries", sum(d."bytes") AS "bytes"
+    FROM "dead" AS d GROUP BY d."shard"
+), "given_back" AS (
+    UPDATE "procbus_topic_shards" AS s
+    SET "entries" = s."entries" - p."entries", "bytes" = s."bytes" - p."bytes"
+    FROM "per_shard" AS p
+    WHERE s."topic" = $1 AND s."shard" = p."shard"
+), "counted" AS (
+    UPDATE "procbus_topics" SET "dead_lettered" = "dead_lettered" + (SELECT count(*) FROM "kept")
+    WHERE "name" = $1
+)
+SELECT coalesce(array_agg("id" ORDER BY "id"), '{}') FROM "kept";
+
+-- name: expired_entries
+-- Entries past the topic's TTL, whatever their attempts: for the dead letters.
+SELECT "id" FROM "procbus_topic_entries"
+WHERE "topic" = $1 AND "created_at" < clock_timestamp() - make_interval(secs => $2)
+  AND ("claimed_until" IS NULL OR "claimed_until" < clock_timestamp())
+ORDER BY "id"
+LIMIT $3;
+
+-- name: list_dead_letters
+SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
+       "last_error", "history", "dead_at", "reason"
+FROM "procbus_topic_dead_letters"
+WHERE "topic" = $1 AND ($2::bigint[] IS NULL OR "id" = ANY ($2::bigint[]))
+ORDER BY "id";
+
+-- name: take_dead_letters
+-- Redrive: out of the dead letters, oldest first; published again in the same transaction.
+DELETE FROM "procbus_topic_dead_letters"
+WHERE "topic" = $1 AND ($2::bigint[] IS NULL OR "id" = ANY ($2::bigint[]))
+RETURNING "id", "key", "type", "payload"::text AS "payload", "webhook_id";
+
+-- name: topic_stats
+SELECT
+    (SELECT coalesce(sum("entries"), 0) FROM "procbus_topic_shards" WHERE "topic" = $1)::bigint
+        AS "capacity_entries",
+    (SELECT coalesce(sum("bytes"), 0) FROM "procbus_topic_shards" WHERE "topic" = $1)::bigint
+        AS "capacity_bytes",
+    (SELECT count(*) FROM "procbus_topic_reservations"
+     WHERE "topic" = $1 AND "expires_at" >= clock_timestamp()) AS "reserved",
+    (SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1) AS "depth",
+    (SELECT coalesce(sum("bytes"), 0) FROM "procbus_topic_entries" WHERE "topic" = $1)::bigint
+        AS "depth_bytes",
+    (SELECT min("created_at") FROM "procbus_topic_entries" WHERE "topic" = $1) AS "oldest",
+    (SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1 AND "attempts" > 0)
+        AS "retrying",
+    (SELECT count(DISTINCT "key") FROM "procbus_topic_entries"
+     WHERE "topic" = $1 AND "key" IS NOT NULL AND "next_attempt_at" > clock_timestamp())
+        AS "blocked_keys",
+    (SELECT count(*) FROM "procbus_topic_dead_letters" WHERE "topic" = $1) AS "dead_letters",
+    clock_timestamp() AS "now";
+
+-- name: database_time
+SELECT clock_timestamp();

@@ -1,0 +1,479 @@
+"""Persistent topics in PostgreSQL: bounded two-phase queues (Ceph RGW persistent notifications).
+
+    topics = Topics(pool)
+    topic, secret = await topics.create("orders", TopicSettings(endpoint="https://..."))
+    await topics.publish("orders", Event(payload={...}, key="order-42"))        # one transaction
+    reservation = await topics.reserve("orders", size)     # before an operation outside the db
+    ... the operation ...
+    await topics.commit(reservation, Event(...))  # or: await topics.abort(reservation)
+
+Inside an application's own transaction, `procbus.hooks.transaction(conn)` offers
+`tx.publish(...)`: the event is queued if and only if that transaction commits.
+
+A topic's bounds (entries and bytes, committed and reserved) are split over shards, and each
+publisher takes capacity from a shard of its own, so publishers of one topic never queue up on
+one row. Events of one key are queued in commit order; retry state lives with each entry;
+entries past max_retries or their TTL move to the dead letters, never dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import secrets
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import asyncpg
+from pydantic_core import to_json
+
+from procbus.db.queries import load_queries
+from procbus.delivery.endpoints import parse_endpoint
+from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
+from procbus.topics.models import (
+    SHARDS,
+    Claim,
+    DeadLetter,
+    Entry,
+    Event,
+    Failure,
+    Published,
+    Reservation,
+    Settled,
+    Topic,
+    TopicSettings,
+    TopicStats,
+    check_topic_name,
+)
+
+QUERIES = "procbus.topics"
+# A delivery attempt holds its batch this long; past it, another attempt may take it.
+CLAIM_SECONDS = 60.0
+# Retries wait at most this long between attempts, jitter aside.
+MAX_BACKOFF_SECONDS = 3600.0
+JITTER = 0.2
+# A reservation whose owner died gives its capacity back after this long.
+RESERVATION_SECONDS = 60.0
+# During a secret rotation the old secret signs too, for this long.
+ROTATION_OVERLAP_SECONDS = 24 * 3600.0
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32
+_SQLSTATE_ERRORS: dict[str, type[Exception]] = {
+    "PBT01": InvalidRequest,  # no such topic
+    "PBT02": InvalidRequest,  # a synchronous topic queues nothing
+    "PBP01": InvalidRequest,  # payload too large
+    "PBP02": InvalidRequest,  # larger than its reservation
+    "PBQ01": QueueFull,
+}
+
+
+class TopicNotFound(InvalidRequest):
+    """No topic has this name."""
+
+
+def new_secret() -> str:
+    """A Standard Webhooks signing secret: whsec_ and 32 random bytes in base64."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def check_secret(secret: str) -> str:
+    if not secret.startswith(SECRET_PREFIX):
+        raise InvalidRequest(f"a signing secret starts with {SECRET_PREFIX!r}")
+    try:
+        key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+    except ValueError:
+        raise InvalidRequest("the signing secret after whsec_ is not base64") from None
+    if not 24 <= len(key) <= 64:
+        raise InvalidRequest(f"a signing secret holds 24 to 64 bytes, this one {len(key)}")
+    return secret
+
+
+def new_webhook_id() -> str:
+    """The ID an entry is delivered with, the same on every retry and after a redrive."""
+    return f"msg_{uuid.uuid4().hex}"
+
+
+def encode_payload(payload: object) -> str:
+    """The event's payload as the JSON text that is queued, counted and delivered."""
+    return to_json(payload).decode()
+
+
+def _translated(error: asyncpg.PostgresError) -> Exception:
+    """A refusal raised by the topic functions as the procbus error it stands for."""
+    sqlstate: str = getattr(error, "sqlstate", "") or ""
+    kind = TopicNotFound if sqlstate == "PBT01" else _SQLSTATE_ERRORS.get(sqlstate)
+    return error if kind is None else kind(str(error))
+
+
+def preferred_shard(connection: asyncpg.Connection) -> int:
+    """The shard a connection takes capacity from first: its own, by server process."""
+    pid: int = connection.get_server_pid()
+    return pid % SHARDS
+
+
+async def publish_in_transaction(
+    connection: asyncpg.Connection, topic: str, event: Event
+) -> Published:
+    """Queue an event in the transaction open on `connection`: it exists if and only if that
+    transaction commits. QueueFull when the topic's bounds are reached."""
+    if not connection.is_in_transaction():
+        raise InvalidRequest("publish_in_transaction needs an open transaction")
+    webhook_id = new_webhook_id()
+    try:
+        row = await connection.fetchrow(
+            load_queries(QUERIES)["publish"],
+            topic,
+            preferred_shard(connection),
+            event.key,
+            event.type,
+            encode_payload(event.payload),
+            webhook_id,
+        )
+    except asyncpg.PostgresError as error:
+        raise _translated(error) from None
+    return Published(topic=topic, id=row["id"], webhook_id=webhook_id, created_at=row["created_at"])
+
+
+def backoff(topic: TopicSettings, failure: Failure) -> float:
+    """Seconds until an entry's next attempt: the endpoint's Retry-After when it gave one, else
+    retry_sleep doubled per attempt made (capped), with jitter so retries do not arrive in step."""
+    if failure.retry_after_seconds is not None:
+        return min(max(failure.retry_after_seconds, 0.0), MAX_BACKOFF_SECONDS)
+    doubled = topic.retry_sleep_seconds * 2.0 ** max(failure.attempts, 0)
+    return min(doubled, MAX_BACKOFF_SECONDS) * random.uniform(1 - JITTER, 1 + JITTER)
+
+
+def _topic(row: asyncpg.Record) -> Topic:
+    return Topic(**dict(row))
+
+
+class Topics:
+    """Topics on a pool made by procbus.db.create_pool (its json codec decodes payloads)."""
+
+    def __init__(self, pool: asyncpg.Pool, allowlist: list[str] | None = None) -> None:
+        self.pool = pool
+        self.allowlist = allowlist or []
+        self.queries = load_queries(QUERIES)
+
+    # ---- topics ----
+
+    async def create(
+        self, name: str, settings: TopicSettings, secret: str | None = None
+    ) -> tuple[Topic, str]:
+        """Create a topic; returns it and its signing secret (generated unless given)."""
+        check_topic_name(name)
+        parse_endpoint(settings.endpoint, self.allowlist)
+        if settings.sync:
+            raise InvalidRequest(
+                "synchronous topics (--sync) deliver inside the publishing call; they come with "
+                "the delivery clients, not in this version"
+            )
+        secret = check_secret(secret) if secret is not None else new_secret()
+        async with self.pool.acquire() as connection, connection.transaction():
+            created = await connection.fetchval(
+                self.queries["insert_topic"],
+                name,
+                settings.endpoint,
+                settings.sync,
+                settings.max_entries,
+                settings.max_bytes,
+                settings.max_retries,
+                settings.retry_sleep_seconds,
+                settings.ttl_seconds,
+                settings.batch_size,
+                settings.group_transactions,
+                SHARDS,
+                settings.max_payload_bytes,
+            )
+            if created is None:
+                raise InvalidRequest(f"topic {name!r} exists already")
+            await connection.execute(
+                self.queries["insert_shards"],
+                name,
+                settings.max_entries,
+                settings.max_bytes,
+                SHARDS,
+            )
+            await connection.execute(self.queries["insert_secret"], name, secret)
+        return await self.get(name), secret
+
+    async def get(self, name: str) -> Topic:
+        row = await self.pool.fetchrow(self.queries["get_topic"], name)
+        if row is None:
+            raise TopicNotFound(f"no topic named {name!r}")
+        return _topic(row)
+
+    async def list_topics(self) -> list[Topic]:
+        return [_topic(row) for row in await self.pool.fetch(self.queries["list_topics"])]
+
+    async def delete(self, name: str, *, force: bool = False) -> int:
+        """Delete a topic, its queue and dead letters; refused while entries wait unless
+        `force`. Returns how many waiting entries went with it."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            if await connection.fetchval(self.queries["lock_topic_for_delete"], name) is None:
+                raise TopicNotFound(f"no topic named {name!r}")
+            pending: int = await connection.fetchval(self.queries["count_pending"], name)
+            if pending and not force:
+                raise InvalidRequest(
+                    f"topic {name!r} still holds {pending} undelivered entries: they would be "
+                    "lost; delete it with --force to drop them"
+                )
+            await connection.execute(self.queries["delete_topic_rows"], name)
+            await connection.execute(self.queries["delete_topic"], name)
+        return pending
+
+    async def enable(self, name: str) -> Topic:
+        """Resume delivery to an endpoint that was disabled (it answered 410 Gone)."""
+        if await self.pool.fetchval(self.queries["set_enabled"], name) is None:
+            raise TopicNotFound(f"no topic named {name!r}")
+        return await self.get(name)
+
+    async def disable(self, name: str, reason: str) -> None:
+        await self.pool.execute(self.queries["set_disabled"], name, reason)
+
+    async def rotate_secret(
+        self, name: str, *, overlap_seconds: float = ROTATION_OVERLAP_SECONDS
+    ) -> str:
+        """A new signing secret; the current ones keep signing beside it for `overlap_seconds`,
+        so receivers can switch without a gap. Returns the new secret."""
+        await self.get(name)
+        secret = new_secret()
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(self.queries["drop_retired_secrets"], name)
+            await connection.execute(self.queries["retire_secrets"], name, overlap_seconds)
+            await connection.execute(self.queries["insert_secret"], name, secret)
+        return secret
+
+    async def signing_secrets(self, name: str) -> list[str]:
+        """The secrets that sign now, newest first (two during a rotation)."""
+        rows = await self.pool.fetch(self.queries["signing_secrets"], name)
+        return [row["secret"] for row in rows]
+
+    # ---- publishing ----
+
+    async def publish(self, topic: str, event: Event) -> Published:
+        """Queue one event in a transaction of its own."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            return await publish_in_transaction(connection, topic, event)
+
+    async def reserve(
+        self, topic: str, size: int, *, seconds: float = RESERVATION_SECONDS
+    ) -> Reservation:
+        """Phase one: take capacity for an event of up to `size` payload bytes, before the
+        operation it reports on. QueueFull when the topic is full: refuse the operation."""
+        if size <= 0 or seconds <= 0:
+            raise InvalidRequest(f"a reservation needs a size and a time above 0, got {size}")
+        reservation_id = uuid.uuid4()
+        async with self.pool.acquire() as connection:
+            try:
+                row = await connection.fetchrow(
+                    self.queries["reserve"],
+                    reservation_id,
+                    topic,
+                    preferred_shard(connection),
+                    size,
+                    seconds,
+                )
+            except asyncpg.PostgresError as error:
+                raise _translated(error) from None
+        return Reservation(
+            id=reservation_id,
+            topic=topic,
+            shard=row["shard"],
+            bytes=size,
+            expires_at=row["expires_at"],
+        )
+
+    async def commit(self, reservation: Reservation, event: Event) -> Published:
+        """Phase two: queue the event in its reserved place. ReservationExpired when the
+        reservation ran out first (nothing queued); InvalidRequest for one that was committed
+        or aborted already, or an event larger than its reservation."""
+        payload = encode_payload(event.payload)
+        webhook_id = new_webhook_id()
+        try:
+            row = await self.pool.fetchrow(
+                self.queries["commit_reservation"],
+                reservation.id,
+                event.key,
+                event.type,
+                payload,
+                webhook_id,
+            )
+        except asyncpg.PostgresError as error:
+            raise _translated(error) from None
+        if row["outcome"] == "expired":
+            raise ReservationExpired(
+                f"reservation {reservation.id} on topic {reservation.topic!r} ran out at "
+                f"{reservation.expires_at:%H:%M:%S}: nothing was queued; reserve again"
+            )
+        if row["outcome"] == "unknown":
+            raise InvalidRequest(
+                f"reservation {reservation.id} is not held: committed, aborted or reclaimed already"
+            )
+        return Published(
+            topic=row["topic"], id=row["id"], webhook_id=webhook_id, created_at=row["created_at"]
+        )
+
+    async def abort(self, reservation: Reservation) -> bool:
+        """Give the reservation's capacity back; an unknown reservation is no error."""
+        released: bool = await self.pool.fetchval(self.queries["abort_reservation"], reservation.id)
+        return released
+
+    async def reclaim_expired(self, topic: str) -> int:
+        """Give back the capacity of reservations whose owners died; how many."""
+        reclaimed: int = await self.pool.fetchval(self.queries["reclaim_expired"], topic)
+        return reclaimed
+
+    # ---- delivery: claim a batch, settle what happened to it ----
+
+    async def claim(self, topic: str, limit: int, *, seconds: float = CLAIM_SECONDS) -> Claim:
+        """The next entries due, in queue order, held for `seconds` by a new claim: none behind
+        an earlier entry of its key that waits for its retry. Only this claim settles them."""
+        claim_id = uuid.uuid4()
+        rows = await self.pool.fetch(self.queries["claim_entries"], topic, limit, claim_id, seconds)
+        entries = sorted((Entry(**dict(row)) for row in rows), key=lambda entry: entry.id)
+        return Claim(topic=topic, id=claim_id, entries=entries)
+
+    async def settle(
+        self,
+        claim: Claim,
+        delivered: Sequence[int],
+        failed: Sequence[Failure] = (),
+    ) -> Settled:
+        """Record a delivery attempt: remove what the endpoint acknowledged, count the failures
+        with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
+        max_retries or their TTL to the dead letters, and give the rest of the claim back. An
+        older, overlapping claim settles nothing."""
+        topic = await self.get(claim.topic)
+        attempted = {entry.id for entry in claim.entries}
+        async with self.pool.acquire() as connection, connection.transaction():
+            removed: int = await connection.fetchval(
+                self.queries["remove_delivered"], claim.topic, list(delivered), claim.id
+            )
+            dead: list[int] = []
+            if failed:
+                rows = await connection.fetch(
+                    self.queries["record_failures"],
+                    claim.topic,
+                    [failure.id for failure in failed],
+                    [failure.error for failure in failed],
+                    [backoff(topic, failure) for failure in failed],
+                    claim.id,
+                )
+                await connection.execute(self.queries["count_retried"], claim.topic, len(rows))
+                now = await connection.fetchval(self.queries["database_time"])
+                exhausted = [row["id"] for row in rows if row["attempts"] > topic.max_retries]
+                too_old = [
+                    row["id"]
+                    for row in rows
+                    if (now - row["created_at"]).total_seconds() > topic.ttl_seconds
+                    and row["id"] not in exhausted
+                ]
+                for ids, reason in (
+                    (exhausted, f"failed {topic.max_retries + 1} times (max_retries)"),
+                    (too_old, f"older than the topic's TTL of {topic.ttl_seconds:g} s"),
+                ):
+                    if ids:
+                        dead += (
+                            await connection.fetchval(
+                                self.queries["dead_letter_ids"], claim.topic, ids, reason, None
+                            )
+                            or []
+                        )
+            untouched = attempted - set(delivered) - {failure.id for failure in failed}
+            if untouched:
+                await connection.execute(
+                    self.queries["release_claim"], claim.topic, sorted(untouched), claim.id
+                )
+        return Settled(delivered=removed, failed=len(failed), dead_lettered=sorted(dead))
+
+    async def expire(self, topic: str, limit: int = 1000) -> list[int]:
+        """Move entries past the topic's TTL to the dead letters, sent or not; their IDs."""
+        settings = await self.get(topic)
+        async with self.pool.acquire() as connection, connection.transaction():
+            ids = [
+                row["id"]
+                for row in await connection.fetch(
+                    self.queries["expired_entries"], topic, settings.ttl_seconds, limit
+                )
+            ]
+            if not ids:
+                return []
+            reason = f"older than the topic's TTL of {settings.ttl_seconds:g} s"
+            dead: list[int] = await connection.fetchval(
+                self.queries["dead_letter_ids"], topic, ids, reason, None
+            )
+        return dead or []
+
+    # ---- dead letters and stats ----
+
+    async def dead_letters(self, topic: str, ids: Sequence[int] | None = None) -> list[DeadLetter]:
+        await self.get(topic)
+        rows = await self.pool.fetch(
+            self.queries["list_dead_letters"], topic, list(ids) if ids is not None else None
+        )
+        return [DeadLetter(**dict(row)) for row in rows]
+
+    async def redrive(self, topic: str, ids: Sequence[int] | None = None) -> list[Published]:
+        """Put dead letters back in the queue (all of them, or these IDs), each with its
+        original webhook ID; all or nothing: QueueFull leaves them where they were."""
+        await self.get(topic)
+        published = []
+        async with self.pool.acquire() as connection, connection.transaction():
+            rows = await connection.fetch(
+                self.queries["take_dead_letters"], topic, list(ids) if ids is not None else None
+            )
+            if ids is not None:
+                missing = sorted(set(ids) - {row["id"] for row in rows})
+                if missing:
+                    raise InvalidRequest(
+                        f"topic {topic!r} has no dead letter {', '.join(map(str, missing))}"
+                    )
+            for row in sorted(rows, key=lambda dead: dead["id"]):
+                try:
+                    queued = await connection.fetchrow(
+                        self.queries["publish"],
+                        topic,
+                        preferred_shard(connection),
+                        row["key"],
+                        row["type"],
+                        row["payload"],
+                        row["webhook_id"],
+                    )
+                except asyncpg.PostgresError as error:
+                    raise _translated(error) from None
+                published.append(
+                    Published(
+                        topic=topic,
+                        id=queued["id"],
+                        webhook_id=row["webhook_id"],
+                        created_at=queued["created_at"],
+                    )
+                )
+        return published
+
+    async def stats(self, name: str) -> TopicStats:
+        topic = await self.get(name)
+        row = await self.pool.fetchrow(self.queries["topic_stats"], name)
+        oldest: datetime | None = row["oldest"]
+        return TopicStats(
+            topic=name,
+            endpoint=parse_endpoint(topic.endpoint).display,
+            enabled=topic.enabled,
+            disabled_reason=topic.disabled_reason,
+            depth=row["depth"],
+            depth_bytes=row["depth_bytes"],
+            reserved=row["reserved"],
+            capacity_used_entries=row["capacity_entries"],
+            capacity_used_bytes=row["capacity_bytes"],
+            max_entries=topic.max_entries,
+            max_bytes=topic.max_bytes,
+            oldest_entry_age_seconds=(row["now"] - oldest).total_seconds() if oldest else None,
+            retrying=row["retrying"],
+            blocked_keys=row["blocked_keys"],
+            delivered=topic.delivered,
+            retried=topic.retried,
+            dead_lettered=topic.dead_lettered,
+            dead_letters=row["dead_letters"],
+        )

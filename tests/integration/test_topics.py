@@ -1,0 +1,307 @@
+"""Persistent topics on the real PostgreSQL: bounds, two-phase publish, per-key order, retry
+state, dead letters and redrive, overlapping claims, publishing inside a transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+
+from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
+from procbus.hooks import transaction
+from procbus.topics import Event, Failure, TopicNotFound, Topics, TopicSettings
+from procbus.topics.models import SHARDS
+from procbus.topics.queue import check_secret
+
+RECEIVER = "http://127.0.0.1:9/hooks"
+
+
+@pytest.fixture
+def topics(pool: asyncpg.Pool) -> Topics:
+    return Topics(pool)
+
+
+async def make(topics: Topics, **settings: Any) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    await topics.create(name, TopicSettings(endpoint=RECEIVER, **settings))
+    return name
+
+
+async def capacity(pool: asyncpg.Pool, topic: str) -> tuple[int, int]:
+    row = await pool.fetchrow(
+        'SELECT sum("entries")::bigint AS e, sum("bytes")::bigint AS b '
+        'FROM "procbus_topic_shards" WHERE "topic" = $1',
+        topic,
+    )
+    return row["e"], row["b"]
+
+
+async def test_create_returns_a_secret_and_refuses_bad_input_whole(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic, secret = await topics.create("orders", TopicSettings(endpoint=RECEIVER))
+    assert check_secret(secret) == secret and await topics.signing_secrets("orders") == [secret]
+    assert topic.max_entries == 100_000 and topic.enabled
+    for name, endpoint, says in [
+        ("orders", RECEIVER, "exists already"),
+        ("bad name!", RECEIVER, "bad topic name"),
+        ("t1", "ftp://host/x", "scheme must be http, https, amqp or amqps"),
+        ("t2", "http://169.254.169.254/latest/meta-data", "link-local or cloud metadata"),
+        ("t3", "http://metadata.google.internal/", "cloud metadata service"),
+        ("t4", "http:///nohost", "names no host"),
+        (
+            "t5",
+            "amqp://guest:s3cret@127.0.0.1/",
+            r"'amqp://guest:\*\*\*@127.0.0.1/'.* needs \?exchange",
+        ),
+    ]:
+        with pytest.raises(InvalidRequest, match=says):
+            await topics.create(name, TopicSettings(endpoint=endpoint))
+    with pytest.raises(InvalidRequest, match="not in PROCBUS_ENDPOINT_ALLOWLIST"):
+        await Topics(pool, allowlist=["hooks.internal", "10.0.0.0/8"]).create(
+            "t6", TopicSettings(endpoint="https://example.com/x")
+        )
+    for secret, says in [
+        ("abc", "starts with"),
+        ("whsec_!!!", "not base64"),
+        ("whsec_AAAA", "24 to 64"),
+    ]:
+        with pytest.raises(InvalidRequest, match=says):
+            await topics.create("t7", TopicSettings(endpoint=RECEIVER), secret=secret)
+    with pytest.raises(ValueError, match="must be more than 0"):
+        TopicSettings(endpoint=RECEIVER, max_entries=0)
+    assert [topic.name for topic in await topics.list_topics()] == ["orders"]
+    assert await pool.fetchval('SELECT count(*) FROM "procbus_topic_shards"') == SHARDS
+
+
+async def test_a_full_topic_refuses_and_nothing_is_half_done(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics, max_entries=3)
+    for number in range(3):
+        await topics.publish(topic, Event(payload={"n": number}))
+    with pytest.raises(QueueFull, match="is full"):
+        await topics.publish(topic, Event(payload={"n": 3}))
+    with pytest.raises(QueueFull):
+        await topics.reserve(topic, 10)
+    await pool.execute('CREATE TABLE "orders" ("id" int PRIMARY KEY)')
+    async with pool.acquire() as connection:
+        with pytest.raises(QueueFull):
+            async with transaction(connection) as tx:
+                await connection.execute('INSERT INTO "orders" VALUES (1)')
+                await tx.publish(topic, {"order": 1})
+    assert await pool.fetchval('SELECT count(*) FROM "orders"') == 0  # the business write too
+    assert (await topics.stats(topic)).depth == 3
+    assert (await capacity(pool, topic))[0] == 3
+
+
+async def test_the_bound_holds_exactly_under_concurrent_publishers(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics, max_entries=200)
+    accepted = 0
+
+    async def writer() -> None:
+        nonlocal accepted
+        while True:
+            try:
+                await topics.publish(topic, Event(payload={"x": 1}))
+            except QueueFull:
+                return
+            accepted += 1
+
+    await asyncio.gather(*(writer() for _ in range(8)))
+    assert accepted == 200 == (await topics.stats(topic)).depth
+    assert await capacity(pool, topic) == (200, 200 * len('{"x":1}'))
+
+
+async def test_bytes_are_bounded_and_payloads_too(topics: Topics) -> None:
+    topic = await make(topics, max_bytes=SHARDS * 100)  # 100 bytes per shard, per payload
+    with pytest.raises(InvalidRequest, match="takes at most 100"):
+        await topics.publish(topic, Event(payload="x" * 200))
+    published = 0
+    with pytest.raises(QueueFull):
+        while True:
+            await topics.publish(topic, Event(payload="y" * 48))  # 50 bytes with the quotes
+            published += 1
+    assert published == SHARDS * 2
+    with pytest.raises(TopicNotFound, match="no topic named 'nothing'"):
+        await topics.publish("nothing", Event(payload=1))
+
+
+async def test_two_phase_publish(topics: Topics, pool: asyncpg.Pool) -> None:
+    topic = await make(topics, max_entries=2)
+    first = await topics.reserve(topic, 100)
+    second = await topics.reserve(topic, 100)
+    with pytest.raises(QueueFull):  # committed + reserved count against the bound
+        await topics.reserve(topic, 100)
+    assert (await topics.stats(topic)).reserved == 2
+    published = await topics.commit(first, Event(payload={"file": "a.parquet"}, type="FileAdded"))
+    assert published.webhook_id.startswith("msg_")
+    assert await capacity(pool, topic) == (2, 100 + len('{"file":"a.parquet"}'))
+    with pytest.raises(InvalidRequest, match="not held"):
+        await topics.commit(first, Event(payload=1))  # never twice
+    assert await topics.abort(second) is True
+    assert await topics.abort(second) is False  # an unknown reservation is no error
+    assert (await capacity(pool, topic))[0] == 1
+    big = await topics.reserve(topic, 5)
+    with pytest.raises(InvalidRequest, match="larger|holds 5"):
+        await topics.commit(big, Event(payload="much longer than five bytes"))
+    assert await topics.abort(big) is True  # the failed commit changed nothing
+
+
+async def test_an_expired_reservation_gives_its_capacity_back(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics, max_entries=1)
+    late = await topics.reserve(topic, 10, seconds=0.2)
+    await asyncio.sleep(0.4)
+    with pytest.raises(ReservationExpired, match="nothing was queued"):
+        await topics.commit(late, Event(payload=1))
+    assert await capacity(pool, topic) == (0, 0)
+    abandoned = await topics.reserve(topic, 10, seconds=0.2)  # its owner "dies"
+    await asyncio.sleep(0.4)
+    taken = await topics.reserve(topic, 10)  # the full topic reclaims the abandoned one first
+    assert taken.id != abandoned.id and await capacity(pool, topic) == (1, 10)
+    assert await topics.abort(abandoned) is False
+
+
+async def test_publishing_in_a_transaction_is_atomic_with_it(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        async with transaction(connection) as tx:
+            await tx.publish(topic, {"n": 1}, key="a", type="Created")
+            with pytest.raises(RuntimeError):
+                async with tx.savepoint():
+                    await tx.publish(topic, {"n": 2}, key="a")
+                    raise RuntimeError("undo the savepoint")
+        with pytest.raises(RuntimeError):
+            async with transaction(connection) as tx:
+                await tx.publish(topic, {"n": 3})
+                raise RuntimeError("roll back")
+    claim = await topics.claim(topic, 10)
+    assert [(entry.payload, entry.key, entry.type) for entry in claim.entries] == [
+        ({"n": 1}, "a", "Created")
+    ]
+    assert await capacity(pool, topic) == (1, len('{"n":1}'))
+
+
+async def test_one_key_is_queued_in_commit_order(topics: Topics, pool: asyncpg.Pool) -> None:
+    topic = await make(topics)
+    slow_published = asyncio.Event()
+    waits: list[float] = []
+    clock = asyncio.get_running_loop().time
+    async with pool.acquire() as slow, pool.acquire() as fast:
+
+        async def slow_writer() -> None:
+            async with transaction(slow) as tx:
+                await tx.publish(topic, {"order": "slow"}, key="k")
+                slow_published.set()
+                await asyncio.sleep(1.0)  # still open while the other publishes
+
+        async def fast_writer() -> None:
+            await slow_published.wait()
+            async with transaction(fast) as tx:
+                for key in ("other", "k"):  # another key goes at once; k waits for slow's commit
+                    started = clock()
+                    await tx.publish(topic, {"order": "fast"}, key=key)
+                    waits.append(clock() - started)
+
+        await asyncio.gather(slow_writer(), fast_writer())
+    assert waits[0] < 0.5 < waits[1], waits  # only the same key waited for the commit
+    entries = (await topics.claim(topic, 10)).entries
+    assert [(e.key, e.payload["order"]) for e in entries] == [
+        ("k", "slow"),
+        ("other", "fast"),
+        ("k", "fast"),
+    ]
+
+
+async def test_a_failing_key_waits_alone_and_retry_state_stays_with_the_entry(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics, max_retries=1, retry_sleep_seconds=0.3)
+    for key, n in [("a", 1), ("b", 1), ("a", 2), ("b", 2), (None, 1)]:
+        await topics.publish(topic, Event(payload={"n": n}, key=key))
+    claim = await topics.claim(topic, 10)
+    a1, b1, a2, b2, free = claim.entries
+    # a1 fails: a2 is not sent (left in the queue, unclaimed); b's and the unkeyed go through.
+    settled = await topics.settle(
+        claim,
+        delivered=[b1.id, b2.id, free.id],
+        failed=[Failure(id=a1.id, error="HTTP 500", attempts=a1.attempts)],
+    )
+    assert settled.delivered == 3 and settled.failed == 1
+    assert (await topics.claim(topic, 10)).entries == []  # a is held back by a1's retry
+    stats = await topics.stats(topic)
+    assert (stats.depth, stats.retrying, stats.blocked_keys, stats.delivered) == (2, 1, 1, 3)
+    await asyncio.sleep(0.5)
+    # A new owner (another Topics on another pool view) sees the count where it was.
+    retry = await Topics(pool).claim(topic, 10)
+    assert [e.id for e in retry.entries] == [a1.id, a2.id]
+    assert retry.entries[0].attempts == 1 and retry.entries[0].last_error == "HTTP 500"
+    settled = await topics.settle(
+        retry, delivered=[], failed=[Failure(id=a1.id, error="HTTP 503", attempts=1)]
+    )
+    assert settled.dead_lettered == [a1.id]  # its second failure passed max_retries=1
+    [dead] = await topics.dead_letters(topic)
+    assert (dead.id, dead.attempts, dead.reason) == (a1.id, 2, "failed 2 times (max_retries)")
+    assert [attempt.error for attempt in dead.history] == ["HTTP 500", "HTTP 503"]
+    # a2 is free now, and the dead letter comes back behind it with its webhook ID.
+    [redriven] = await topics.redrive(topic)
+    assert redriven.webhook_id == a1.webhook_id
+    later = await topics.claim(topic, 10)
+    assert [(e.id, e.payload, e.attempts) for e in later.entries] == [
+        (a2.id, {"n": 2}, 0),
+        (redriven.id, {"n": 1}, 0),
+    ]
+    await topics.settle(later, delivered=[e.id for e in later.entries])
+    final = await topics.stats(topic)
+    assert (final.depth, final.delivered, final.retried, final.dead_lettered) == (0, 5, 2, 1)
+    assert final.dead_letters == 0 and await capacity(pool, topic) == (0, 0)
+
+
+async def test_an_older_overlapping_claim_settles_nothing(topics: Topics) -> None:
+    topic = await make(topics)
+    await topics.publish(topic, Event(payload=1))
+    stale = await topics.claim(topic, 10, seconds=0.2)
+    await asyncio.sleep(0.4)  # its holder stalled past its claim
+    current = await topics.claim(topic, 10)
+    assert [e.id for e in current.entries] == [e.id for e in stale.entries]
+    assert (await topics.settle(stale, delivered=[stale.entries[0].id])).delivered == 0
+    assert (await topics.stats(topic)).depth == 1
+    assert (await topics.settle(current, delivered=[current.entries[0].id])).delivered == 1
+
+
+async def test_entries_past_their_ttl_are_dead_letters_not_dropped(topics: Topics) -> None:
+    topic = await make(topics, ttl_seconds=0.2)
+    published = await topics.publish(topic, Event(payload={"late": True}))
+    await asyncio.sleep(0.4)
+    assert await topics.expire(topic) == [published.id]
+    [dead] = await topics.dead_letters(topic)
+    assert dead.payload == {"late": True} and "TTL" in dead.reason
+    with pytest.raises(InvalidRequest, match="no dead letter 999"):
+        await topics.redrive(topic, [999])
+
+
+async def test_delete_enable_and_secret_rotation(topics: Topics, pool: asyncpg.Pool) -> None:
+    topic = await make(topics)
+    await topics.publish(topic, Event(payload=1))
+    with pytest.raises(InvalidRequest, match="holds 1 undelivered entries.*--force"):
+        await topics.delete(topic)
+    [first] = await topics.signing_secrets(topic)
+    second = await topics.rotate_secret(topic)
+    assert await topics.signing_secrets(topic) == [second, first]  # both sign during the overlap
+    await topics.disable(topic, "410 Gone")
+    assert not (await topics.get(topic)).enabled
+    assert (await topics.enable(topic)).enabled
+    assert await topics.delete(topic, force=True) == 1
+    with pytest.raises(TopicNotFound):
+        await topics.get(topic)
+    for table in ("topic_entries", "topic_shards", "topic_secrets", "topics"):
+        assert await pool.fetchval(f'SELECT count(*) FROM "procbus_{table}"') == 0
