@@ -20,8 +20,11 @@ from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
+from activities.topics import TopicActivities
 from procbus.config import Settings
 from procbus.db import create_pool
+from procbus.delivery.endpoints import parse_allowlist
+from procbus.delivery.owner import keep_owners
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
@@ -29,9 +32,11 @@ from procbus.temporal.client import connect_client, procbus_runtime
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.temporal.faults import Fault, FaultInterceptor, parse_faults
 from procbus.temporal.metrics import OutboxMetrics
+from procbus.topics.queue import Topics
 from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+from workflows.topics import TopicDelivery
 
 WORKFLOWS: Sequence[type] = (
     StackCheck,
@@ -40,17 +45,23 @@ WORKFLOWS: Sequence[type] = (
     CreateTable,
     DeleteTable,
     OutboxSweep,
+    TopicDelivery,
 )
 
 
 def activities_for(
-    pool: asyncpg.Pool, task_queue: str, warehouse_root: Path, cache: DescriptorCache
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse_root: Path,
+    cache: DescriptorCache,
+    endpoint_allowlist: list[str],
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue).sweep_outbox,
         *TableActivities(pool, warehouse_root, cache).all(),
         *LockActivities(pool).all(),
+        *TopicActivities(pool, endpoint_allowlist).all(),
     ]
 
 
@@ -62,6 +73,7 @@ def build_worker(
     warehouse_root: Path,
     faults: Sequence[Fault] = (),
     cache: DescriptorCache | None = None,
+    endpoint_allowlist: list[str] | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`."""
     # The first is the outermost: procbus errors become typed ApplicationErrors last.
@@ -73,7 +85,13 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(WORKFLOWS),
-        activities=activities_for(pool, task_queue, warehouse_root, cache or DescriptorCache()),
+        activities=activities_for(
+            pool,
+            task_queue,
+            warehouse_root,
+            cache or DescriptorCache(),
+            endpoint_allowlist or [],
+        ),
         interceptors=interceptors,
     )
 
@@ -87,7 +105,8 @@ async def serve(
     metrics_address: str | None = None,
 ) -> None:
     """Run a worker on `services` until `stop` is set: the workflows and activities, the
-    outbox relay loop, and the Temporal Schedule that sweeps what a dead relay left; with
+    outbox relay loop, the Temporal Schedule that sweeps what a dead relay left, and a delivery
+    workflow for every topic; with
     `metrics_address`, Prometheus metrics there (the SDK's and procbus's)."""
     client = await connect_client(
         services.temporal_address, services.namespace, settings, metrics_address=metrics_address
@@ -96,6 +115,7 @@ async def serve(
     if metrics_address is not None:
         metrics = OutboxMetrics(procbus_runtime(metrics_address).metric_meter)
     pool = await create_pool(services.database_url)
+    allowlist = parse_allowlist(settings.endpoint_allowlist)
     try:
         async with build_worker(
             client,
@@ -103,12 +123,17 @@ async def serve(
             services.task_queue,
             warehouse_root=settings.warehouse_root,
             faults=parse_faults(settings.faults),
+            endpoint_allowlist=allowlist,
         ):
             await ensure_sweep_schedule(client, services.task_queue)
             if on_ready is not None:
                 on_ready()
-            # Performs durable calls whose process died between commit and relay.
-            await OutboxRelay(client, pool, services.task_queue, metrics).run(stop)
+            await asyncio.gather(
+                # Performs durable calls whose process died between commit and relay.
+                OutboxRelay(client, pool, services.task_queue, metrics).run(stop),
+                # Every topic gets its one delivery workflow.
+                keep_owners(client, Topics(pool).list_topics, services.task_queue, stop),
+            )
     finally:
         await pool.close()
 

@@ -23,6 +23,13 @@ OUTBOX_PERFORMED = "procbus_outbox_performed"
 # Counter: Temporal calls of outbox rows that failed (the row is tried again later).
 OUTBOX_FAILURES = "procbus_outbox_failures"
 
+# Gauge {topic}: committed entries waiting for delivery.
+TOPIC_DEPTH = "procbus_topic_depth"
+# Gauge {topic}: dead letters kept.
+TOPIC_DEAD_LETTERS = "procbus_topic_dead_letters"
+# Counter {topic}: entries delivered (acknowledged by the endpoint).
+TOPIC_DELIVERED = "procbus_topic_delivered"
+
 # Every metric procbus defines, for the README and the tests.
 PROCBUS_METRICS = (
     PROCEDURE_STATES,
@@ -31,6 +38,9 @@ PROCBUS_METRICS = (
     OUTBOX_BACKLOG,
     OUTBOX_PERFORMED,
     OUTBOX_FAILURES,
+    TOPIC_DEPTH,
+    TOPIC_DEAD_LETTERS,
+    TOPIC_DELIVERED,
 )
 
 
@@ -46,4 +56,15 @@ class OutboxMetrics:
         )
         self.failures: MetricCounter = meter.create_counter(
             OUTBOX_FAILURES, "Temporal calls of outbox rows that failed and wait for a retry"
+        )
+
+
+class TopicMetrics:
+    """What a topic's delivery reports: its depth, its dead letters, what it delivered."""
+
+    def __init__(self, meter: MetricMeter) -> None:
+        self.depth: MetricGauge = meter.create_gauge(TOPIC_DEPTH, "entries waiting for delivery")
+        self.dead_letters: MetricGauge = meter.create_gauge(TOPIC_DEAD_LETTERS, "dead letters kept")
+        self.delivered: MetricCounter = meter.create_counter(
+            TOPIC_DELIVERED, "entries the endpoint acknowledged"
         )

@@ -23,7 +23,10 @@ from worker.main import WORKFLOWS
 WORKFLOW_TYPES = sorted(workflow.__temporal_workflow_definition.name for workflow in WORKFLOWS)  # type: ignore[attr-defined]
 # The shapes a person gets wrong: a misspelled field, and JSON of the wrong type.
 BAD_INPUTS = {
-    "misspelled field": ('{"tabel": "sales.x", "check_idd": "x", "limt": 3}', "tabel"),
+    "misspelled field": (
+        '{"tabel": "sales.x", "check_idd": "x", "limt": 3, "topik": "t"}',
+        "tabel",
+    ),
     "a list": ("[1, 2]", "Input should be"),
     "a string": ('"sales.orders"', "Input should be"),
     "a number": ("5", "Input should be"),
@@ -47,6 +50,7 @@ def test_every_registered_workflow_is_covered() -> None:
         "DeleteTable",
         "OutboxSweep",
         "StackCheck",
+        "TopicDelivery",
     ]
 
 

@@ -44,6 +44,7 @@ def test_every_mechanism_keeps_its_sql_beside_its_code() -> None:
         "procbus.lakehouse",
         "procbus.locks",
         "procbus.stack",
+        "procbus.topics",
     ]
     assert not list(LIBRARY.rglob("sql/*.sql")), "SQL outside a mechanism's queries.sql"
 

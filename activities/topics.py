@@ -1,0 +1,111 @@
+"""Topic delivery as an activity: the rounds of one topic's queue, for as long as a run lasts.
+
+It heartbeats every few seconds with its progress (the Temporal UI shows it as the pending
+activity's details), so a dead worker's run is retried elsewhere within the heartbeat timeout,
+and cancellation reaches it. Secrets are read here, from PostgreSQL, never passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import asyncpg
+from temporalio import activity
+
+from procbus.delivery.clients import EndpointClient
+from procbus.delivery.dispatch import deliver_round
+from procbus.delivery.endpoints import parse_endpoint
+from procbus.delivery.factory import client_for
+from procbus.delivery.models import DeliveryRequest, DeliveryResult
+from procbus.temporal.metrics import TopicMetrics
+from procbus.topics.models import Topic
+from procbus.topics.queue import TopicNotFound, Topics
+
+# A delivery round holds its batch this long at most.
+CLAIM_SECONDS = 60.0
+HEARTBEAT_EVERY_SECONDS = 5.0
+# An empty queue is asked again after IDLE_FIRST, doubling up to IDLE_MAX: new entries are
+# picked up within IDLE_MAX, and an idle topic costs two index probes a second.
+IDLE_FIRST_SECONDS = 0.05
+IDLE_MAX_SECONDS = 0.5
+# A disabled topic (410 Gone) is looked at this often, for `procbus topic enable`.
+DISABLED_POLL_SECONDS = 2.0
+EXPIRE_EVERY_SECONDS = 10.0
+STATS_EVERY_SECONDS = 5.0
+
+
+class TopicActivities:
+    def __init__(self, pool: asyncpg.Pool, allowlist: list[str] | None = None) -> None:
+        self.topics = Topics(pool, allowlist)
+        self.allowlist = allowlist or []
+
+    @activity.defn(name="deliver_topic")
+    async def deliver_topic(self, request: DeliveryRequest) -> DeliveryResult:
+        progress = DeliveryResult(topic=request.topic)
+        loop = asyncio.get_running_loop()
+        ticker = asyncio.create_task(self._heartbeat(lambda: progress))
+        client: EndpointClient | None = None
+        client_made_for: tuple[str, list[str]] | None = None
+        metrics = TopicMetrics(activity.metric_meter())
+        attributes = {"topic": request.topic}
+        until = loop.time() + request.max_seconds
+        idle = IDLE_FIRST_SECONDS
+        expire_due = stats_due = loop.time()
+        try:
+            while loop.time() < until:
+                try:
+                    topic = await self.topics.get(request.topic)
+                except TopicNotFound:
+                    progress.topic_deleted, progress.state = True, "topic deleted"
+                    break
+                if not topic.enabled:
+                    progress.state = f"disabled: {topic.disabled_reason}"
+                    await asyncio.sleep(DISABLED_POLL_SECONDS)
+                    continue
+                if loop.time() >= expire_due:
+                    progress.dead_lettered += len(await self.topics.expire(topic.name))
+                    expire_due = loop.time() + EXPIRE_EVERY_SECONDS
+                secrets = await self.topics.signing_secrets(topic.name)
+                if client is None or client_made_for != (topic.endpoint, secrets):
+                    if client is not None:
+                        await client.close()
+                    client = self._client(topic, secrets)
+                    client_made_for = (topic.endpoint, secrets)
+                done = await deliver_round(self.topics, topic, client, claim_seconds=CLAIM_SECONDS)
+                progress.rounds += 1
+                progress.delivered += done.delivered
+                progress.failed += done.failed
+                progress.dead_lettered += done.dead_lettered
+                metrics.delivered.add(done.delivered, attributes)
+                progress.state = "delivering" if done.claimed else "waiting for events"
+                if loop.time() >= stats_due:
+                    stats = await self.topics.stats(topic.name)
+                    metrics.depth.set(stats.depth, attributes)
+                    metrics.dead_letters.set(stats.dead_letters, attributes)
+                    stats_due = loop.time() + STATS_EVERY_SECONDS
+                if done.claimed:
+                    idle = IDLE_FIRST_SECONDS
+                else:
+                    await asyncio.sleep(idle)
+                    idle = min(idle * 2, IDLE_MAX_SECONDS)
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            if client is not None:
+                await client.close()
+        return progress
+
+    def _client(self, topic: Topic, secrets: list[str]) -> EndpointClient:
+        return client_for(parse_endpoint(topic.endpoint, self.allowlist), secrets)
+
+    @staticmethod
+    async def _heartbeat(progress: Callable[[], DeliveryResult]) -> None:
+        while True:
+            activity.heartbeat(progress().model_dump())
+            await asyncio.sleep(HEARTBEAT_EVERY_SECONDS)
+
+    def all(self) -> list[Callable[..., object]]:
+        return [self.deliver_topic]

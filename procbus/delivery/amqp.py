@@ -1,0 +1,81 @@
+"""AMQP endpoints (RabbitMQ, through aio-pika): a persistent message per event, on a channel
+with publisher confirms. A message counts as delivered only when the broker confirmed it; a
+nack, a returned (unroutable) message, a timeout or a lost connection is a failure to retry.
+
+    amqp://user:password@host:5672/vhost?exchange=events&routing_key=orders
+"""
+
+from __future__ import annotations
+
+import contextlib
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+
+from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
+from procbus.delivery.endpoints import Endpoint
+
+CONFIRM_TIMEOUT_SECONDS = 10.0
+ERROR_TEXT_LIMIT = 200
+
+
+class AmqpClient(EndpointClient):
+    def __init__(self, endpoint: Endpoint, *, timeout_seconds: float = CONFIRM_TIMEOUT_SECONDS):
+        parts = urlsplit(endpoint.url)
+        query = parse_qs(parts.query)
+        self.endpoint = endpoint
+        self.broker_url = urlunsplit(parts._replace(query=""))
+        self.exchange_name = query.get("exchange", [""])[-1]
+        self.routing_key = query.get("routing_key", [""])[-1]
+        self.timeout_seconds = timeout_seconds
+        self._connection: AbstractConnection | None = None
+        self._channel: AbstractChannel | None = None
+        self._exchange: AbstractExchange | None = None
+
+    async def _ready_exchange(self) -> AbstractExchange:
+        if self._exchange is None:
+            self._connection = await aio_pika.connect(self.broker_url, timeout=self.timeout_seconds)
+            # Confirms: publish() returns once the broker took the message; returned
+            # (unroutable) messages raise instead of vanishing.
+            self._channel = await self._connection.channel(
+                publisher_confirms=True, on_return_raises=True
+            )
+            if self.exchange_name:
+                self._exchange = await self._channel.get_exchange(self.exchange_name, ensure=True)
+            else:
+                self._exchange = self._channel.default_exchange
+        return self._exchange
+
+    async def send(self, message: Message) -> Sent:
+        try:
+            exchange = await self._ready_exchange()
+            await exchange.publish(
+                aio_pika.Message(
+                    body=message.body.encode(),
+                    message_id=message.id,
+                    content_type="application/json",
+                    timestamp=message.timestamp,
+                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    headers={"webhook-id": message.id},
+                ),
+                routing_key=self.routing_key,
+                mandatory=True,
+                timeout=self.timeout_seconds,
+            )
+        except (TimeoutError, aio_pika.exceptions.AMQPError, OSError) as error:
+            await self.close()  # a fresh connection for the next message
+            return Sent(Outcome.FAILED, f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT])
+        return Sent(Outcome.ACK)
+
+    async def close(self) -> None:
+        connection, self._connection, self._channel, self._exchange = (
+            self._connection,
+            None,
+            None,
+            None,
+        )
+        if connection is not None:
+            # It is gone either way.
+            with contextlib.suppress(TimeoutError, aio_pika.exceptions.AMQPError, OSError):
+                await connection.close()

@@ -1,0 +1,94 @@
+"""What every endpoint client does, whatever it speaks: send one message, or one batch, and say
+what became of it. The dispatcher (procbus.delivery.dispatch) decides what to send in which
+order; clients only talk to their endpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic_core import to_json
+
+from procbus.topics.models import Entry
+
+
+class Outcome(StrEnum):
+    ACK = "ack"  # the endpoint took it: remove it from the queue
+    FAILED = "failed"  # not taken: retry later (backoff, or the endpoint's Retry-After)
+    GONE = "gone"  # the endpoint said it will never take anything (HTTP 410): disable the topic
+
+
+@dataclass(frozen=True)
+class Sent:
+    outcome: Outcome
+    error: str | None = None
+    retry_after_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """One event as it goes over the wire; its ID is the same on every retry."""
+
+    id: str
+    body: str
+    timestamp: datetime  # when it is sent (the webhook-timestamp)
+    key: str | None
+
+
+def event_body(topic: str, entry: Entry) -> dict[str, Any]:
+    """The body of one event: {"type", "timestamp", "topic", "key", "data"}; the timestamp is
+    when the event was committed, the same on every retry."""
+    return {
+        "type": entry.type,
+        "timestamp": entry.created_at.isoformat(),
+        "topic": topic,
+        "key": entry.key,
+        "data": entry.payload,
+    }
+
+
+def message(topic: str, entry: Entry, now: datetime) -> Message:
+    return Message(
+        id=entry.webhook_id,
+        body=to_json(event_body(topic, entry)).decode(),
+        timestamp=now,
+        key=entry.key,
+    )
+
+
+def batch_message(topic: str, entries: list[Entry], now: datetime) -> Message:
+    """Several events as one JSON array; its ID follows from theirs, so the same batch sent
+    again carries the same ID."""
+    digest = hashlib.sha256(" ".join(entry.webhook_id for entry in entries).encode()).hexdigest()
+    return Message(
+        id=f"batch_{digest[:32]}",
+        body=to_json([event_body(topic, entry) for entry in entries]).decode(),
+        timestamp=now,
+        key=None,
+    )
+
+
+class EndpointClient(ABC):
+    """A connection to one endpoint; open it with `async with`."""
+
+    # Whether the endpoint takes a batch of events in one message (webhooks with ?batch=1).
+    batch: bool = False
+
+    async def __aenter__(self) -> EndpointClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @abstractmethod
+    async def send(self, message: Message) -> Sent:
+        """Deliver one message (an event, or a batch of them); never raises for the endpoint's
+        own failures, which come back as FAILED or GONE with why."""
+
+    async def close(self) -> None:
+        return None

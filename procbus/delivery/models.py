@@ -1,0 +1,39 @@
+"""What the topic delivery workflow and its activity exchange: JSON-friendly, and free of
+secrets (they stay in PostgreSQL; the activity reads them)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from procbus.temporal.payloads import WorkflowInput
+
+
+class DeliveryInput(WorkflowInput):
+    """Input of the TopicDelivery workflow: the one owner of a topic's queue."""
+
+    topic: str
+    rounds_per_run: int = Field(
+        default=50, description="activity runs before the workflow continues as new"
+    )
+
+
+class DeliveryRequest(BaseModel):
+    topic: str
+    max_seconds: float = Field(
+        default=300.0, description="the activity returns after this long and is started again"
+    )
+
+
+class DeliveryProgress(BaseModel):
+    """The delivery activity's heartbeat details: what a person sees in the Temporal UI."""
+
+    topic: str
+    rounds: int = 0
+    delivered: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    state: str = "starting"
+
+
+class DeliveryResult(DeliveryProgress):
+    topic_deleted: bool = False

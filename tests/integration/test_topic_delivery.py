@@ -1,0 +1,214 @@
+"""Topic delivery on the real Temporal server and PostgreSQL to a real HTTP receiver: signed
+webhooks in key order, an endpoint down then back, a failing key, 410, Retry-After, dead letters
+and redrive, batches, and a slow endpoint that does not slow another topic."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from standardwebhooks.webhooks import Webhook
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from procbus.delivery.owner import ensure_delivery
+from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from tests.integration.webhook_receiver import WebhookReceiver
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[WebhookReceiver]:
+    started = WebhookReceiver()
+    await started.start()
+    yield started
+    await started.stop()
+
+
+@pytest.fixture
+def topics(pool: asyncpg.Pool) -> Topics:
+    return Topics(pool)
+
+
+async def delivering(
+    topics: Topics, client: Client, task_queue: str, endpoint: str, **settings: Any
+) -> tuple[str, str]:
+    """A new topic to `endpoint`, its delivery workflow started; its name and secret."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    _, secret = await topics.create(name, TopicSettings(endpoint=endpoint, **settings))
+    await ensure_delivery(client, name, task_queue)
+    return name, secret
+
+
+async def settled(topics: Topics, name: str, timeout: float = 30.0, **wanted: int) -> TopicStats:
+    """Until the topic's stats show `wanted` (e.g. depth=0, delivered=30)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            stats = await topics.stats(name)
+            if all(getattr(stats, field) == value for field, value in wanted.items()):
+                return stats
+            await asyncio.sleep(0.1)
+
+
+def by_key(events: list[dict[str, Any]]) -> dict[str | None, list[Any]]:
+    keys: dict[str | None, list[Any]] = {}
+    for event in events:
+        keys.setdefault(event["key"], []).append(event["data"]["i"])
+    return keys
+
+
+async def test_events_arrive_signed_whole_and_in_key_order(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    name, secret = await delivering(topics, client, task_queue, receiver.url)
+    published = [
+        await topics.publish(name, Event(payload={"i": i}, key=f"k{i % 3}", type="Changed"))
+        for i in range(30)
+    ]
+    events = await receiver.wait_for(30)
+    for request in receiver.accepted:
+        assert Webhook(secret).verify(request.body, request.headers)  # the package's verifier
+    assert {request.headers["webhook-id"] for request in receiver.accepted} == {
+        item.webhook_id for item in published
+    }
+    assert by_key(events) == {f"k{k}": list(range(k, 30, 3)) for k in range(3)}
+    first = events[0]
+    assert set(first) == {"type", "timestamp", "topic", "key", "data"}
+    assert (first["type"], first["topic"]) == ("Changed", name)
+    datetime.fromisoformat(first["timestamp"])
+    stats = await settled(topics, name, depth=0, delivered=30)
+    assert stats.retried == 0 and stats.dead_letters == 0
+
+
+async def test_an_endpoint_down_for_a_while_loses_nothing(
+    client: Client, worker: Worker, topics: Topics, task_queue: str
+) -> None:
+    down = WebhookReceiver()  # not started: its port refuses connections
+    name, _ = await delivering(topics, client, task_queue, down.url, retry_sleep_seconds=0.2)
+    published = [
+        await topics.publish(name, Event(payload={"i": i}, key=f"k{i % 2}")) for i in range(12)
+    ]
+    await settled(topics, name, blocked_keys=2)  # both keys wait behind a failed head
+    assert (await topics.stats(name)).retried >= 2
+    await down.start()
+    try:
+        events = await down.wait_for(12)
+        assert by_key(events) == {"k0": list(range(0, 12, 2)), "k1": list(range(1, 12, 2))}
+        ids = [request.headers["webhook-id"] for request in down.accepted]
+        assert sorted(ids) == sorted(item.webhook_id for item in published)  # each once
+        await settled(topics, name, depth=0, delivered=12)
+    finally:
+        await down.stop()
+
+
+async def test_a_failing_key_holds_back_only_itself(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    receiver.answer = lambda events: (500, {}) if events[0]["key"] == "bad" else (200, {})
+    name, _ = await delivering(topics, client, task_queue, receiver.url, retry_sleep_seconds=0.2)
+    for i, key in enumerate(["bad", "good", "bad", "other", "good", None]):
+        await topics.publish(name, Event(payload={"i": i}, key=key))
+    events = await receiver.wait_for(4)
+    assert by_key(events) == {"good": [1, 4], "other": [3], None: [5]}
+    stats = await settled(topics, name, depth=2, blocked_keys=1)
+    assert stats.delivered == 4
+    # Only the head of "bad" was ever sent: the one behind it waited.
+    assert {
+        event["data"]["i"] for r in receiver.received for event in r.events if event["key"] == "bad"
+    } == {0}
+    receiver.answer = lambda events: (200, {})
+    events = await receiver.wait_for(6)
+    assert by_key(events)["bad"] == [0, 2]
+    await settled(topics, name, depth=0, delivered=6)
+
+
+async def test_gone_disables_the_topic_until_it_is_enabled(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    receiver.answer = lambda events: (410, {})
+    name, _ = await delivering(topics, client, task_queue, receiver.url)
+    await topics.publish(name, Event(payload={"i": 0}))
+    async with asyncio.timeout(30):
+        while (await topics.get(name)).enabled:
+            await asyncio.sleep(0.1)
+    stats = await topics.stats(name)
+    assert not stats.enabled and "410" in (stats.disabled_reason or "")
+    assert stats.depth == 1 and stats.retried == 0  # kept, and its retries not spent
+    await topics.publish(name, Event(payload={"i": 1}))
+    await asyncio.sleep(1.0)
+    assert len(receiver.received) == 1  # nothing sent while disabled
+    receiver.answer = lambda events: (200, {})
+    await topics.enable(name)
+    assert [event["data"]["i"] for event in await receiver.wait_for(2)] == [0, 1]
+
+
+async def test_retry_after_is_honoured(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    answers = iter([(429, {"Retry-After": "2"})])
+    receiver.answer = lambda events: next(answers, (200, {}))
+    name, _ = await delivering(topics, client, task_queue, receiver.url, retry_sleep_seconds=0.05)
+    await topics.publish(name, Event(payload={"i": 0}))
+    await receiver.wait_for(1)
+    first, second = receiver.received[0], receiver.received[1]
+    assert first.headers["webhook-id"] == second.headers["webhook-id"]
+    waited = int(second.headers["webhook-timestamp"]) - int(first.headers["webhook-timestamp"])
+    assert waited >= 1  # 2 s asked; a 0.05 s retry_sleep alone would have retried at once
+
+
+async def test_dead_letters_then_redrive_with_the_same_webhook_id(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    receiver.answer = lambda events: (500, {})
+    name, _ = await delivering(
+        topics, client, task_queue, receiver.url, max_retries=1, retry_sleep_seconds=0.1
+    )
+    published = await topics.publish(name, Event(payload={"i": 7}, key="k"))
+    await settled(topics, name, dead_letters=1, depth=0)
+    [dead] = await topics.dead_letters(name)
+    assert dead.attempts == 2 and [a.error for a in dead.history] == ["HTTP 500: no"] * 2
+    receiver.answer = lambda events: (200, {})
+    await topics.redrive(name)
+    await receiver.wait_for(1)
+    assert receiver.accepted[0].headers["webhook-id"] == published.webhook_id
+    await settled(topics, name, depth=0, dead_letters=0, delivered=1, dead_lettered=1)
+
+
+async def test_a_batching_endpoint_gets_json_arrays(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    name, secret = await delivering(
+        topics, client, task_queue, receiver.url + "?batch=1", batch_size=5
+    )
+    for i in range(12):
+        await topics.publish(name, Event(payload={"i": i}, key="k"))
+    events = await receiver.wait_for(12)
+    assert [event["data"]["i"] for event in events] == list(range(12))
+    assert all(len(request.events) <= 5 for request in receiver.accepted)
+    for request in receiver.accepted:
+        assert request.headers["webhook-id"].startswith("batch_")
+        Webhook(secret).verify(request.body, request.headers)
+
+
+async def test_a_slow_endpoint_does_not_hold_up_another_topic(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    slow = WebhookReceiver(delay_seconds=8.0)
+    await slow.start()
+    try:
+        slow_topic, _ = await delivering(topics, client, task_queue, slow.url)
+        fast_topic, _ = await delivering(topics, client, task_queue, receiver.url)
+        await topics.publish(slow_topic, Event(payload={"i": 0}))
+        async with asyncio.timeout(10):
+            while not slow.received:  # its request hangs at the endpoint from here on
+                await asyncio.sleep(0.05)
+        for i in range(5):
+            await topics.publish(fast_topic, Event(payload={"i": i}))
+        await receiver.wait_for(5, timeout=7)  # while the slow endpoint still holds its request
+        assert slow.accepted == []
+    finally:
+        await slow.stop()

@@ -1,0 +1,57 @@
+"""TopicDelivery: the one owner of a topic's queue. Its workflow ID is derived from the topic,
+so any number of workers run exactly one; it runs the delivery activity again and again, and
+continues as new before its history grows large."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from procbus.delivery.models import DeliveryInput, DeliveryRequest, DeliveryResult
+
+RUN_SECONDS = 300.0
+
+
+@workflow.defn(name="TopicDelivery")
+class TopicDelivery:
+    def __init__(self) -> None:
+        self.totals: DeliveryResult | None = None
+
+    @workflow.run
+    async def run(self, request: DeliveryInput) -> DeliveryResult:
+        totals = self.totals = DeliveryResult(topic=request.topic, state="delivering")
+        for _ in range(request.rounds_per_run):
+            done: DeliveryResult = await workflow.execute_activity(
+                "deliver_topic",
+                DeliveryRequest(topic=request.topic, max_seconds=RUN_SECONDS),
+                result_type=DeliveryResult,
+                start_to_close_timeout=timedelta(seconds=RUN_SECONDS + 120),
+                # Its heartbeats come every few seconds: a dead worker's run moves on quickly.
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+                ),
+                summary=f"deliver topic {request.topic}",
+            )
+            totals.rounds += done.rounds
+            totals.delivered += done.delivered
+            totals.failed += done.failed
+            totals.dead_lettered += done.dead_lettered
+            totals.state = done.state
+            workflow.set_current_details(
+                f"**{done.state}** — {totals.delivered} delivered, {totals.failed} failed "
+                f"attempts, {totals.dead_lettered} dead-lettered in this run"
+            )
+            if done.topic_deleted:
+                totals.topic_deleted = True
+                return totals
+            if workflow.info().is_continue_as_new_suggested():
+                break
+        workflow.continue_as_new(request)
+
+    @workflow.query(name="progress")
+    def progress(self) -> DeliveryResult | None:
+        return self.totals
