@@ -9,7 +9,10 @@ take their non-retryable lists from here. Pure: safe to import in the workflow s
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class ErrorType(StrEnum):
@@ -96,3 +99,12 @@ class ReservationExpired(ProcbusError):
     """A reservation was committed after it ran out: its capacity is back, nothing was queued."""
 
     error_type = ErrorType.RESERVATION_EXPIRED
+
+
+def validation_findings(error: ValidationError) -> str:
+    """pydantic's findings in one line: each bad or missing field and what is wrong with it."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in found['loc']) or 'the input'}: "
+        + str(found["msg"]).removeprefix("Value error, ")
+        for found in error.errors(include_url=False)
+    )

@@ -16,6 +16,7 @@ from starter.locks import lock_app
 from starter.output import console, print_error, print_json
 from starter.procedures import proc_app
 from starter.tables import namespace_app, table_app
+from starter.topics import topic_app
 
 if TYPE_CHECKING:
     from procbus.config import Settings
@@ -35,6 +36,7 @@ app.add_typer(namespace_app, name="namespace")
 app.add_typer(table_app, name="table")
 app.add_typer(proc_app, name="proc")
 app.add_typer(lock_app, name="lock")
+app.add_typer(topic_app, name="topic")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 

@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
-from procbus.errors import ErrorType
+from procbus.errors import ErrorType, validation_findings
 from procbus.temporal.errors import application_error
 
 
@@ -35,10 +35,7 @@ def refused_input(
 ) -> ApplicationError:
     """The failure of a workflow whose input does not fit its model: pydantic's findings, one per
     bad or missing field, and the shape it wants."""
-    findings = "; ".join(
-        f"{'.'.join(str(part) for part in found['loc']) or 'the input'}: {found['msg']}"
-        for found in error.errors(include_url=False)
-    )
+    findings = validation_findings(error)
     required = ", ".join(
         f'"{name}": ...' for name, field in model.model_fields.items() if field.is_required()
     )

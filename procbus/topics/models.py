@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, validation_findings
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 # One event's payload at most, whatever the topic's bounds (and at most one shard's bytes).
@@ -72,6 +72,14 @@ class TopicSettings(BaseModel):
     def max_payload_bytes(self) -> int:
         """The largest payload one event may carry on this topic (it must fit a shard)."""
         return min(MAX_PAYLOAD_BYTES, self.max_bytes // SHARDS)
+
+
+def topic_settings(**fields: Any) -> TopicSettings:
+    """TopicSettings from user input; InvalidRequest naming each bad value."""
+    try:
+        return TopicSettings(**fields)
+    except ValidationError as error:
+        raise InvalidRequest(f"bad topic settings: {validation_findings(error)}") from None
 
 
 class Topic(TopicSettings):
