@@ -29,8 +29,14 @@ from procbus.lakehouse.models import (
 
 
 class TableActivities:
-    def __init__(self, pool: asyncpg.Pool, warehouse_root: Path, cache: DescriptorCache) -> None:
-        self.catalog = Catalog(pool)
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        warehouse_root: Path,
+        cache: DescriptorCache,
+        events_topic: str | None = None,
+    ) -> None:
+        self.catalog = Catalog(pool, events_topic)
         self.warehouse_root = warehouse_root
         self.cache = cache
 

@@ -69,6 +69,10 @@ class Settings(BaseSettings):
         description="address the metrics endpoint binds (0.0.0.0 in a container)",
     )
 
+    events_topic: str | None = Field(
+        default=None,
+        description="topic the table procedures publish TableCreated and TableDeleted to",
+    )
     endpoint_allowlist: str | None = Field(
         default=None,
         description="hosts and CIDRs topics may send to, comma-separated; unset: any but "

@@ -55,11 +55,12 @@ def activities_for(
     warehouse_root: Path,
     cache: DescriptorCache,
     endpoint_allowlist: list[str],
+    events_topic: str | None,
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue).sweep_outbox,
-        *TableActivities(pool, warehouse_root, cache).all(),
+        *TableActivities(pool, warehouse_root, cache, events_topic).all(),
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist).all(),
     ]
@@ -74,6 +75,7 @@ def build_worker(
     faults: Sequence[Fault] = (),
     cache: DescriptorCache | None = None,
     endpoint_allowlist: list[str] | None = None,
+    events_topic: str | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`."""
     # The first is the outermost: procbus errors become typed ApplicationErrors last.
@@ -91,6 +93,7 @@ def build_worker(
             warehouse_root,
             cache or DescriptorCache(),
             endpoint_allowlist or [],
+            events_topic,
         ),
         interceptors=interceptors,
     )
@@ -124,6 +127,7 @@ async def serve(
             warehouse_root=settings.warehouse_root,
             faults=parse_faults(settings.faults),
             endpoint_allowlist=allowlist,
+            events_topic=settings.events_topic,
         ):
             await ensure_sweep_schedule(client, services.task_queue)
             if on_ready is not None:

@@ -18,6 +18,8 @@ from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.names import Column
 from procbus.locks.models import Fence
 from procbus.locks.table import check_fence
+from procbus.topics.models import Event
+from procbus.topics.queue import publish_in_transaction
 
 QUERIES = "procbus.lakehouse"
 
@@ -60,21 +62,20 @@ def _table_values(table: TableDescriptor) -> tuple[object, ...]:
 class Catalog:
     """Catalog reads and writes on a pool."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, events_topic: str | None = None) -> None:
         self.pool = pool
+        # Catalog events are also published to this topic, in the catalog write's transaction.
+        self.events_topic = events_topic
         self.queries = load_queries(QUERIES)
 
     @contextlib.asynccontextmanager
     async def _writing(self, fence: Fence | None) -> AsyncIterator[asyncpg.Connection]:
-        """A connection for one write; with a fence, a transaction that checks it first, so a
-        holder whose lock was lost meanwhile can not write."""
-        async with self.pool.acquire() as connection:
-            if fence is None:
-                yield connection
-                return
-            async with connection.transaction():
+        """A transaction for one write; with a fence, checked first, so a holder whose lock was
+        lost meanwhile can not write."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            if fence is not None:
                 await check_fence(connection, fence)
-                yield connection
+            yield connection
 
     async def get_namespace(self, name: str) -> NamespaceDescriptor | None:
         row = await self.pool.fetchrow(self.queries["get_namespace"], name)
@@ -177,8 +178,10 @@ class Catalog:
         payload: dict[str, Any],
         fence: Fence | None = None,
     ) -> None:
+        """Record an event once per procedure and type; with an events topic, publish it there in
+        the same transaction (a retried step publishes nothing more)."""
         async with self._writing(fence) as connection:
-            await connection.execute(
+            recorded = await connection.fetchval(
                 self.queries["insert_event"],
                 procedure_id,
                 event_type,
@@ -186,12 +189,47 @@ class Catalog:
                 table,
                 payload,
             )
+            if recorded is not None:
+                await self._publish(connection, event_type, procedure_id, namespace, table, payload)
 
     async def remove_event(
         self, procedure_id: str, event_type: str, fence: Fence | None = None
     ) -> None:
+        """Undo record_event; a published event cannot be taken back from its receivers, so
+        its retraction ("<type>Undone") follows it on the topic, under the same key."""
         async with self._writing(fence) as connection:
-            await connection.execute(self.queries["delete_event"], procedure_id, event_type)
+            removed = await connection.fetchrow(
+                self.queries["delete_event"], procedure_id, event_type
+            )
+            if removed is not None:
+                await self._publish(
+                    connection,
+                    f"{event_type}Undone",
+                    procedure_id,
+                    removed["namespace"],
+                    removed["table_name"],
+                    {},
+                )
+
+    async def _publish(
+        self,
+        connection: asyncpg.Connection,
+        event_type: str,
+        procedure_id: str,
+        namespace: str,
+        table: str | None,
+        payload: dict[str, Any],
+    ) -> None:
+        if self.events_topic is None:
+            return
+        subject = f"{namespace}.{table}" if table else namespace
+        event = Event(
+            type=event_type,
+            key=subject,  # one table's events are delivered in order
+            payload={"procedure_id": procedure_id, "namespace": namespace, "table": table}
+            | payload,
+        )
+        await publish_in_transaction(connection, self.events_topic, event)
 
     async def list_events(self) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(self.queries["list_events"])

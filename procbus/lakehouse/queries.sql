@@ -68,10 +68,12 @@ ON CONFLICT ("namespace", "name") DO NOTHING;
 -- name: insert_event
 INSERT INTO "procbus_events" ("procedure_id", "event_type", "namespace", "table_name", "payload")
 VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT ("procedure_id", "event_type") DO NOTHING;
+ON CONFLICT ("procedure_id", "event_type") DO NOTHING
+RETURNING "id";
 
 -- name: delete_event
-DELETE FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2;
+DELETE FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2
+RETURNING "namespace", "table_name";
 
 -- name: list_events
 SELECT "id", "procedure_id", "event_type", "namespace", "table_name", "payload", "created_at"
