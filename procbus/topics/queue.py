@@ -164,10 +164,9 @@ class Topics:
         """Create a topic; returns it and its signing secret (generated unless given)."""
         check_topic_name(name)
         parse_endpoint(settings.endpoint, self.allowlist)
-        if settings.sync:
+        if settings.sync or settings.group_transactions:
             raise InvalidRequest(
-                "synchronous topics (--sync) deliver inside the publishing call; they come with "
-                "the delivery clients, not in this version"
+                "--sync and --group-transactions topics are not in this version of procbus"
             )
         secret = check_secret(secret) if secret is not None else new_secret()
         async with self.pool.acquire() as connection, connection.transaction():

@@ -71,6 +71,9 @@ async def test_create_returns_a_secret_and_refuses_bad_input_whole(
     ]:
         with pytest.raises(InvalidRequest, match=says):
             await topics.create("t7", TopicSettings(endpoint=RECEIVER), secret=secret)
+    for flag in ("sync", "group_transactions"):
+        with pytest.raises(InvalidRequest, match="not in this version"):
+            await topics.create("t8", TopicSettings(endpoint=RECEIVER, **{flag: True}))
     with pytest.raises(ValueError, match="must be more than 0"):
         TopicSettings(endpoint=RECEIVER, max_entries=0)
     assert [topic.name for topic in await topics.list_topics()] == ["orders"]
