@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import asyncpg
 from pydantic import BaseModel
+from standardwebhooks.webhooks import Webhook
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -17,6 +18,7 @@ from temporalio.service import RPCError
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
+from procbus.delivery.owner import ensure_delivery
 from procbus.errors import ProcbusError, StackError
 from procbus.hooks import TransactionAborted, transaction
 from procbus.hooks.outbox import OutboxRelay
@@ -33,7 +35,9 @@ from procbus.stack.embedded import EmbeddedServices
 from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
 from procbus.temporal import connect_client, workflow_ui_url
 from procbus.temporal.faults import parse_faults
+from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from starter.output import console
+from starter.receiver import WebhookReceiver
 from worker import build_worker
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
@@ -76,6 +80,18 @@ class DemoBadInput(BaseModel):
     error: str
 
 
+class DemoTopics(BaseModel):
+    topic: str
+    published: int
+    failed_attempts_while_down: int
+    delivered_once_each: bool
+    key_order_kept: bool
+    signatures_verified: int
+    delivered_while_a_key_failed: int
+    dead_letter_id: int
+    redriven_with_its_webhook_id: bool
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -89,6 +105,7 @@ class DemoReport(BaseModel):
     hooks: DemoHooks
     locks: DemoLocks
     bad_input: DemoBadInput
+    topics: DemoTopics
     metrics_url: str | None
 
 
@@ -410,6 +427,87 @@ class Demo:
             error=cause.message,
         )
 
+    async def topics(self) -> DemoTopics:
+        name = f"demo-orders-{self.run_id}"
+        self.say("7. Persistent topics: a webhook endpoint down and back, a failing key, a redrive")
+        receiver = WebhookReceiver()  # not listening yet: the endpoint is down
+        topics = Topics(self.pool)
+        _, secret = await topics.create(
+            name, TopicSettings(endpoint=receiver.url, retry_sleep_seconds=0.2, max_retries=3)
+        )
+        await ensure_delivery(self.client, name, self.services.task_queue)
+        try:
+            published = [
+                await topics.publish(
+                    name,
+                    Event(payload={"order": n % 3, "step": n // 3}, key=f"order-{n % 3}"),
+                )
+                for n in range(6)
+            ]
+            down = await self._until(topics, name, lambda stats: stats.blocked_keys == 3)
+            self.say(
+                f"   endpoint down: {down.depth} events wait, {down.retried} failed attempts so "
+                f"far, {down.blocked_keys} keys held back"
+            )
+            receiver.up()
+            await self._until(topics, name, lambda stats: stats.depth == 0)
+            for accepted in receiver.accepted:
+                Webhook(secret).verify(accepted.body, accepted.headers)
+            ids = [accepted.headers["webhook-id"] for accepted in receiver.accepted]
+            once = sorted(ids) == sorted(item.webhook_id for item in published)
+            events = receiver.events()
+            in_order = all(
+                [e["data"]["step"] for e in events if e["key"] == f"order-{k}"] == [0, 1]
+                for k in range(3)
+            )
+            self.say(
+                f"   endpoint back: all {len(events)} delivered, each once (by webhook-id), in "
+                f"order per key, {len(receiver.accepted)} signatures verified"
+            )
+            receiver.failing = {"order-bad"}
+            bad = await topics.publish(name, Event(payload={"order": "bad"}, key="order-bad"))
+            for n in range(3):
+                await topics.publish(name, Event(payload={"order": 10 + n}, key=f"order-{10 + n}"))
+            failing = await self._until(topics, name, lambda stats: stats.dead_letters == 1)
+            meanwhile = len(receiver.events()) - len(events)
+            [dead] = await topics.dead_letters(name)
+            self.say(
+                f"   order-bad fails; the {meanwhile} events of other keys went meanwhile; after "
+                f"{dead.attempts} attempts it is dead letter {dead.id} ({failing.dead_letters} "
+                "kept, nothing dropped)"
+            )
+            receiver.failing = set()
+            await topics.redrive(name, [dead.id])
+            await self._until(topics, name, lambda stats: stats.depth == 0)
+            redriven = receiver.accepted[-1].headers["webhook-id"] == bad.webhook_id
+            self.say(f"   redriven: delivered with its original webhook-id ({bad.webhook_id})")
+            if not (once and in_order and redriven and meanwhile == 3):
+                raise ProcbusError("demo: the topic scene did not deliver as it should")
+            return DemoTopics(
+                topic=name,
+                published=len(published) + 4,
+                failed_attempts_while_down=down.retried,
+                delivered_once_each=once,
+                key_order_kept=in_order,
+                signatures_verified=len(receiver.accepted),
+                delivered_while_a_key_failed=meanwhile,
+                dead_letter_id=dead.id,
+                redriven_with_its_webhook_id=redriven,
+            )
+        finally:
+            receiver.down()
+            await topics.delete(name, force=True)  # its delivery workflow ends with it
+
+    async def _until(
+        self, topics: Topics, name: str, condition: Callable[[TopicStats], bool]
+    ) -> TopicStats:
+        async with asyncio.timeout(60):
+            while True:
+                stats = await topics.stats(name)
+                if condition(stats):
+                    return stats
+                await asyncio.sleep(0.1)
+
     async def _wait_until(
         self, procedure_id: str, condition: Callable[[ProcedureStatus], bool]
     ) -> ProcedureStatus:
@@ -456,6 +554,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 hooks = await demo.hooks()
                 locks = await demo.locks()
                 bad_input = await demo.bad_input()
+                topics = await demo.topics()
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -486,5 +585,6 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         hooks=hooks,
         locks=locks,
         bad_input=bad_input,
+        topics=topics,
         metrics_url=services.metrics_url,
     )

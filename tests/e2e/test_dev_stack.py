@@ -134,6 +134,10 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     assert bad_input["temporal_cli_exit_code"] != 0
     assert bad_input["error_type"] == "InvalidProcedureInput" and "tabel" in bad_input["error"]
     assert report["metrics_url"] is None  # its own stack runs no `procbus dev` worker
+    topics = report["topics"]
+    assert topics["delivered_once_each"] and topics["key_order_kept"]
+    assert topics["failed_attempts_while_down"] >= 3 and topics["signatures_verified"] >= 6
+    assert topics["delivered_while_a_key_failed"] == 3 and topics["redriven_with_its_webhook_id"]
     # It stopped what it started.
     assert not (state_dir / "stack.json").exists()
 

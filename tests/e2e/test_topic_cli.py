@@ -4,54 +4,22 @@ receiver: create, publish, stats, dead letters, redrive, bad input."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from procbus.stack.processes import LOOPBACK, free_port
+from starter.receiver import WebhookReceiver
 from tests.e2e.conftest import DevStack, procbus
 
 
-class Receiver(ThreadingHTTPServer):
-    """Records what it accepts; answers 500 to events of the keys in `failing`."""
-
-    def __init__(self) -> None:
-        self.accepted: list[tuple[dict[str, str], str]] = []
-        self.failing: set[str] = set()
-        super().__init__((LOOPBACK, free_port()), _Handler)
-
-    @property
-    def url(self) -> str:
-        return f"http://{LOOPBACK}:{self.server_address[1]}/hooks"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Receiver
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["content-length"])).decode()
-        failed = json.loads(body)["key"] in self.server.failing
-        if not failed:
-            self.server.accepted.append((dict(self.headers), body))
-        self.send_response(500 if failed else 200)
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        return None
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[WebhookReceiver]:
+    started = WebhookReceiver()
+    started.up()
+    yield started
+    started.down()
 
 
 def ok(stack: DevStack, *args: str) -> str:
@@ -67,7 +35,7 @@ def wait_for(condition: object, timeout: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def test_topics_from_the_cli(dev_stack: DevStack, receiver: Receiver) -> None:
+def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> None:
     dev_stack.start()
     created = json.loads(
         ok(
@@ -116,12 +84,9 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: Receiver) -> None:
             key,
         )
     wait_for(lambda: len(receiver.accepted) == 3)
-    for headers, body in receiver.accepted:
-        Webhook(secret).verify(body, headers)
-    assert [json.loads(body)["data"]["n"] for _, body in receiver.accepted if '"a"' in body] == [
-        0,
-        2,
-    ]
+    for accepted in receiver.accepted:
+        Webhook(secret).verify(accepted.body, accepted.headers)
+    assert [e["data"]["n"] for e in receiver.events() if e["key"] == "a"] == [0, 2]
 
     def stats() -> dict[str, object]:
         loaded: dict[str, object] = json.loads(ok(dev_stack, "topic", "stats", "orders", "--json"))
@@ -133,17 +98,17 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: Receiver) -> None:
     receiver.failing = set()
     ok(dev_stack, "topic", "redrive", "orders", "--id", str(dead["id"]))
     wait_for(lambda: len(receiver.accepted) == 4)
-    assert json.loads(receiver.accepted[-1][1])["data"] == {"n": 1}
-    assert receiver.accepted[-1][0]["webhook-id"] == dead["webhook_id"]
+    assert receiver.accepted[-1].event["data"] == {"n": 1}
+    assert receiver.accepted[-1].headers["webhook-id"] == dead["webhook_id"]
     wait_for(lambda: stats()["depth"] == 0 and stats()["delivered"] == 4)
     final = stats()
     assert (final["dead_lettered"], final["dead_letters"], final["enabled"]) == (1, 0, True)
     rotated = json.loads(ok(dev_stack, "topic", "rotate-secret", "orders", "--json"))["secret"]
     ok(dev_stack, "topic", "publish", "orders", "--payload", "5")
     wait_for(lambda: len(receiver.accepted) == 5)
-    headers, body = receiver.accepted[-1]
-    assert len(headers["webhook-signature"].split()) == 2  # the new secret and the old one
-    Webhook(rotated).verify(body, headers)
-    Webhook(secret).verify(body, headers)
+    last = receiver.accepted[-1]
+    assert len(last.headers["webhook-signature"].split()) == 2  # the new secret and the old one
+    Webhook(rotated).verify(last.body, last.headers)
+    Webhook(secret).verify(last.body, last.headers)
     ok(dev_stack, "topic", "delete", "orders")
     assert json.loads(ok(dev_stack, "topic", "list", "--json")) == []
