@@ -68,7 +68,7 @@ def resolve_addresses(settings: Settings) -> ServiceAddresses:
         database_url or stack.database_url,
         None if settings.temporal_address else stack.ui_url,
         "embedded",
-        metrics_url(settings.metrics_address()) or stack.metrics_url,
+        stack.metrics_url,  # what the running `procbus dev` serves
     )
 
 
