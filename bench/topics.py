@@ -1,0 +1,321 @@
+"""What persistent topics cost, each figure against a baseline measured in the same run.
+
+(1) Publishing: 8 writers doing single-row business transactions that each publish one event,
+    against the same transactions writing the event's row into a plain table of the entries'
+    shape (the floor of any queue kept in rows): ratio_publish_to_row_floor, goal >= 0.9. The
+    same 8 writers on one topic against each on a topic of its own: ratio_one_topic_to_eight,
+    goal >= 0.9 (Ceph RGW's one hot queue: 3,192 against 6,057 IO/s, 0.53).
+(2) Drain: DRAIN_EVENTS queued events delivered by the TopicDelivery workflow to a receiver that
+    takes batches, against a loop that selects and deletes the same rows in batches of the same
+    size: ratio_drain_to_raw, goal >= 0.3. SINGLE_EVENTS to a one-event-per-POST receiver,
+    against a plain aiohttp loop posting the same events at the same concurrency:
+    ratio_single_post_to_raw_http, goal >= 0.5.
+(3) Steady state: producers at half the rate of (1) for STEADY_SECONDS with delivery running:
+    p99_commit_to_ack_s (goal <= 1.0) and max_backlog.
+The receiver runs in a process of its own (bench/webhook_sink.py). Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+from temporalio.worker import Worker
+
+from activities.topics import TopicActivities
+from procbus.db import connect, create_pool
+from procbus.db.migrate import migrate
+from procbus.delivery.dispatch import SEND_CONCURRENCY
+from procbus.delivery.owner import ensure_delivery
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.stack.processes import free_port
+from procbus.temporal.client import connect_client
+from procbus.temporal.errors import ProcbusErrorInterceptor
+from procbus.topics import Topics, TopicSettings
+from procbus.topics.models import Event
+from procbus.topics.queue import publish_in_transaction
+from workflows.topics import TopicDelivery
+
+WRITERS = 8
+SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+DRAIN_EVENTS = int(os.environ.get("BENCH_DRAIN_EVENTS", "100000"))
+SINGLE_EVENTS = int(os.environ.get("BENCH_SINGLE_EVENTS", "20000"))
+STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "60"))
+DRAIN_BATCH = 500
+BIG = 100_000_000  # bounds that a benchmark never reaches
+BUSINESS = 'CREATE TABLE "bench_orders" ("id" bigserial PRIMARY KEY, "state" text NOT NULL)'
+FLOOR = 'CREATE TABLE "bench_event_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
+FLOOR_INSERT = (
+    'INSERT INTO "bench_event_rows" ("topic", "shard", "key", "type", "payload", "bytes", '
+    '"webhook_id") VALUES ($1, $2, $3, $4, $5::text::jsonb, octet_length($5), $6)'
+)
+FILL = (
+    'SELECT count(*) FROM unnest($2::text[]) AS p("payload"), '
+    'LATERAL "procbus_topic_publish"($1, 0, NULL, \'bench\', p."payload", '
+    "'msg_' || md5(random()::text)) AS e"
+)
+
+
+async def rate(
+    pool: asyncpg.Pool, one: Callable[[asyncpg.Connection, int], Awaitable[None]]
+) -> float:
+    """Transactions per second of WRITERS connections for SECONDS."""
+    deadline = time.perf_counter() + SECONDS
+    counts = [0] * WRITERS
+
+    async def writer(lane: int) -> None:
+        async with pool.acquire() as connection:
+            while time.perf_counter() < deadline:
+                await one(connection, lane)
+                counts[lane] += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(writer(lane) for lane in range(WRITERS)))
+    return sum(counts) / (time.perf_counter() - started)
+
+
+async def publishing(pool: asyncpg.Pool, topics: Topics, sink: str) -> dict[str, float]:
+    await topics.create("one", TopicSettings(endpoint=sink, max_entries=BIG, max_bytes=BIG))
+    for lane in range(WRITERS):
+        await topics.create(
+            f"own-{lane}", TopicSettings(endpoint=sink, max_entries=BIG, max_bytes=BIG)
+        )
+    payload = json.dumps({"order": 1, "state": "paid", "total": 9.5})
+
+    async def floor(connection: asyncpg.Connection, lane: int) -> None:
+        async with connection.transaction():
+            await connection.execute('INSERT INTO "bench_orders" ("state") VALUES ($1)', "paid")
+            await connection.execute(
+                FLOOR_INSERT, "one", lane, None, "OrderPaid", payload, f"msg_{uuid.uuid4().hex}"
+            )
+
+    def publisher(
+        topic: Callable[[int], str],
+    ) -> Callable[[asyncpg.Connection, int], Awaitable[None]]:
+        async def publish(connection: asyncpg.Connection, lane: int) -> None:
+            async with connection.transaction():
+                await connection.execute('INSERT INTO "bench_orders" ("state") VALUES ($1)', "paid")
+                await publish_in_transaction(
+                    connection,
+                    topic(lane),
+                    Event(payload={"order": 1, "state": "paid", "total": 9.5}, type="OrderPaid"),
+                )
+
+        return publish
+
+    modes = {
+        "floor": floor,
+        "one_topic": publisher(lambda lane: "one"),
+        "own_topics": publisher(lambda lane: f"own-{lane}"),
+    }
+    best: dict[str, float] = dict.fromkeys(modes, 0.0)
+    order = list(modes)
+    for round_number in range(ROUNDS):
+        shift = round_number % len(order)
+        for name in order[shift:] + order[:shift]:
+            best[name] = max(best[name], await rate(pool, modes[name]))
+    for name in ["one", *(f"own-{lane}" for lane in range(WRITERS))]:
+        await topics.delete(name, force=True)
+    return best
+
+
+async def fill(pool: asyncpg.Pool, topic: str, count: int, payload: Callable[[int], str]) -> None:
+    for start in range(0, count, 1000):
+        batch = [payload(n) for n in range(start, min(start + 1000, count))]
+        await pool.fetchval(FILL, topic, batch)
+
+
+async def until_empty(topics: Topics, topic: str) -> float:
+    """Seconds until the topic's queue is empty (at most 15 minutes)."""
+    started = time.perf_counter()
+    async with asyncio.timeout(900):
+        while (await topics.stats(topic)).depth > 0:  # noqa: ASYNC110  # polling is the point
+            await asyncio.sleep(0.05)
+    return time.perf_counter() - started
+
+
+async def raw_drain(pool: asyncpg.Pool, count: int) -> float:
+    """Rows per second of a loop that selects and deletes a batch of rows at a time."""
+    await pool.execute('TRUNCATE "bench_event_rows"')
+    await pool.execute(
+        'INSERT INTO "bench_event_rows" ("topic", "shard", "type", "payload", "bytes", '
+        "\"webhook_id\") SELECT 'raw', 0, 'bench', jsonb_build_object('n', n), 8, "
+        "'msg_' || n FROM generate_series(1, $1) AS n",
+        count,
+    )
+    started = time.perf_counter()
+    while True:
+        rows = await pool.fetch(
+            'DELETE FROM "bench_event_rows" WHERE "id" IN (SELECT "id" FROM "bench_event_rows" '
+            'WHERE "topic" = \'raw\' ORDER BY "id" LIMIT $1) RETURNING "id", "payload"',
+            DRAIN_BATCH,
+        )
+        if not rows:
+            break
+    return count / (time.perf_counter() - started)
+
+
+async def raw_http(url: str, count: int) -> float:
+    """Events per second of a plain aiohttp loop posting one event per request."""
+    gate = asyncio.Semaphore(SEND_CONCURRENCY)
+    body = json.dumps({"type": "bench", "data": {"n": 1}})
+    async with aiohttp.ClientSession() as session:
+
+        async def post(number: int) -> None:
+            async with (
+                gate,
+                session.post(url, data=body, headers={"webhook-id": f"msg_{number}"}) as r,
+            ):
+                await r.read()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(post(number) for number in range(count)))
+        return count / (time.perf_counter() - started)
+
+
+async def main() -> dict[str, float | int]:
+    port = free_port()
+    sink_process = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).with_name("webhook_sink.py")), str(port)
+    )
+    sink = f"http://127.0.0.1:{port}/hooks"
+    try:
+        with ephemeral_services("procbus-bench-") as services:
+            setup = await connect(services.postgres.url())
+            await migrate(setup)
+            await setup.execute(BUSINESS)
+            await setup.execute(FLOOR)
+            await setup.close()
+            pool = await create_pool(services.postgres.url(), min_size=12, max_size=16)
+            topics = Topics(pool)
+            async with aiohttp.ClientSession() as http:
+                for _ in range(100):  # the sink's process starts
+                    try:
+                        await (await http.get(f"http://127.0.0.1:{port}/stats")).read()
+                        break
+                    except aiohttp.ClientError:
+                        await asyncio.sleep(0.1)
+
+                best = await publishing(pool, topics, sink)
+
+                client = await connect_client(services.temporal.address, "default")
+                queue = f"bench-{uuid.uuid4().hex[:6]}"
+                async with Worker(
+                    client,
+                    task_queue=queue,
+                    workflows=[TopicDelivery],
+                    activities=TopicActivities(pool).all(),
+                    interceptors=[ProcbusErrorInterceptor()],
+                ):
+                    # (2) drain, batches
+                    settings = TopicSettings(
+                        endpoint=sink + "?batch=1",
+                        batch_size=DRAIN_BATCH,
+                        max_entries=BIG,
+                        max_bytes=BIG,
+                    )
+                    await topics.create("drain", settings)
+                    await fill(pool, "drain", DRAIN_EVENTS, lambda n: json.dumps({"n": n}))
+                    await ensure_delivery(client, "drain", queue)
+                    drain_rate = DRAIN_EVENTS / await until_empty(topics, "drain")
+                    raw_rate = await raw_drain(pool, DRAIN_EVENTS)
+                    # (2) drain, one event per POST
+                    await topics.create(
+                        "single",
+                        TopicSettings(endpoint=sink, max_entries=BIG, max_bytes=BIG),
+                    )
+                    await fill(pool, "single", SINGLE_EVENTS, lambda n: json.dumps({"n": n}))
+                    await ensure_delivery(client, "single", queue)
+                    single_rate = SINGLE_EVENTS / await until_empty(topics, "single")
+                    raw_http_rate = await raw_http(sink, SINGLE_EVENTS)
+                    # (3) steady state at half the publishing rate
+                    await (await http.post(f"http://127.0.0.1:{port}/reset")).read()
+                    await topics.create(
+                        "steady",
+                        TopicSettings(
+                            endpoint=sink + "?batch=1",
+                            batch_size=DRAIN_BATCH,
+                            max_entries=BIG,
+                            max_bytes=BIG,
+                        ),
+                    )
+                    await ensure_delivery(client, "steady", queue)
+                    target = best["one_topic"] / 2
+                    backlog: list[int] = []
+                    produced = 0
+                    stop_at = time.perf_counter() + STEADY_SECONDS
+
+                    async def producer() -> None:
+                        nonlocal produced
+                        interval = WRITERS / target
+                        next_at = time.perf_counter()
+                        async with pool.acquire() as connection:
+                            while time.perf_counter() < stop_at:
+                                async with connection.transaction():
+                                    await publish_in_transaction(
+                                        connection, "steady", Event(payload={"t": time.time()})
+                                    )
+                                produced += 1
+                                next_at += interval
+                                await asyncio.sleep(max(next_at - time.perf_counter(), 0))
+
+                    async def sampler() -> None:
+                        while time.perf_counter() < stop_at:
+                            backlog.append((await topics.stats("steady")).depth)
+                            await asyncio.sleep(0.5)
+
+                    await asyncio.gather(*(producer() for _ in range(WRITERS)), sampler())
+                    await until_empty(topics, "steady")
+                    stats = await (await http.get(f"http://127.0.0.1:{port}/stats")).json()
+                await pool.close()
+    finally:
+        sink_process.terminate()
+        await sink_process.wait()
+    latencies = sorted(stats["latencies"])
+    p99 = latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan")
+    return {
+        "writers": WRITERS,
+        "row_floor_tx_per_s": round(best["floor"]),
+        "publish_one_topic_tx_per_s": round(best["one_topic"]),
+        "publish_eight_topics_tx_per_s": round(best["own_topics"]),
+        "ratio_publish_to_row_floor": round(best["one_topic"] / best["floor"], 3),
+        "goal_ratio_publish_to_row_floor_at_least": 0.9,
+        "ratio_one_topic_to_eight": round(best["one_topic"] / best["own_topics"], 3),
+        "goal_ratio_one_topic_to_eight_at_least": 0.9,
+        "drain_events": DRAIN_EVENTS,
+        "drain_batch": DRAIN_BATCH,
+        "drain_events_per_s": round(drain_rate),
+        "raw_select_delete_rows_per_s": round(raw_rate),
+        "ratio_drain_to_raw": round(drain_rate / raw_rate, 3),
+        "goal_ratio_drain_to_raw_at_least": 0.3,
+        "single_post_events": SINGLE_EVENTS,
+        "single_post_events_per_s": round(single_rate),
+        "raw_http_posts_per_s": round(raw_http_rate),
+        "ratio_single_post_to_raw_http": round(single_rate / raw_http_rate, 3),
+        "goal_ratio_single_post_to_raw_http_at_least": 0.5,
+        "steady_target_per_s": round(target),
+        "steady_produced": produced,
+        "steady_seconds": STEADY_SECONDS,
+        "steady_delivered": stats["events"],
+        "p99_commit_to_ack_s": round(p99, 3),
+        "goal_p99_commit_to_ack_s_at_most": 1.0,
+        "max_backlog": max(backlog, default=0),
+    }
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(main())
+    for key, value in figures.items():
+        print(f"{key:<44} {value}")
+    print(json.dumps(figures), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # temporalio sdk-python #300

@@ -1,0 +1,51 @@
+"""A webhook receiver for bench/topics.py, in its own process (its own core): it takes one event
+or a batch per POST, answers 200, and keeps what a benchmark asks for.
+
+    python bench/webhook_sink.py PORT
+
+GET /stats gives {"events": N, "requests": M, "latencies": [...]} where a latency is arrival time
+minus the event's data["t"] (its commit time), for the events that carry one; POST /reset
+starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from aiohttp import web
+
+state: dict[str, list[float] | int] = {"events": 0, "requests": 0, "latencies": []}
+
+
+async def take(request: web.Request) -> web.Response:
+    arrived = time.time()
+    loaded = json.loads(await request.read())
+    events = loaded if isinstance(loaded, list) else [loaded]
+    state["events"] = int(state["events"]) + len(events)  # type: ignore[arg-type]
+    state["requests"] = int(state["requests"]) + 1  # type: ignore[arg-type]
+    latencies = state["latencies"]
+    assert isinstance(latencies, list)
+    for event in events:
+        sent = event.get("data", {}).get("t") if isinstance(event.get("data"), dict) else None
+        if sent is not None:
+            latencies.append(arrived - sent)
+    return web.Response(text="ok")
+
+
+async def stats(request: web.Request) -> web.Response:
+    return web.json_response(state)
+
+
+async def reset(request: web.Request) -> web.Response:
+    state.update(events=0, requests=0, latencies=[])
+    return web.Response(text="ok")
+
+
+if __name__ == "__main__":
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/hooks", take)
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/reset", reset)
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
