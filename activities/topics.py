@@ -33,6 +33,7 @@ IDLE_MAX_SECONDS = 0.5
 # A disabled topic (410 Gone) is looked at this often, for `procbus topic enable`.
 DISABLED_POLL_SECONDS = 2.0
 EXPIRE_EVERY_SECONDS = 10.0
+REFRESH_EVERY_SECONDS = 1.0
 STATS_EVERY_SECONDS = 5.0
 
 
@@ -52,22 +53,28 @@ class TopicActivities:
         attributes = {"topic": request.topic}
         until = loop.time() + request.max_seconds
         idle = IDLE_FIRST_SECONDS
-        expire_due = stats_due = loop.time()
+        expire_due = stats_due = refresh_due = loop.time()
+        topic: Topic | None = None
+        secrets: list[str] = []
         try:
             while loop.time() < until:
-                try:
-                    topic = await self.topics.get(request.topic)
-                except TopicNotFound:
-                    progress.topic_deleted, progress.state = True, "topic deleted"
-                    break
+                if topic is None or loop.time() >= refresh_due:
+                    # Settings, state and secrets, read again each second (not each round).
+                    try:
+                        topic = await self.topics.get(request.topic)
+                    except TopicNotFound:
+                        progress.topic_deleted, progress.state = True, "topic deleted"
+                        break
+                    secrets = await self.topics.signing_secrets(topic.name)
+                    refresh_due = loop.time() + REFRESH_EVERY_SECONDS
                 if not topic.enabled:
                     progress.state = f"disabled: {topic.disabled_reason}"
                     await asyncio.sleep(DISABLED_POLL_SECONDS)
+                    refresh_due = loop.time()
                     continue
                 if loop.time() >= expire_due:
                     progress.dead_lettered += len(await self.topics.expire(topic.name))
                     expire_due = loop.time() + EXPIRE_EVERY_SECONDS
-                secrets = await self.topics.signing_secrets(topic.name)
                 if client is None or client_made_for != (topic.endpoint, secrets):
                     if client is not None:
                         await client.close()
@@ -80,6 +87,8 @@ class TopicActivities:
                 progress.dead_lettered += done.dead_lettered
                 metrics.delivered.add(done.delivered, attributes)
                 progress.state = "delivering" if done.claimed else "waiting for events"
+                if done.gone is not None:
+                    refresh_due = loop.time()  # the topic was just disabled: read it again
                 if loop.time() >= stats_due:
                     stats = await self.topics.stats(topic.name)
                     metrics.depth.set(stats.depth, attributes)

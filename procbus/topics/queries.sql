@@ -81,27 +81,10 @@ SELECT "procbus_topic_abort"($1);
 SELECT "procbus_topic_reclaim"($1);
 
 -- name: claim_entries
--- A delivery attempt's batch, in queue order: entries due, not held by a live claim, and not
--- behind an earlier entry of the same key that waits for its retry (only that key waits).
-WITH "due" AS (
-    SELECT e."id" FROM "procbus_topic_entries" AS e
-    WHERE e."topic" = $1
-      AND e."next_attempt_at" <= clock_timestamp()
-      AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
-      AND (e."key" IS NULL OR NOT EXISTS (
-          SELECT 1 FROM "procbus_topic_entries" AS p
-          WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
-            AND (p."next_attempt_at" > clock_timestamp() OR p."claimed_until" >= clock_timestamp())
-      ))
-    ORDER BY e."id"
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE "procbus_topic_entries" AS e
-SET "claim" = $3, "claimed_until" = clock_timestamp() + make_interval(secs => $4)
-FROM "due" AS d WHERE e."id" = d."id"
-RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
-          e."attempts", e."last_error";
+SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
+       "last_error"
+FROM "procbus_topic_claim"($1, $2, $3, $4)
+ORDER BY "id";
 
 -- name: remove_delivered
 -- Only the claim that holds them settles them: an older, overlapping attempt changes nothing.
