@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test dev lint bench install check-java check-chromium clean
+.PHONY: demo test dev lint bench install check-java check-chromium check-rabbitmq clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,10 +37,25 @@ check-chromium:
 	    exit 1; \
 	  fi; }
 
+# The AMQP tests start a RabbitMQ broker of their own from the OS package.
+check-rabbitmq:
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing RabbitMQ (Debian package rabbitmq-server) for the AMQP tests ..."; \
+	    { apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null 2>&1 \
+	      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	           --no-install-recommends rabbitmq-server >/dev/null; }; } \
+	      || { echo "could not install RabbitMQ with apt-get"; exit 1; }; \
+	  else \
+	    echo "RabbitMQ is missing: the AMQP tests start a broker of their own."; \
+	    echo "Install it, e.g. 'sudo apt-get install -y rabbitmq-server' (Debian/Ubuntu), then run this again."; \
+	    exit 1; \
+	  fi; }
+
 demo: install check-java
 	$(BIN)/procbus demo
 
-test: install check-java check-chromium
+test: install check-java check-chromium check-rabbitmq
 	$(BIN)/python -m pytest -q
 
 dev: install check-java

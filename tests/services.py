@@ -100,3 +100,84 @@ def worker_process(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     finally:
         process.kill()
         process.wait()
+
+
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+RABBITMQ_CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
+
+
+class RabbitMQ:
+    """A RabbitMQ broker of the OS package, started by a test on loopback ports of its own (the
+    AMQP port, the distribution port and its own epmd); its data outlives a restart."""
+
+    def __init__(self, folder: Path) -> None:
+        from procbus.stack.processes import free_port
+
+        self.folder = folder
+        self.port = free_port()
+        self.node = f"procbus-test-{uuid.uuid4().hex[:6]}@localhost"
+        self.env = {
+            **os.environ,
+            "HOME": str(folder),
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(folder / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(folder / "enabled_plugins"),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(free_port()),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "enabled_plugins").write_text("[].\n")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    def start(self, timeout: float = 60.0) -> None:
+        import time
+
+        assert Path(RABBITMQ_SERVER).is_file(), (
+            "RabbitMQ is missing: `make test` installs it when run as root; otherwise: "
+            "sudo apt-get install -y --no-install-recommends rabbitmq-server"
+        )
+        log = (self.folder / "server.log").open("ab")
+        self.process = subprocess.Popen(
+            [RABBITMQ_SERVER], env=self.env, stdout=log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, (self.folder / "server.log").read_text()[-2000:]
+            ready = subprocess.run(
+                [RABBITMQ_CTL, "-n", self.node, "await_startup", "--timeout", "5"],
+                env=self.env,
+                capture_output=True,
+            )
+            if ready.returncode == 0:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"RabbitMQ did not start in {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        subprocess.run(
+            [RABBITMQ_CTL, "-n", self.node, "stop"], env=self.env, capture_output=True, timeout=60
+        )
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def close(self) -> None:
+        """Stop the broker and the epmd it started."""
+        self.stop()
+        subprocess.run(
+            ["epmd", "-port", self.env["ERL_EPMD_PORT"], "-kill"], env=self.env, capture_output=True
+        )

@@ -63,7 +63,7 @@ class AmqpClient(EndpointClient):
                 mandatory=True,
                 timeout=self.timeout_seconds,
             )
-        except (TimeoutError, aio_pika.exceptions.AMQPError, OSError) as error:
+        except Exception as error:  # aio-pika raises AMQP, socket and state errors alike
             await self.close()  # a fresh connection for the next message
             return Sent(Outcome.FAILED, f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT])
         return Sent(Outcome.ACK)
@@ -77,5 +77,5 @@ class AmqpClient(EndpointClient):
         )
         if connection is not None:
             # It is gone either way.
-            with contextlib.suppress(TimeoutError, aio_pika.exceptions.AMQPError, OSError):
+            with contextlib.suppress(Exception):
                 await connection.close()

@@ -1,0 +1,165 @@
+"""Topic delivery to a real RabbitMQ broker (the OS package, started by the test on loopback):
+publisher confirms, key order, a returned message is no delivery, and a broker stopped in the
+middle of a run loses nothing that was counted delivered."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aio_pika
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from procbus.delivery.owner import ensure_delivery
+from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from tests.services import RabbitMQ
+
+
+@pytest.fixture(scope="module")
+def rabbitmq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitMQ]:
+    broker = RabbitMQ(tmp_path_factory.mktemp("rabbitmq"))
+    broker.start()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture
+async def queue_name(rabbitmq: RabbitMQ) -> AsyncIterator[str]:
+    """A durable queue of this test's own, bound by name to the default exchange."""
+    name = f"events-{uuid.uuid4().hex[:8]}"
+    connection = await aio_pika.connect(rabbitmq.url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.declare_queue(name, durable=True)
+    yield name
+
+
+async def consume(
+    broker_url: str, queue: str, count: int, timeout: float = 60.0
+) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """Up to `count` messages of `queue`, acknowledged, in arrival order."""
+    messages: list[aio_pika.abc.AbstractIncomingMessage] = []
+    connection = await aio_pika.connect(broker_url)
+    async with connection, asyncio.timeout(timeout):
+        channel = await connection.channel()
+        source = await channel.declare_queue(queue, durable=True)
+        while len(messages) < count:
+            message = await source.get(fail=False)
+            if message is None:
+                await asyncio.sleep(0.1)
+                continue
+            await message.ack()
+            messages.append(message)
+    return messages
+
+
+async def settled(topics: Topics, name: str, **wanted: int) -> TopicStats:
+    async with asyncio.timeout(60):
+        while True:
+            stats = await topics.stats(name)
+            if all(getattr(stats, field) == value for field, value in wanted.items()):
+                return stats
+            await asyncio.sleep(0.1)
+
+
+async def new_topic(
+    topics: Topics, client: Client, task_queue: str, endpoint: str, **settings: object
+) -> str:
+    name = f"amqp-{uuid.uuid4().hex[:8]}"
+    await topics.create(name, TopicSettings(endpoint=endpoint, **settings))  # type: ignore[arg-type]
+    await ensure_delivery(client, name, task_queue)
+    return name
+
+
+async def test_events_reach_the_broker_in_key_order(
+    client: Client,
+    worker: Worker,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    rabbitmq: RabbitMQ,
+    queue_name: str,
+) -> None:
+    topics = Topics(pool)
+    name = await new_topic(topics, client, task_queue, f"{rabbitmq.url}?routing_key={queue_name}")
+    published = [
+        await topics.publish(name, Event(payload={"i": i}, key=f"k{i % 2}")) for i in range(20)
+    ]
+    messages = await consume(rabbitmq.url, queue_name, 20)
+    assert sorted(m.message_id or "" for m in messages) == sorted(p.webhook_id for p in published)
+    order: dict[str, list[int]] = {}
+    for message in messages:
+        event = json.loads(message.body)
+        order.setdefault(event["key"], []).append(event["data"]["i"])
+    assert order == {"k0": list(range(0, 20, 2)), "k1": list(range(1, 20, 2))}
+    assert all(m.delivery_mode == aio_pika.DeliveryMode.PERSISTENT for m in messages)
+    await settled(topics, name, depth=0, delivered=20)
+
+
+async def test_a_returned_message_is_not_delivered(
+    client: Client, worker: Worker, pool: asyncpg.Pool, task_queue: str, rabbitmq: RabbitMQ
+) -> None:
+    topics = Topics(pool)
+    # No queue is bound to this routing key: the broker returns the message (mandatory).
+    name = await new_topic(
+        topics,
+        client,
+        task_queue,
+        f"{rabbitmq.url}?routing_key=nobody-{uuid.uuid4().hex}",
+        retry_sleep_seconds=0.2,
+    )
+    await topics.publish(name, Event(payload={"i": 0}))
+    async with asyncio.timeout(60):
+        while (stats := await topics.stats(name)).retried < 1:
+            await asyncio.sleep(0.1)
+    assert stats.delivered == 0 and stats.depth == 1
+
+
+async def test_a_broker_stopped_mid_run_loses_nothing_counted_delivered(
+    client: Client,
+    worker: Worker,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    tmp_path: Path,
+) -> None:
+    broker = RabbitMQ(tmp_path / "broker")
+    broker.start()
+    try:
+        queue = "durable-events"
+        connection = await aio_pika.connect(broker.url)
+        async with connection:
+            await (await connection.channel()).declare_queue(queue, durable=True)
+        topics = Topics(pool)
+        name = await new_topic(
+            topics, client, task_queue, f"{broker.url}?routing_key={queue}", retry_sleep_seconds=0.2
+        )
+        published = [
+            await topics.publish(name, Event(payload={"i": i}, key=f"k{i % 4}")) for i in range(100)
+        ]
+        async with asyncio.timeout(60):
+            while (await topics.stats(name)).delivered < 20:
+                await asyncio.sleep(0.01)
+        await asyncio.to_thread(broker.stop)  # in the middle of the run
+        published += [
+            await topics.publish(name, Event(payload={"i": i}, key=f"k{i % 4}"))
+            for i in range(100, 200)
+        ]
+        async with asyncio.timeout(60):
+            while (await topics.stats(name)).retried < 1:
+                await asyncio.sleep(0.1)
+        counted_while_down = (await topics.stats(name)).delivered
+        await asyncio.to_thread(broker.start)  # the same data: the durable queue and its messages
+        await settled(topics, name, depth=0, delivered=200)
+        messages = await consume(broker.url, queue, 200)
+        consumed = {m.message_id for m in messages}
+        # Every entry removed from the queue was confirmed by the broker, the down time included;
+        # a repeat can only carry the same ID.
+        assert consumed == {item.webhook_id for item in published}
+        assert counted_while_down < 200
+    finally:
+        broker.close()
