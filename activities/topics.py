@@ -53,6 +53,9 @@ class TopicActivities:
         attributes = {"topic": request.topic}
         until = loop.time() + request.max_seconds
         idle = IDLE_FIRST_SECONDS
+        # The one owner starts here: what an earlier attempt held (its worker died, or it hangs
+        # and is fenced out by its claim IDs) is sent again now, not when its claims run out.
+        await self.topics.take_over(request.topic)
         expire_due = stats_due = refresh_due = loop.time()
         topic: Topic | None = None
         secrets: list[str] = []

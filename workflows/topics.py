@@ -30,7 +30,7 @@ class TopicDelivery:
                 result_type=DeliveryResult,
                 start_to_close_timeout=timedelta(seconds=RUN_SECONDS + 120),
                 # Its heartbeats come every few seconds: a dead worker's run moves on quickly.
-                heartbeat_timeout=timedelta(seconds=30),
+                heartbeat_timeout=timedelta(seconds=15),
                 retry_policy=RetryPolicy(
                     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
                 ),

@@ -123,6 +123,12 @@ RETURNING e."id", e."attempts", e."created_at";
 -- name: count_retried
 UPDATE "procbus_topics" SET "retried" = "retried" + $2 WHERE "name" = $1;
 
+-- name: take_over_claims
+-- A new owner's first act: every claim on the topic belongs to an attempt that is not the
+-- current one any more (a dead worker's, or a zombie that the claim IDs fence out).
+UPDATE "procbus_topic_entries" SET "claim" = NULL, "claimed_until" = NULL
+WHERE "topic" = $1 AND "claim" IS NOT NULL;
+
 -- name: release_claim
 -- Entries of this claim that were not sent (behind a failed key): back to the queue as they were.
 UPDATE "procbus_topic_entries" SET "claim" = NULL, "claimed_until" = NULL

@@ -335,6 +335,12 @@ class Topics:
         entries = [Entry.model_construct(**dict(row)) for row in rows]
         return Claim(topic=topic, id=claim_id, entries=entries)
 
+    async def take_over(self, topic: str) -> int:
+        """Free every claim on the topic, for its delivery's new owner to send those entries
+        again at once (with the same webhook IDs); how many were held."""
+        status: str = await self.pool.execute(self.queries["take_over_claims"], topic)
+        return int(status.rsplit(" ", 1)[-1])
+
     async def settle(
         self,
         claim: Claim,
