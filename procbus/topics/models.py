@@ -173,16 +173,9 @@ class Attempt(BaseModel):
     error: str
 
 
-class DeadLetter(BaseModel):
-    id: int
-    key: str | None
-    type: str
-    payload: Any
-    bytes: int
-    webhook_id: str
-    created_at: datetime
-    attempts: int
-    last_error: str | None
+class DeadLetter(Entry):
+    """An entry out of the queue for good, until redriven: with every attempt it made."""
+
     history: list[Attempt] = Field(default_factory=list)
     dead_at: datetime
     reason: str
