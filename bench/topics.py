@@ -11,7 +11,8 @@
     against a plain aiohttp loop posting the same events at the same concurrency:
     ratio_single_post_to_raw_http, goal >= 0.5.
 (3) Steady state: producers at half the rate of (1) for STEADY_SECONDS with delivery running:
-    p99_commit_to_ack_s (goal <= 1.0) and max_backlog.
+    p99_commit_to_ack_s (goal <= 1.0) and max_backlog; and the first and last WINDOW_SECONDS
+    of the run side by side (delivered, p99), to show the queue does not slow down as it churns.
 The receiver runs in a process of its own (bench/webhook_sink.py). Last line: JSON.
 """
 
@@ -51,6 +52,7 @@ DRAIN_EVENTS = int(os.environ.get("BENCH_DRAIN_EVENTS", "100000"))
 SINGLE_EVENTS = int(os.environ.get("BENCH_SINGLE_EVENTS", "20000"))
 STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "60"))
 DRAIN_BATCH = 500
+WINDOW_SECONDS = 10.0
 BIG = 100_000_000  # bounds that a benchmark never reaches
 BUSINESS = 'CREATE TABLE "bench_orders" ("id" bigserial PRIMARY KEY, "state" text NOT NULL)'
 FLOOR = 'CREATE TABLE "bench_event_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
@@ -63,6 +65,11 @@ FILL = (
     'LATERAL "procbus_topic_publish"($1, 0, NULL, \'bench\', p."payload", '
     "'msg_' || md5(random()::text)) AS e"
 )
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(int(len(ordered) * fraction) - 1, 0)] if ordered else float("nan")
 
 
 async def rate(
@@ -280,8 +287,13 @@ async def main() -> dict[str, float | int]:
     finally:
         sink_process.terminate()
         await sink_process.wait()
-    latencies = sorted(stats["latencies"])
-    p99 = latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan")
+    p99 = percentile([latency for _, latency in stats["latencies"]], 0.99)
+    # No slowdown over the run: the first and the last WINDOW seconds of it, side by side.
+    arrivals = [arrived for arrived, _ in stats["latencies"]]
+    start = min(arrivals, default=0.0)
+    end = start + STEADY_SECONDS
+    first = [lat for at, lat in stats["latencies"] if at < start + WINDOW_SECONDS]
+    last = [lat for at, lat in stats["latencies"] if end - WINDOW_SECONDS <= at < end]
     return {
         "writers": WRITERS,
         "row_floor_tx_per_s": round(best["floor"]),
@@ -307,6 +319,11 @@ async def main() -> dict[str, float | int]:
         "steady_seconds": STEADY_SECONDS,
         "steady_delivered": stats["events"],
         "p99_commit_to_ack_s": round(p99, 3),
+        "p99_first_window_s": round(percentile(first, 0.99), 3),
+        "p99_last_window_s": round(percentile(last, 0.99), 3),
+        "delivered_first_window": len(first),
+        "delivered_last_window": len(last),
+        "ratio_last_to_first_window_delivered": round(len(last) / max(len(first), 1), 3),
         "goal_p99_commit_to_ack_s_at_most": 1.0,
         "max_backlog": max(backlog, default=0),
     }

@@ -3,9 +3,9 @@ or a batch per POST, answers 200, and keeps what a benchmark asks for.
 
     python bench/webhook_sink.py PORT
 
-GET /stats gives {"events": N, "requests": M, "latencies": [...]} where a latency is arrival time
-minus the event's data["t"] (its commit time), for the events that carry one; POST /reset
-starts over.
+GET /stats gives {"events": N, "requests": M, "latencies": [[arrival, latency], ...]} where a
+latency is arrival time minus the event's data["t"] (its commit time), for the events that
+carry one; POST /reset starts over.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ async def take(request: web.Request) -> web.Response:
     for event in events:
         sent = event.get("data", {}).get("t") if isinstance(event.get("data"), dict) else None
         if sent is not None:
-            latencies.append(arrived - sent)
+            latencies.append([arrived, arrived - sent])
     return web.Response(text="ok")
 
 
