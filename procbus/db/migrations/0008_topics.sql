@@ -178,64 +178,13 @@ BEGIN
 END
 $$;
 
--- Publish one event in the caller's transaction, in one round trip: capacity from a shard,
--- the entry, and, for a keyed event, the key's lock, so that publishers of one key commit in
--- the order of their entries' IDs. Errors: PBT01 no such topic, PBT02 a synchronous topic
--- (nothing is queued), PBP01 payload too large, PBQ01 topic full.
-CREATE FUNCTION "procbus_topic_publish"(
-    "p_topic" text,
-    "p_shard" integer,
-    "p_key" text,
-    "p_type" text,
-    "p_payload" text,
-    "p_webhook_id" text
-) RETURNS TABLE ("id" bigint, "created_at" timestamptz)
+-- Admit one event of "p_bytes" to "p_topic": the topic exists and queues (it is not
+-- synchronous), the payload fits, and capacity is taken from a shard (the caller's first);
+-- returns the shard. Errors: PBT01 no such topic, PBT02 a synchronous topic, PBP01 payload too
+-- large, PBQ01 topic full.
+CREATE FUNCTION "procbus_topic_admit"("p_topic" text, "p_shard" integer, "p_bytes" bigint)
+RETURNS integer
 LANGUAGE plpgsql AS $$
-#variable_conflict use_column
-DECLARE
-    "size" bigint := octet_length("p_payload");
-    "topic" record;
-    "taken" integer;
-BEGIN
-    SELECT t."sync", t."max_payload_bytes" INTO "topic"
-    FROM "procbus_topics" AS t WHERE t."name" = "p_topic";
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no topic named %', quote_literal("p_topic") USING ERRCODE = 'PBT01';
-    END IF;
-    IF "topic"."sync" THEN
-        RAISE EXCEPTION 'topic % is synchronous: it delivers in the publishing call, it queues nothing', quote_literal("p_topic")
-            USING ERRCODE = 'PBT02';
-    END IF;
-    IF "size" > "topic"."max_payload_bytes" THEN
-        RAISE EXCEPTION 'the payload is % bytes; topic % takes at most %', "size", quote_literal("p_topic"),
-            "topic"."max_payload_bytes" USING ERRCODE = 'PBP01';
-    END IF;
-    IF "p_key" IS NOT NULL THEN
-        PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "p_topic" || '/' || "p_key", 0));
-    END IF;
-    "taken" := "procbus_topic_take"("p_topic", "p_shard", "size");
-    IF "taken" IS NULL THEN
-        RAISE EXCEPTION 'topic % is full', quote_literal("p_topic") USING ERRCODE = 'PBQ01';
-    END IF;
-    RETURN QUERY
-    INSERT INTO "procbus_topic_entries" AS e
-        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id")
-    VALUES ("p_topic", "taken", "p_key", "p_type", "p_payload"::jsonb, "size", "p_webhook_id")
-    RETURNING e."id", e."created_at";
-END
-$$;
-
--- Two-phase publish, phase one: take capacity for an event of up to "p_bytes" and hold it for
--- "p_seconds". Same errors as procbus_topic_publish.
-CREATE FUNCTION "procbus_topic_reserve"(
-    "p_id" uuid,
-    "p_topic" text,
-    "p_shard" integer,
-    "p_bytes" bigint,
-    "p_seconds" double precision
-) RETURNS TABLE ("shard" integer, "expires_at" timestamptz)
-LANGUAGE plpgsql AS $$
-#variable_conflict use_column
 DECLARE
     "topic" record;
     "taken" integer;
@@ -257,9 +206,55 @@ BEGIN
     IF "taken" IS NULL THEN
         RAISE EXCEPTION 'topic % is full', quote_literal("p_topic") USING ERRCODE = 'PBQ01';
     END IF;
+    RETURN "taken";
+END
+$$;
+
+-- Publish one event in the caller's transaction, in one round trip: capacity from a shard,
+-- the entry, and, for a keyed event, the key's lock, so that publishers of one key commit in
+-- the order of their entries' IDs. Errors: those of procbus_topic_admit.
+CREATE FUNCTION "procbus_topic_publish"(
+    "p_topic" text,
+    "p_shard" integer,
+    "p_key" text,
+    "p_type" text,
+    "p_payload" text,
+    "p_webhook_id" text
+) RETURNS TABLE ("id" bigint, "created_at" timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    "size" bigint := octet_length("p_payload");
+    "taken" integer;
+BEGIN
+    "taken" := "procbus_topic_admit"("p_topic", "p_shard", "size");
+    IF "p_key" IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "p_topic" || '/' || "p_key", 0));
+    END IF;
+    RETURN QUERY
+    INSERT INTO "procbus_topic_entries" AS e
+        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id")
+    VALUES ("p_topic", "taken", "p_key", "p_type", "p_payload"::jsonb, "size", "p_webhook_id")
+    RETURNING e."id", e."created_at";
+END
+$$;
+
+-- Two-phase publish, phase one: take capacity for an event of up to "p_bytes" and hold it for
+-- "p_seconds". Errors: those of procbus_topic_admit.
+CREATE FUNCTION "procbus_topic_reserve"(
+    "p_id" uuid,
+    "p_topic" text,
+    "p_shard" integer,
+    "p_bytes" bigint,
+    "p_seconds" double precision
+) RETURNS TABLE ("shard" integer, "expires_at" timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
     RETURN QUERY
     INSERT INTO "procbus_topic_reservations" AS r ("id", "topic", "shard", "bytes", "expires_at")
-    VALUES ("p_id", "p_topic", "taken", "p_bytes", clock_timestamp() + make_interval(secs => "p_seconds"))
+    VALUES ("p_id", "p_topic", "procbus_topic_admit"("p_topic", "p_shard", "p_bytes"), "p_bytes",
+            clock_timestamp() + make_interval(secs => "p_seconds"))
     RETURNING r."shard", r."expires_at";
 END
 $$;
