@@ -62,13 +62,15 @@ class TopicActivities:
         try:
             while loop.time() < until:
                 if topic is None or loop.time() >= refresh_due:
-                    # Settings, state and secrets, read again each second (not each round).
+                    # Settings, state and secrets, read again each second (not each round). The
+                    # secrets first: a topic deleted in between is then seen as deleted, never
+                    # as a topic without secrets.
+                    secrets = await self.topics.signing_secrets(request.topic)
                     try:
                         topic = await self.topics.get(request.topic)
                     except TopicNotFound:
                         progress.topic_deleted, progress.state = True, "topic deleted"
                         break
-                    secrets = await self.topics.signing_secrets(topic.name)
                     refresh_due = loop.time() + REFRESH_EVERY_SECONDS
                 if not topic.enabled:
                     progress.state = f"disabled: {topic.disabled_reason}"

@@ -15,10 +15,11 @@ from typing import Any
 import asyncpg
 import pytest
 from standardwebhooks.webhooks import Webhook
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from procbus.delivery.owner import ensure_delivery
+from procbus.delivery.owner import delivery_workflow_id, ensure_delivery
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import subprocess_environment, worker_process
@@ -260,3 +261,22 @@ async def test_a_worker_killed_during_delivery_loses_nothing(
         }
     finally:
         await receiver.stop()
+
+
+async def test_deleting_a_topic_ends_its_delivery_cleanly(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    name, _ = await delivering(topics, client, task_queue, receiver.url)
+    await topics.publish(name, Event(payload={"i": 0}))
+    await receiver.wait_for(1)
+    await topics.delete(name, force=True)
+    handle = client.get_workflow_handle(delivery_workflow_id(name))
+    async with asyncio.timeout(30):
+        result = await handle.result()
+    assert result["topic_deleted"] is True
+    failures = [
+        event
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    assert failures == []
