@@ -77,11 +77,21 @@ def create(
     ),
     batch_size: int = typer.Option(100, "--batch-size", help="Entries per delivery round."),
     group_transactions: bool = typer.Option(
-        False, "--group-transactions", help="Batches never hold part of a transaction."
+        False,
+        "--group-transactions",
+        help="Batches never hold part of a transaction (the endpoint takes batches: ?batch=1).",
+    ),
+    batch_seconds: float = typer.Option(
+        0.0, "--batch-seconds", help="Grouped: a short batch waits until its oldest is this old."
+    ),
+    incomplete_wait: float = typer.Option(
+        60.0,
+        "--incomplete-wait",
+        help="Grouped: seconds a transaction's missing events are waited for.",
     ),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Create a persistent topic and start its delivery."""
+    """Create a topic (persistent, or --sync) and start its delivery."""
     from procbus.topics.models import topic_settings
 
     settings = topic_settings(
@@ -94,12 +104,15 @@ def create(
         ttl_seconds=ttl,
         batch_size=batch_size,
         group_transactions=group_transactions,
+        batch_seconds=batch_seconds,
+        incomplete_wait_seconds=incomplete_wait,
     )
 
     async def run() -> None:
         async with _topics() as topics:
             topic, signing_secret = await topics.create(name, settings, secret)
-        not_started = await _start_delivery(name)
+        # A synchronous topic sends in the publishing call: it has no delivery to start.
+        not_started = None if topic.sync else await _start_delivery(name)
         if json_output:
             print_json({"topic": topic.model_dump(mode="json"), "secret": signing_secret})
         else:
@@ -194,9 +207,17 @@ def publish(
     payload: str = typer.Option(..., "--payload", help="The event's data, as JSON."),
     key: str | None = typer.Option(None, "--key", help="Events of one key keep their order."),
     event_type: str = typer.Option("event", "--type", help="The event's type."),
+    txn_id: str | None = typer.Option(
+        None, "--txn", help="Grouped topics: the transaction the event belongs to."
+    ),
+    last_in_txn: bool = typer.Option(False, "--last", help="The transaction's last event."),
+    timeout: float = typer.Option(
+        10.0, "--timeout", help="Synchronous topics: seconds to wait for the endpoint."
+    ),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Queue one event."""
+    """Queue one event; on a --sync topic, send it now and say whether the endpoint took it
+    (exit code 1 when it did not)."""
     from procbus.errors import InvalidRequest
     from procbus.topics.models import Event
 
@@ -207,11 +228,23 @@ def publish(
 
     async def run() -> None:
         async with _topics() as topics:
-            published = await topics.publish(name, Event(payload=data, key=key, type=event_type))
+            published = await topics.publish(
+                name,
+                Event(
+                    payload=data, key=key, type=event_type, txn_id=txn_id, last_in_txn=last_in_txn
+                ),
+                timeout_seconds=timeout,
+            )
         if json_output:
             print_json(published)
-        else:
+        elif published.delivery == "queued":
             console.print(f"queued as {published.id} ({published.webhook_id})", highlight=False)
+        elif published.delivery == "ack":
+            console.print(f"ACK: delivered ({published.webhook_id})", highlight=False)
+        else:
+            error_console.print(f"NACK: not delivered: {published.error}", highlight=False)
+        if published.delivery == "nack":
+            raise typer.Exit(1)
 
     _run(run())
 

@@ -399,7 +399,16 @@ CREATE TABLE "procbus_topics" (
     "delivered" bigint NOT NULL DEFAULT 0,
     "retried" bigint NOT NULL DEFAULT 0,
     "dead_lettered" bigint NOT NULL DEFAULT 0,
-    "created_at" timestamptz NOT NULL DEFAULT now()
+    "created_at" timestamptz NOT NULL DEFAULT now(),
+    -- Synchronous topics: sends the endpoint did not acknowledge.
+    "nacked" bigint NOT NULL DEFAULT 0,
+    -- Grouped topics: how long a transaction's missing events are waited for before the rest
+    -- goes without them, and how many batches went out so.
+    "incomplete_wait_seconds" double precision NOT NULL DEFAULT 60
+        CHECK ("incomplete_wait_seconds" > 0),
+    "incomplete_batches" bigint NOT NULL DEFAULT 0,
+    -- Grouped topics: a batch shorter than batch_size waits until its oldest event is this old.
+    "batch_seconds" double precision NOT NULL DEFAULT 0 CHECK ("batch_seconds" >= 0)
 );
 
 -- Signing secrets (Standard Webhooks, whsec_...): here only, never in workflow history or logs.
@@ -456,11 +465,22 @@ CREATE TABLE "procbus_topic_entries" (
     "history" jsonb NOT NULL DEFAULT '[]',
     -- The delivery attempt that holds the entry: only that attempt may settle it.
     "claim" uuid,
-    "claimed_until" timestamptz
+    "claimed_until" timestamptz,
+    "txn_id" text,
+    "txn_last" boolean NOT NULL DEFAULT false,
+    "txn_size" integer,
+    -- The batch an entry was first sent in, and its place there: it is resent in that batch
+    -- until acknowledged or dead-lettered.
+    "batch_id" text,
+    "batch_seq" integer
 );
 CREATE INDEX "procbus_topic_entries_queue" ON "procbus_topic_entries" ("topic", "id");
 CREATE INDEX "procbus_topic_entries_key" ON "procbus_topic_entries" ("topic", "key", "id")
 WHERE "key" IS NOT NULL;
+CREATE INDEX "procbus_topic_entries_txn" ON "procbus_topic_entries" ("topic", "txn_id", "id")
+WHERE "txn_id" IS NOT NULL;
+CREATE INDEX "procbus_topic_entries_batch" ON "procbus_topic_entries" ("topic", "batch_id")
+WHERE "batch_id" IS NOT NULL;
 
 -- Entries past max_retries or their TTL: kept with their attempt history, never dropped, until
 -- redriven (with their original webhook_id) or deleted by an operator.
@@ -477,7 +497,11 @@ CREATE TABLE "procbus_topic_dead_letters" (
     "last_error" text,
     "history" jsonb NOT NULL,
     "dead_at" timestamptz NOT NULL DEFAULT clock_timestamp(),
-    "reason" text NOT NULL
+    "reason" text NOT NULL,
+    "txn_id" text,
+    "txn_last" boolean NOT NULL DEFAULT false,
+    "txn_size" integer,
+    "batch_id" text
 );
 CREATE INDEX "procbus_topic_dead_letters_topic" ON "procbus_topic_dead_letters" ("topic", "id");
 
@@ -558,16 +582,20 @@ $$;
 
 -- Admit one event of "p_bytes" to "p_topic": the topic exists and queues (it is not
 -- synchronous), the payload fits, and capacity is taken from a shard (the caller's first);
--- returns the shard. Errors: PBT01 no such topic, PBT02 a synchronous topic, PBP01 payload too
--- large, PBQ01 topic full.
-CREATE FUNCTION "procbus_topic_admit"("p_topic" text, "p_shard" integer, "p_bytes" bigint)
-RETURNS integer
+-- returns the shard and whether the topic groups transactions. Errors: PBT01 no such topic,
+-- PBT02 a synchronous topic, PBP01 payload too large, PBQ01 topic full.
+CREATE FUNCTION "procbus_topic_admit"(
+    "p_topic" text,
+    "p_shard" integer,
+    "p_bytes" bigint,
+    OUT "shard" integer,
+    OUT "grouped" boolean
+)
 LANGUAGE plpgsql AS $$
 DECLARE
     "topic" record;
-    "taken" integer;
 BEGIN
-    SELECT t."sync", t."max_payload_bytes" INTO "topic"
+    SELECT t."sync", t."max_payload_bytes", t."group_transactions" INTO "topic"
     FROM "procbus_topics" AS t WHERE t."name" = "p_topic";
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no topic named %', quote_literal("p_topic") USING ERRCODE = 'PBT01';
@@ -580,40 +608,50 @@ BEGIN
         RAISE EXCEPTION 'the payload is % bytes; topic % takes at most %', "p_bytes", quote_literal("p_topic"),
             "topic"."max_payload_bytes" USING ERRCODE = 'PBP01';
     END IF;
-    "taken" := "procbus_topic_take"("p_topic", "p_shard", "p_bytes");
-    IF "taken" IS NULL THEN
+    "shard" := "procbus_topic_take"("p_topic", "p_shard", "p_bytes");
+    IF "shard" IS NULL THEN
         RAISE EXCEPTION 'topic % is full', quote_literal("p_topic") USING ERRCODE = 'PBQ01';
     END IF;
-    RETURN "taken";
+    "grouped" := "topic"."group_transactions";
 END
 $$;
 
 -- Publish one event in the caller's transaction, in one round trip: capacity from a shard,
 -- the entry, and, for a keyed event, the key's lock, so that publishers of one key commit in
--- the order of their entries' IDs. Errors: those of procbus_topic_admit.
+-- the order of their entries' IDs. The transaction fields are kept on grouped topics only;
+-- "grouped" tells the caller to mark its transaction's last event before it commits.
+-- Errors: those of procbus_topic_admit.
 CREATE FUNCTION "procbus_topic_publish"(
     "p_topic" text,
     "p_shard" integer,
     "p_key" text,
     "p_type" text,
     "p_payload" text,
-    "p_webhook_id" text
-) RETURNS TABLE ("id" bigint, "created_at" timestamptz)
+    "p_webhook_id" text,
+    "p_txn_id" text,
+    "p_txn_last" boolean,
+    "p_txn_size" integer
+) RETURNS TABLE ("id" bigint, "created_at" timestamptz, "grouped" boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     "size" bigint := octet_length("p_payload");
-    "taken" integer;
+    "admitted" record;
 BEGIN
-    "taken" := "procbus_topic_admit"("p_topic", "p_shard", "size");
+    SELECT * INTO "admitted" FROM "procbus_topic_admit"("p_topic", "p_shard", "size");
     IF "p_key" IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "p_topic" || '/' || "p_key", 0));
     END IF;
     RETURN QUERY
     INSERT INTO "procbus_topic_entries" AS e
-        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id")
-    VALUES ("p_topic", "taken", "p_key", "p_type", "p_payload"::jsonb, "size", "p_webhook_id")
-    RETURNING e."id", e."created_at";
+        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
+         "txn_size")
+    VALUES ("p_topic", "admitted"."shard", "p_key", "p_type", "p_payload"::jsonb, "size",
+            "p_webhook_id",
+            CASE WHEN "admitted"."grouped" THEN "p_txn_id" END,
+            "admitted"."grouped" AND coalesce("p_txn_last", false),
+            CASE WHEN "admitted"."grouped" THEN "p_txn_size" END)
+    RETURNING e."id", e."created_at", "admitted"."grouped";
 END
 $$;
 
@@ -631,8 +669,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY
     INSERT INTO "procbus_topic_reservations" AS r ("id", "topic", "shard", "bytes", "expires_at")
-    VALUES ("p_id", "p_topic", "procbus_topic_admit"("p_topic", "p_shard", "p_bytes"), "p_bytes",
-            clock_timestamp() + make_interval(secs => "p_seconds"))
+    VALUES ("p_id", "p_topic", ("procbus_topic_admit"("p_topic", "p_shard", "p_bytes"))."shard",
+            "p_bytes", clock_timestamp() + make_interval(secs => "p_seconds"))
     RETURNING r."shard", r."expires_at";
 END
 $$;
@@ -640,13 +678,17 @@ $$;
 -- Phase two: the reserved capacity becomes the entry. Returns the outcome: 'committed' (with
 -- the entry), 'expired' (the reservation ran out: its capacity is given back, nothing queued)
 -- or 'unknown' (committed, aborted or reclaimed already). PBP02: the event is larger than
--- its reservation (nothing changes).
+-- its reservation (nothing changes). An operation that commits several times passes one
+-- transaction ID each time, and marks its last event.
 CREATE FUNCTION "procbus_topic_commit"(
     "p_id" uuid,
     "p_key" text,
     "p_type" text,
     "p_payload" text,
-    "p_webhook_id" text
+    "p_webhook_id" text,
+    "p_txn_id" text,
+    "p_txn_last" boolean,
+    "p_txn_size" integer
 ) RETURNS TABLE ("outcome" text, "topic" text, "id" bigint, "created_at" timestamptz)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -681,8 +723,10 @@ BEGIN
     END IF;
     RETURN QUERY
     INSERT INTO "procbus_topic_entries" AS e
-        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id")
-    VALUES ("held"."topic", "held"."shard", "p_key", "p_type", "p_payload"::jsonb, "size", "p_webhook_id")
+        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
+         "txn_size")
+    VALUES ("held"."topic", "held"."shard", "p_key", "p_type", "p_payload"::jsonb, "size",
+            "p_webhook_id", "p_txn_id", coalesce("p_txn_last", false), "p_txn_size")
     RETURNING 'committed'::text, e."topic", e."id", e."created_at";
 END
 $$;

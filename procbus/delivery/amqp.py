@@ -11,10 +11,10 @@ import contextlib
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, FieldValue
 
-from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
-from procbus.delivery.endpoints import Endpoint
+from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
+from procbus.delivery.endpoints import Endpoint, check_resolution
 
 CONFIRM_TIMEOUT_SECONDS = 10.0
 ERROR_TEXT_LIMIT = 200
@@ -29,12 +29,14 @@ class AmqpClient(EndpointClient):
         self.exchange_name = query.get("exchange", [""])[-1]
         self.routing_key = query.get("routing_key", [""])[-1]
         self.timeout_seconds = timeout_seconds
+        self.batch = endpoint.batch  # ?batch=1: a JSON array of events per message
         self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
 
     async def _ready_exchange(self) -> AbstractExchange:
         if self._exchange is None:
+            await check_resolution(self.endpoint.host, urlsplit(self.broker_url).port)
             self._connection = await aio_pika.connect(self.broker_url, timeout=self.timeout_seconds)
             # Confirms: publish() returns once the broker took the message; returned
             # (unroutable) messages raise instead of vanishing.
@@ -48,6 +50,9 @@ class AmqpClient(EndpointClient):
         return self._exchange
 
     async def send(self, message: Message) -> Sent:
+        headers: dict[str, FieldValue] = {"webhook-id": message.id}
+        if message.batch_id is not None:
+            headers[BATCH_ID_HEADER] = message.batch_id
         try:
             exchange = await self._ready_exchange()
             await exchange.publish(
@@ -57,7 +62,7 @@ class AmqpClient(EndpointClient):
                     content_type="application/json",
                     timestamp=message.timestamp,
                     delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                    headers={"webhook-id": message.id},
+                    headers=headers,
                 ),
                 routing_key=self.routing_key,
                 mandatory=True,

@@ -16,6 +16,10 @@ from pydantic_core import to_json
 
 from procbus.topics.models import Entry
 
+# A batch's ID (an HTTP header, an AMQP header beside message_id), the same on every retry, so
+# a receiver can deduplicate whole batches.
+BATCH_ID_HEADER = "procbus-batch-id"
+
 
 class Outcome(StrEnum):
     ACK = "ack"  # the endpoint took it: remove it from the queue
@@ -38,18 +42,23 @@ class Message:
     body: str
     timestamp: datetime  # when it is sent (the webhook-timestamp)
     key: str | None
+    batch_id: str | None = None  # a batch of events: the same ID on every retry
 
 
 def event_body(topic: str, entry: Entry) -> dict[str, Any]:
     """The body of one event: {"type", "timestamp", "topic", "key", "data"}; the timestamp is
-    when the event was committed, the same on every retry."""
-    return {
+    when the event was committed, the same on every retry. An event of a transaction also
+    carries {"transaction": {"id", "last", "size"}}, so a receiver can check it got it whole."""
+    body: dict[str, Any] = {
         "type": entry.type,
         "timestamp": entry.created_at.isoformat(),
         "topic": topic,
         "key": entry.key,
         "data": entry.payload,
     }
+    if entry.txn_id is not None:
+        body["transaction"] = {"id": entry.txn_id, "last": entry.txn_last, "size": entry.txn_size}
+    return body
 
 
 def message(topic: str, entry: Entry, now: datetime) -> Message:
@@ -61,15 +70,20 @@ def message(topic: str, entry: Entry, now: datetime) -> Message:
     )
 
 
-def batch_message(topic: str, entries: list[Entry], now: datetime) -> Message:
-    """Several events as one JSON array; its ID follows from theirs, so the same batch sent
-    again carries the same ID."""
-    digest = hashlib.sha256(" ".join(entry.webhook_id for entry in entries).encode()).hexdigest()
+def batch_message(
+    topic: str, entries: list[Entry], now: datetime, batch_id: str | None = None
+) -> Message:
+    """Several events as one JSON array. Its ID is the kept batch's (grouped topics), else it
+    follows from the events', so the same batch sent again carries the same ID."""
+    if batch_id is None:
+        digest = hashlib.sha256(" ".join(e.webhook_id for e in entries).encode()).hexdigest()
+        batch_id = f"batch_{digest[:32]}"
     return Message(
-        id=f"batch_{digest[:32]}",
+        id=batch_id,
         body=to_json([event_body(topic, entry) for entry in entries]).decode(),
         timestamp=now,
         key=None,
+        batch_id=batch_id,
     )
 
 

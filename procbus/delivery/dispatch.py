@@ -55,12 +55,13 @@ async def dispatch(
     stop_at: float,
     clock: Callable[[], float],
     concurrency: int = SEND_CONCURRENCY,
+    batch_id: str | None = None,
 ) -> dict[int, Sent]:
     """What became of each entry sent; entries not sent are absent."""
     if not entries:
         return {}
     if client.batch:
-        sent = await client.send(batch_message(topic, entries, datetime.now(UTC)))
+        sent = await client.send(batch_message(topic, entries, datetime.now(UTC), batch_id))
         return {entry.id: sent for entry in entries}
     results: dict[int, Sent] = {}
     gate = asyncio.Semaphore(concurrency)
@@ -82,8 +83,12 @@ async def dispatch(
 async def deliver_round(
     topics: Topics, topic: Topic, client: EndpointClient, *, claim_seconds: float
 ) -> Round:
-    """Claim up to a batch of due entries, send them, settle the claim."""
-    claim = await topics.claim(topic.name, topic.batch_size, seconds=claim_seconds)
+    """Claim up to a batch of due entries (a grouped topic: its next batch), send them, settle
+    the claim."""
+    if topic.group_transactions:
+        claim = await topics.claim_batch(topic, seconds=claim_seconds)
+    else:
+        claim = await topics.claim(topic.name, topic.batch_size, seconds=claim_seconds)
     if not claim.entries:
         return Round()
     loop = asyncio.get_running_loop()
@@ -93,6 +98,7 @@ async def deliver_round(
         claim.entries,
         stop_at=loop.time() + claim_seconds - CLAIM_MARGIN_SECONDS,
         clock=loop.time,
+        batch_id=claim.batch_id,
     )
     by_id = {entry.id: entry for entry in claim.entries}
     delivered = [entry_id for entry_id, sent in results.items() if sent.outcome is Outcome.ACK]

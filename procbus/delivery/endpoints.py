@@ -11,6 +11,7 @@ reach the machine's own credentials.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
@@ -91,6 +92,27 @@ def refused_address(host: str) -> str | None:
     if address.is_unspecified or address.is_multicast:
         return "it is not a single host"
     return None
+
+
+def refused_resolution(host: str, addresses: list[str]) -> str | None:
+    """Why a name must not be connected to now, or None: it was checked when its topic was
+    created, but DNS may since point it at a link-local or metadata address."""
+    for address in addresses:
+        refusal = refused_address(address.split("%", 1)[0])  # fe80::1%eth0
+        if refusal is not None:
+            return f"{host} resolves to {address}: refused, {refusal}"
+    return None
+
+
+async def check_resolution(host: str, port: int | None) -> None:
+    """Resolve `host` as a connection will, and raise OSError when it resolves to a refused
+    address (for clients that cannot plug in a resolver of their own)."""
+    if _address(host) is not None:
+        return  # an address was checked when the topic was created
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port)
+    refusal = refused_resolution(host, [str(info[4][0]) for info in infos])
+    if refusal is not None:
+        raise OSError(refusal)
 
 
 def allowed(host: str, allowlist: list[str]) -> bool:

@@ -8,11 +8,16 @@ from procbus.delivery.webhook import WebhookClient
 from procbus.errors import InvalidRequest
 
 
-def client_for(endpoint: Endpoint, secrets: list[str]) -> EndpointClient:
+def client_for(
+    endpoint: Endpoint, secrets: list[str], *, timeout_seconds: float | None = None
+) -> EndpointClient:
+    """The endpoint's client; `timeout_seconds` bounds each send (the client's default when
+    None)."""
+    timeout = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
     if endpoint.kind is EndpointKind.WEBHOOK:
-        return WebhookClient(endpoint, secrets)
+        return WebhookClient(endpoint, secrets, **timeout)
     if endpoint.kind is EndpointKind.AMQP:
         from procbus.delivery.amqp import AmqpClient
 
-        return AmqpClient(endpoint)
+        return AmqpClient(endpoint, **timeout)
     raise InvalidRequest(f"no client for {endpoint.kind} endpoints")

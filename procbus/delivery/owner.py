@@ -51,7 +51,8 @@ async def keep_owners(
     while not stop.is_set():
         try:
             for topic in await list_topics():
-                await ensure_delivery(client, topic.name, task_queue)
+                if not topic.sync:  # a synchronous topic sends in the publishing call
+                    await ensure_delivery(client, topic.name, task_queue)
         except Exception as error:  # the database or Temporal may be restarting: try again soon
             log.warning("cannot check the topics' delivery workflows: %s", error)
         with contextlib.suppress(TimeoutError):

@@ -10,14 +10,17 @@ failure to retry. Redirects are not followed: an endpoint must not send procbus 
 from __future__ import annotations
 
 import email.utils
+import socket
 from datetime import UTC, datetime
 from http import HTTPStatus
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 from standardwebhooks.webhooks import Webhook
 
-from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
-from procbus.delivery.endpoints import Endpoint
+from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
+from procbus.delivery.endpoints import Endpoint, refused_resolution
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 USER_AGENT = "procbus-webhooks/0.1"
@@ -49,6 +52,26 @@ def signature(secrets: list[str], message: Message) -> str:
     )
 
 
+class RefusingResolver(AbstractResolver):
+    """aiohttp's resolver, refusing names that now resolve to link-local or metadata
+    addresses: checked at each connection, not only when the topic was created."""
+
+    def __init__(self) -> None:
+        self._resolver = DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        answers = await self._resolver.resolve(host, port, family)
+        refusal = refused_resolution(host, [answer["host"] for answer in answers])
+        if refusal is not None:
+            raise OSError(refusal)
+        return answers
+
+    async def close(self) -> None:
+        await self._resolver.close()
+
+
 class WebhookClient(EndpointClient):
     def __init__(
         self,
@@ -70,6 +93,7 @@ class WebhookClient(EndpointClient):
     def http(self) -> aiohttp.ClientSession:
         if self._http is None:  # made on first use, inside the event loop
             self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=RefusingResolver()),
                 timeout=self.timeout,
                 headers={"user-agent": USER_AGENT, "content-type": "application/json"},
             )
@@ -81,6 +105,8 @@ class WebhookClient(EndpointClient):
             "webhook-timestamp": str(int(message.timestamp.timestamp())),
             "webhook-signature": signature(self.secrets, message),
         }
+        if message.batch_id is not None:
+            headers[BATCH_ID_HEADER] = message.batch_id
         try:
             async with self.http.post(
                 self.endpoint.url, data=message.body, headers=headers, allow_redirects=False

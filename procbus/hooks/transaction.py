@@ -33,7 +33,7 @@ from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks.outbox import QUERIES, OutboxRelay
 from procbus.topics.models import DEFAULT_EVENT_TYPE, Event, Published
-from procbus.topics.queue import publish_in_transaction
+from procbus.topics.queue import mark_transaction_end, publish_in_transaction
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ class Transaction:
         self._savepoints: list[_Savepoint] = []
         self._rolled_back = False
         self._outbox_ids: list[int] = []
+        # Grouped topics this transaction published to: its last event there is marked at commit.
+        self._grouped_topics: set[str] = set()
+        self._txn_id: str | None = None
 
     # ---- in-process hooks ----
 
@@ -176,10 +179,20 @@ class Transaction:
     ) -> Published:
         """Queue an event on a persistent topic in this transaction: it exists if and only if
         the transaction (and the savepoint it is in) commits. QueueFull when the topic is full:
-        the transaction should then fail as a whole."""
-        return await publish_in_transaction(
-            self.connection, topic, Event(payload=payload, key=key, type=type)
+        the transaction should then fail as a whole. On a topic that groups transactions, the
+        events this transaction publishes carry its ID, and its last one is marked at commit."""
+        if self._txn_id is None:
+            self._txn_id = f"tx_{uuid.uuid4().hex}"
+        published = await publish_in_transaction(
+            self.connection, topic, Event(payload=payload, key=key, type=type, txn_id=self._txn_id)
         )
+        if published.txn_id is not None:
+            self._grouped_topics.add(topic)
+        return published
+
+    async def _before_commit(self) -> None:
+        if self._grouped_topics and self._txn_id is not None:
+            await mark_transaction_end(self.connection, sorted(self._grouped_topics), self._txn_id)
 
     # ---- durable calls (outbox) ----
 
@@ -328,6 +341,11 @@ class transaction:  # used like a function: `async with transaction(conn)`
         assert tx is not None
         try:
             if exc is None:
+                try:
+                    await tx._before_commit()
+                except BaseException:
+                    await self._asyncpg_tx.rollback()
+                    raise
                 await self._asyncpg_tx.commit()
             else:
                 await self._asyncpg_tx.rollback()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
@@ -46,6 +46,16 @@ class TopicSettings(BaseModel):
     group_transactions: bool = Field(
         default=False, description="batches never hold part of a source transaction"
     )
+    batch_seconds: float = Field(
+        default=0.0,
+        description="grouped topics: a batch short of batch_size waits until its oldest event "
+        "is this old",
+    )
+    incomplete_wait_seconds: float = Field(
+        default=60.0,
+        description="grouped topics: how long a transaction's missing events are waited for "
+        "before the rest goes without them",
+    )
 
     @field_validator("max_entries", "max_bytes", "batch_size")
     @classmethod
@@ -54,7 +64,7 @@ class TopicSettings(BaseModel):
             raise ValueError(f"must be more than 0, got {value}")
         return value
 
-    @field_validator("retry_sleep_seconds", "ttl_seconds")
+    @field_validator("retry_sleep_seconds", "ttl_seconds", "incomplete_wait_seconds")
     @classmethod
     def _positive_seconds(cls, value: float) -> float:
         if value <= 0:
@@ -66,6 +76,13 @@ class TopicSettings(BaseModel):
     def _not_negative(cls, value: int) -> int:
         if value < 0:
             raise ValueError(f"must be 0 or more, got {value}")
+        return value
+
+    @field_validator("batch_seconds")
+    @classmethod
+    def _not_negative_seconds(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be 0 or more seconds, got {value:g}")
         return value
 
     @property
@@ -90,6 +107,8 @@ class Topic(TopicSettings):
     delivered: int = 0
     retried: int = 0
     dead_lettered: int = 0
+    nacked: int = 0
+    incomplete_batches: int = 0
     created_at: datetime | None = None
 
     @property
@@ -108,15 +127,31 @@ class Event(BaseModel):
         description="events of one key are delivered in commit order; a failing one holds back "
         "only its own key",
     )
+    txn_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="grouped topics: the logical transaction the event belongs to (set by "
+        "tx.publish; pass it to publish one transaction over several commits)",
+    )
+    last_in_txn: bool = Field(default=False, description="the transaction's last event")
+    txn_size: int | None = Field(
+        default=None, gt=0, description="the transaction's event count, where known"
+    )
 
 
 class Published(BaseModel):
-    """A committed event: its place in the queue and the webhook ID it is delivered with."""
+    """A published event: its place in the queue and the webhook ID it is delivered with; on a
+    synchronous topic, what the endpoint answered (nothing is queued)."""
 
     topic: str
-    id: int
+    id: int | None = Field(description="the queue entry; None on a synchronous topic")
     webhook_id: str
     created_at: datetime
+    delivery: Literal["queued", "ack", "nack"] = "queued"
+    error: str | None = Field(default=None, description="why the endpoint did not take it")
+    txn_id: str | None = Field(
+        default=None, description="the transaction it was queued with (grouped topics)"
+    )
 
 
 class Reservation(BaseModel):
@@ -141,14 +176,21 @@ class Entry(BaseModel):
     created_at: datetime
     attempts: int
     last_error: str | None = None
+    txn_id: str | None = None
+    txn_last: bool = False
+    txn_size: int | None = None
 
 
 class Claim(BaseModel):
-    """A delivery attempt's batch: the entries it holds, and the ID that lets it settle them."""
+    """A delivery attempt's batch: the entries it holds (in send order), and the ID that lets
+    it settle them. On a grouped topic the batch has an ID of its own, the same on every retry,
+    and names the transactions it sends incomplete (their missing events never came)."""
 
     topic: str
     id: UUID
     entries: list[Entry]
+    batch_id: str | None = None
+    incomplete_txns: list[str] = Field(default_factory=list)
 
 
 class Failure(BaseModel):
@@ -202,3 +244,8 @@ class TopicStats(BaseModel):
     retried: int = Field(description="failed delivery attempts, all told")
     dead_lettered: int
     dead_letters: int = Field(description="dead letters kept now")
+    nacked: int = Field(default=0, description="synchronous sends not acknowledged")
+    group_transactions: bool = False
+    incomplete_batches: int = Field(
+        default=0, description="grouped batches sent without a transaction's missing events"
+    )

@@ -1,8 +1,9 @@
 -- name: insert_topic
 INSERT INTO "procbus_topics"
     ("name", "endpoint", "sync", "max_entries", "max_bytes", "max_retries", "retry_sleep_seconds",
-     "ttl_seconds", "batch_size", "group_transactions", "shards", "max_payload_bytes")
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+     "ttl_seconds", "batch_size", "group_transactions", "shards", "max_payload_bytes",
+     "batch_seconds", "incomplete_wait_seconds")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT ("name") DO NOTHING
 RETURNING "name";
 
@@ -32,13 +33,15 @@ ORDER BY "created_at" DESC;
 -- name: get_topic
 SELECT "name", "endpoint", "sync", "max_entries", "max_bytes", "max_retries",
        "retry_sleep_seconds", "ttl_seconds", "batch_size", "group_transactions", "shards",
-       "disabled_at", "disabled_reason", "delivered", "retried", "dead_lettered", "created_at"
+       "batch_seconds", "incomplete_wait_seconds", "disabled_at", "disabled_reason", "delivered",
+       "retried", "dead_lettered", "nacked", "incomplete_batches", "created_at"
 FROM "procbus_topics" WHERE "name" = $1;
 
 -- name: list_topics
 SELECT "name", "endpoint", "sync", "max_entries", "max_bytes", "max_retries",
        "retry_sleep_seconds", "ttl_seconds", "batch_size", "group_transactions", "shards",
-       "disabled_at", "disabled_reason", "delivered", "retried", "dead_lettered", "created_at"
+       "batch_seconds", "incomplete_wait_seconds", "disabled_at", "disabled_reason", "delivered",
+       "retried", "dead_lettered", "nacked", "incomplete_batches", "created_at"
 FROM "procbus_topics" ORDER BY "name";
 
 -- name: lock_topic_for_delete
@@ -66,13 +69,26 @@ UPDATE "procbus_topics" SET "disabled_at" = NULL, "disabled_reason" = NULL
 WHERE "name" = $1 RETURNING "name";
 
 -- name: publish
-SELECT "id", "created_at" FROM "procbus_topic_publish"($1, $2, $3, $4, $5, $6);
+SELECT "id", "created_at", "grouped" FROM "procbus_topic_publish"($1, $2, $3, $4, $5, $6, $7, $8, $9);
+
+-- name: mark_transaction_end
+-- Before a publishing transaction commits: on each grouped topic it published to, its last
+-- event is marked so, with the transaction's event count (savepoints rolled back left none).
+UPDATE "procbus_topic_entries" AS e SET "txn_last" = true, "txn_size" = c."size"
+FROM (
+    SELECT max(t."id") AS "last", count(*)::integer AS "size"
+    FROM "procbus_topic_entries" AS t
+    WHERE t."topic" = ANY ($1::text[]) AND t."txn_id" = $2
+    GROUP BY t."topic"
+) AS c
+WHERE e."id" = c."last";
 
 -- name: reserve
 SELECT "shard", "expires_at" FROM "procbus_topic_reserve"($1, $2, $3, $4, $5);
 
 -- name: commit_reservation
-SELECT "outcome", "topic", "id", "created_at" FROM "procbus_topic_commit"($1, $2, $3, $4, $5);
+SELECT "outcome", "topic", "id", "created_at"
+FROM "procbus_topic_commit"($1, $2, $3, $4, $5, $6, $7, $8);
 
 -- name: abort_reservation
 SELECT "procbus_topic_abort"($1);
@@ -144,9 +160,10 @@ WITH "dead" AS (
 ), "kept" AS (
     INSERT INTO "procbus_topic_dead_letters"
         ("id", "topic", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
-         "last_error", "history", "reason")
+         "last_error", "history", "reason", "txn_id", "txn_last", "txn_size", "batch_id")
     SELECT d."id", d."topic", d."key", d."type", d."payload", d."bytes", d."webhook_id",
-           d."created_at", d."attempts", d."last_error", d."history", $3
+           d."created_at", d."attempts", d."last_error", d."history", $3, d."txn_id",
+           d."txn_last", d."txn_size", d."batch_id"
     FROM "dead" AS d
     RETURNING "id"
 ), "per_shard" AS (
@@ -164,16 +181,25 @@ WITH "dead" AS (
 SELECT coalesce(array_agg("id" ORDER BY "id"), '{}') FROM "kept";
 
 -- name: expired_entries
--- Entries past the topic's TTL, whatever their attempts: for the dead letters.
-SELECT "id" FROM "procbus_topic_entries"
-WHERE "topic" = $1 AND "created_at" < clock_timestamp() - make_interval(secs => $2)
-  AND ("claimed_until" IS NULL OR "claimed_until" < clock_timestamp())
-ORDER BY "id"
-LIMIT $3;
+-- Entries past the topic's TTL, whatever their attempts: for the dead letters. With them go the
+-- rest of their transaction and of their batch, so no part of either is delivered alone.
+WITH "old" AS (
+    SELECT "id", "txn_id", "batch_id" FROM "procbus_topic_entries"
+    WHERE "topic" = $1 AND "created_at" < clock_timestamp() - make_interval(secs => $2)
+      AND ("claimed_until" IS NULL OR "claimed_until" < clock_timestamp())
+    ORDER BY "id"
+    LIMIT $3
+)
+SELECT "id" FROM "old"
+UNION
+SELECT e."id" FROM "procbus_topic_entries" AS e
+WHERE e."topic" = $1
+  AND (e."txn_id" IN (SELECT "txn_id" FROM "old") OR e."batch_id" IN (SELECT "batch_id" FROM "old"))
+  AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp());
 
 -- name: list_dead_letters
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
-       "last_error", "history", "dead_at", "reason"
+       "last_error", "history", "dead_at", "reason", "txn_id", "txn_last", "txn_size"
 FROM "procbus_topic_dead_letters"
 WHERE "topic" = $1 AND ($2::bigint[] IS NULL OR "id" = ANY ($2::bigint[]))
 ORDER BY "id";
@@ -182,7 +208,8 @@ ORDER BY "id";
 -- Redrive: out of the dead letters, oldest first; published again in the same transaction.
 DELETE FROM "procbus_topic_dead_letters"
 WHERE "topic" = $1 AND ($2::bigint[] IS NULL OR "id" = ANY ($2::bigint[]))
-RETURNING "id", "key", "type", "payload"::text AS "payload", "webhook_id";
+RETURNING "id", "key", "type", "payload"::text AS "payload", "webhook_id", "txn_id", "txn_last",
+          "txn_size";
 
 -- name: topic_stats
 SELECT
@@ -203,6 +230,79 @@ SELECT
         AS "blocked_keys",
     (SELECT count(*) FROM "procbus_topic_dead_letters" WHERE "topic" = $1) AS "dead_letters",
     clock_timestamp() AS "now";
+
+-- name: count_sync_send
+-- A synchronous send: acknowledged ($2) or not.
+UPDATE "procbus_topics"
+SET "delivered" = "delivered" + CASE WHEN $2 THEN 1 ELSE 0 END,
+    "nacked" = "nacked" + CASE WHEN $2 THEN 0 ELSE 1 END
+WHERE "name" = $1;
+
+-- ---- grouped topics (procbus.batching): a batch is assembled once, then kept ----
+
+-- name: claim_kept_batch
+-- The oldest batch that was sent and failed, once it is due again: claimed whole, in its order.
+WITH "batch" AS (
+    SELECT "batch_id" FROM "procbus_topic_entries"
+    WHERE "topic" = $1 AND "batch_id" IS NOT NULL AND "next_attempt_at" <= clock_timestamp()
+      AND ("claimed_until" IS NULL OR "claimed_until" < clock_timestamp())
+    ORDER BY "id"
+    LIMIT 1
+)
+UPDATE "procbus_topic_entries" AS e
+SET "claim" = $2, "claimed_until" = clock_timestamp() + make_interval(secs => $3)
+FROM "batch" AS b
+WHERE e."topic" = $1 AND e."batch_id" = b."batch_id"
+  AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
+RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+          e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size", e."batch_id",
+          e."batch_seq";
+
+-- name: grouped_window
+-- The head of a grouped topic's queue not yet in a batch, as the assembly sees it. "blocked":
+-- an earlier event of its key waits in a kept batch, so it may not go yet.
+SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
+       (e."key" IS NOT NULL AND EXISTS (
+           SELECT 1 FROM "procbus_topic_entries" AS p
+           WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+             AND p."batch_id" IS NOT NULL
+       )) AS "blocked",
+       clock_timestamp() AS "now"
+FROM "procbus_topic_entries" AS e
+WHERE e."topic" = $1 AND e."batch_id" IS NULL
+ORDER BY e."id"
+LIMIT $2;
+
+-- name: grouped_more
+-- Beyond the window: the rest of these transactions, and the earlier events of these keys
+-- (after the window, before $4), which an event taken into the batch needs.
+SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
+       (e."key" IS NOT NULL AND EXISTS (
+           SELECT 1 FROM "procbus_topic_entries" AS p
+           WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+             AND p."batch_id" IS NOT NULL
+       )) AS "blocked",
+       clock_timestamp() AS "now"
+FROM "procbus_topic_entries" AS e
+WHERE e."topic" = $1 AND e."batch_id" IS NULL
+  AND (e."txn_id" = ANY ($2::text[])
+       OR (e."key" = ANY ($3::text[]) AND e."id" > $5 AND e."id" < $4))
+ORDER BY e."id";
+
+-- name: assign_batch
+-- The assembled batch, kept: its ID and each entry's place, claimed by this attempt. Only
+-- entries still outside any batch are taken; the caller checks it got them all.
+UPDATE "procbus_topic_entries" AS e
+SET "batch_id" = $2, "batch_seq" = o."seq", "claim" = $3,
+    "claimed_until" = clock_timestamp() + make_interval(secs => $4)
+FROM unnest($5::bigint[]) WITH ORDINALITY AS o("id", "seq")
+WHERE e."topic" = $1 AND e."id" = o."id" AND e."batch_id" IS NULL
+RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+          e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size", e."batch_id",
+          e."batch_seq";
+
+-- name: count_incomplete_batch
+UPDATE "procbus_topics" SET "incomplete_batches" = "incomplete_batches" + 1 WHERE "name" = $1;
 
 -- name: database_time
 SELECT clock_timestamp();

@@ -19,17 +19,23 @@ entries past max_retries or their TTL move to the dead letters, never dropped.
 from __future__ import annotations
 
 import base64
+import hashlib
+import logging
 import random
 import secrets
 import uuid
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 
 import asyncpg
 from pydantic_core import to_json
 
+from procbus.batching import Event as BatchEvent
+from procbus.batching import assemble_batch
 from procbus.db.queries import load_queries
+from procbus.delivery.clients import Outcome, message
 from procbus.delivery.endpoints import parse_endpoint
+from procbus.delivery.factory import client_for
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
     SHARDS,
@@ -48,6 +54,10 @@ from procbus.topics.models import (
 )
 
 QUERIES = "procbus.topics"
+log = logging.getLogger(__name__)
+
+# A grouped topic reads this many events past two batches' worth before reading selectively.
+WINDOW_SLACK = 100
 # A delivery attempt holds its batch this long; past it, another attempt may take it.
 CLAIM_SECONDS = 60.0
 # Retries wait at most this long between attempts, jitter aside.
@@ -57,19 +67,27 @@ JITTER = 0.2
 RESERVATION_SECONDS = 60.0
 # During a secret rotation the old secret signs too, for this long.
 ROTATION_OVERLAP_SECONDS = 24 * 3600.0
+# A synchronous topic's send gives up after this long (a NACK).
+SYNC_TIMEOUT_SECONDS = 10.0
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
-_SQLSTATE_ERRORS: dict[str, type[Exception]] = {
-    "PBT01": InvalidRequest,  # no such topic
-    "PBT02": InvalidRequest,  # a synchronous topic queues nothing
-    "PBP01": InvalidRequest,  # payload too large
-    "PBP02": InvalidRequest,  # larger than its reservation
-    "PBQ01": QueueFull,
-}
 
 
 class TopicNotFound(InvalidRequest):
     """No topic has this name."""
+
+
+class SynchronousTopic(InvalidRequest):
+    """The topic delivers in the publishing call: it cannot queue (nor reserve) an event."""
+
+
+_SQLSTATE_ERRORS: dict[str, type[Exception]] = {
+    "PBT01": InvalidRequest,  # no such topic
+    "PBT02": SynchronousTopic,  # it queues nothing
+    "PBP01": InvalidRequest,  # payload too large
+    "PBP02": InvalidRequest,  # larger than its reservation
+    "PBQ01": QueueFull,
+}
 
 
 def new_secret() -> str:
@@ -113,13 +131,18 @@ def preferred_shard(connection: asyncpg.Connection) -> int:
 
 
 async def publish_in_transaction(
-    connection: asyncpg.Connection, topic: str, event: Event
+    connection: asyncpg.Connection,
+    topic: str,
+    event: Event,
+    *,
+    webhook_id: str | None = None,
 ) -> Published:
     """Queue an event in the transaction open on `connection`: it exists if and only if that
-    transaction commits. QueueFull when the topic's bounds are reached."""
+    transaction commits. QueueFull when the topic's bounds are reached. On a grouped topic the
+    event keeps its transaction ID (Published.txn_id says so)."""
     if not connection.is_in_transaction():
         raise InvalidRequest("publish_in_transaction needs an open transaction")
-    webhook_id = new_webhook_id()
+    webhook_id = webhook_id or new_webhook_id()
     try:
         row = await connection.fetchrow(
             load_queries(QUERIES)["publish"],
@@ -129,10 +152,27 @@ async def publish_in_transaction(
             event.type,
             encode_payload(event.payload),
             webhook_id,
+            event.txn_id,
+            event.last_in_txn,
+            event.txn_size,
         )
     except asyncpg.PostgresError as error:
         raise _translated(error) from None
-    return Published(topic=topic, id=row["id"], webhook_id=webhook_id, created_at=row["created_at"])
+    return Published(
+        topic=topic,
+        id=row["id"],
+        webhook_id=webhook_id,
+        created_at=row["created_at"],
+        txn_id=event.txn_id if row["grouped"] else None,
+    )
+
+
+async def mark_transaction_end(
+    connection: asyncpg.Connection, topics: Sequence[str], txn_id: str
+) -> None:
+    """Before the transaction open on `connection` commits: mark its last event on each of these
+    grouped topics, with the transaction's event count."""
+    await connection.execute(load_queries(QUERIES)["mark_transaction_end"], list(topics), txn_id)
 
 
 def backoff(topic: TopicSettings, failure: Failure) -> float:
@@ -146,6 +186,30 @@ def backoff(topic: TopicSettings, failure: Failure) -> float:
 
 def _topic(row: asyncpg.Record) -> Topic:
     return Topic(**dict(row))
+
+
+def _entry(row: asyncpg.Record) -> Entry:
+    # Built without validation: the rows' types are the table's, and this is the hot path.
+    return Entry.model_construct(
+        **{field: value for field, value in row.items() if field in Entry.model_fields}
+    )
+
+
+def _complete_txns(rows: Iterable[asyncpg.Record]) -> set[str]:
+    """Transactions whose last event is among `rows`, with their whole count where known."""
+    seen: dict[str, int] = {}
+    size: dict[str, int | None] = {}
+    for row in rows:
+        txn_id = row["txn_id"]
+        if txn_id is not None:
+            seen[txn_id] = seen.get(txn_id, 0) + 1
+            if row["txn_last"]:
+                size[txn_id] = row["txn_size"]
+    return {txn_id for txn_id, count in size.items() if count is None or seen[txn_id] >= count}
+
+
+class _BatchTaken(Exception):
+    """An overlapping delivery attempt assigned some of the batch's entries first."""
 
 
 class Topics:
@@ -163,10 +227,16 @@ class Topics:
     ) -> tuple[Topic, str]:
         """Create a topic; returns it and its signing secret (generated unless given)."""
         check_topic_name(name)
-        parse_endpoint(settings.endpoint, self.allowlist)
-        if settings.sync or settings.group_transactions:
+        endpoint = parse_endpoint(settings.endpoint, self.allowlist)
+        if settings.sync and settings.group_transactions:
             raise InvalidRequest(
-                "--sync and --group-transactions topics are not in this version of procbus"
+                "a --sync topic sends each event in its publishing call: it has no batches to "
+                "group transactions in"
+            )
+        if settings.group_transactions and not endpoint.batch:
+            raise InvalidRequest(
+                f"--group-transactions sends each batch as one message, and endpoint "
+                f"{endpoint.display!r} takes one event per message: add ?batch=1 to its URL"
             )
         secret = check_secret(secret) if secret is not None else new_secret()
         async with self.pool.acquire() as connection, connection.transaction():
@@ -184,6 +254,8 @@ class Topics:
                 settings.group_transactions,
                 SHARDS,
                 settings.max_payload_bytes,
+                settings.batch_seconds,
+                settings.incomplete_wait_seconds,
             )
             if created is None:
                 raise InvalidRequest(f"topic {name!r} exists already")
@@ -251,10 +323,57 @@ class Topics:
 
     # ---- publishing ----
 
-    async def publish(self, topic: str, event: Event) -> Published:
-        """Queue one event in a transaction of its own."""
-        async with self.pool.acquire() as connection, connection.transaction():
-            return await publish_in_transaction(connection, topic, event)
+    async def publish(
+        self, topic: str, event: Event, *, timeout_seconds: float = SYNC_TIMEOUT_SECONDS
+    ) -> Published:
+        """Queue one event in a transaction of its own. On a synchronous topic, send it now
+        instead (within `timeout_seconds`) and say whether the endpoint took it: nothing is
+        queued, and a refused event is not retried."""
+        try:
+            async with self.pool.acquire() as connection, connection.transaction():
+                return await publish_in_transaction(connection, topic, event)
+        except SynchronousTopic:
+            pass  # it queues nothing: the event goes now
+        return await self._send_now(await self.get(topic), event, timeout_seconds)
+
+    async def _send_now(self, topic: Topic, event: Event, timeout_seconds: float) -> Published:
+        payload = encode_payload(event.payload)
+        if len(payload.encode()) > topic.max_payload_bytes:
+            raise InvalidRequest(
+                f"the payload is {len(payload.encode())} bytes; topic {topic.name!r} takes at "
+                f"most {topic.max_payload_bytes}"
+            )
+        now = datetime.now(UTC)
+        published = Published(
+            topic=topic.name, id=None, webhook_id=new_webhook_id(), created_at=now, delivery="nack"
+        )
+        if not topic.enabled:
+            published.error = (
+                f"the endpoint is disabled ({topic.disabled_reason}): `procbus topic enable "
+                f"{topic.name}` when it is back"
+            )
+            return published
+        entry = Entry(
+            id=0,
+            key=event.key,
+            type=event.type,
+            payload=event.payload,
+            bytes=len(payload.encode()),
+            webhook_id=published.webhook_id,
+            created_at=now,
+            attempts=0,
+        )
+        endpoint = parse_endpoint(topic.endpoint, self.allowlist)
+        secrets = await self.signing_secrets(topic.name)
+        async with client_for(endpoint, secrets, timeout_seconds=timeout_seconds) as client:
+            sent = await client.send(message(topic.name, entry, now))
+        if sent.outcome is Outcome.GONE:
+            await self.disable(topic.name, f"the endpoint answered {sent.error}")
+        acknowledged = sent.outcome is Outcome.ACK
+        await self.pool.execute(self.queries["count_sync_send"], topic.name, acknowledged)
+        published.delivery = "ack" if acknowledged else "nack"
+        published.error = None if acknowledged else sent.error
+        return published
 
     async def reserve(
         self, topic: str, size: int, *, seconds: float = RESERVATION_SECONDS
@@ -298,6 +417,9 @@ class Topics:
                 event.type,
                 payload,
                 webhook_id,
+                event.txn_id,
+                event.last_in_txn,
+                event.txn_size,
             )
         except asyncpg.PostgresError as error:
             raise _translated(error) from None
@@ -311,7 +433,11 @@ class Topics:
                 f"reservation {reservation.id} is not held: committed, aborted or reclaimed already"
             )
         return Published(
-            topic=row["topic"], id=row["id"], webhook_id=webhook_id, created_at=row["created_at"]
+            topic=row["topic"],
+            id=row["id"],
+            webhook_id=webhook_id,
+            created_at=row["created_at"],
+            txn_id=event.txn_id,
         )
 
     async def abort(self, reservation: Reservation) -> bool:
@@ -334,6 +460,120 @@ class Topics:
         # Built without validation: the rows' types are the table's, and this is the hot path.
         entries = [Entry.model_construct(**dict(row)) for row in rows]
         return Claim(topic=topic, id=claim_id, entries=entries)
+
+    async def claim_batch(self, topic: Topic, *, seconds: float = CLAIM_SECONDS) -> Claim:
+        """A grouped topic's next batch, held for `seconds` by a new claim: a batch sent before
+        and due again, whole and in its order; else a new one assembled from the queue
+        (procbus.batching), which is kept so that every retry sends exactly it."""
+        claim_id = uuid.uuid4()
+        kept = await self.pool.fetch(
+            self.queries["claim_kept_batch"], topic.name, claim_id, seconds
+        )
+        if kept:
+            rows = sorted(kept, key=lambda row: row["batch_seq"])
+            return Claim(
+                topic=topic.name,
+                id=claim_id,
+                entries=[_entry(row) for row in rows],
+                batch_id=rows[0]["batch_id"],
+            )
+        view = await self._grouped_view(topic)
+        empty = Claim(topic=topic.name, id=claim_id, entries=[])
+        if not view:
+            return empty
+        now: datetime = view[0]["now"]
+        oldest_age = (now - view[0]["created_at"]).total_seconds()
+        if len(view) < topic.batch_size and oldest_age < topic.batch_seconds:
+            return empty  # a short batch waits for more, up to the batch time
+        first_seen: dict[str, datetime] = {}
+        for row in view:
+            if row["txn_id"] is not None:
+                first_seen.setdefault(row["txn_id"], row["created_at"])
+        overdue = {
+            txn_id
+            for txn_id, created_at in first_seen.items()
+            if (now - created_at).total_seconds() >= topic.incomplete_wait_seconds
+        }
+        batch = assemble_batch(
+            [
+                BatchEvent(
+                    id=str(row["id"]),
+                    key=row["key"],
+                    txn_id=row["txn_id"],
+                    last_in_txn=row["txn_last"],
+                    txn_size=row["txn_size"],
+                    ready=not row["blocked"],
+                )
+                for row in view
+            ],
+            topic.batch_size,
+            overdue=overdue,
+        )
+        if not batch:
+            return empty
+        ids = [int(event.id) for event in batch]
+        incomplete = sorted(
+            {event.txn_id for event in batch if event.txn_id in overdue} - _complete_txns(view)
+        )
+        digest = hashlib.sha256(f"{topic.name}:{ids}".encode()).hexdigest()
+        batch_id = f"batch_{digest[:32]}"
+        try:
+            async with self.pool.acquire() as connection, connection.transaction():
+                rows = await connection.fetch(
+                    self.queries["assign_batch"], topic.name, batch_id, claim_id, seconds, ids
+                )
+                if len(rows) != len(ids):
+                    raise _BatchTaken
+                if incomplete:
+                    await connection.execute(self.queries["count_incomplete_batch"], topic.name)
+        except _BatchTaken:
+            return empty  # an overlapping attempt took some of these: the next round sees it
+        if incomplete:
+            log.warning(
+                "topic %s: batch %s goes without the missing events of transaction(s) %s, "
+                "waited for %g s",
+                topic.name,
+                batch_id,
+                ", ".join(incomplete),
+                topic.incomplete_wait_seconds,
+            )
+        rows = sorted(rows, key=lambda row: row["batch_seq"])
+        return Claim(
+            topic=topic.name,
+            id=claim_id,
+            entries=[_entry(row) for row in rows],
+            batch_id=batch_id,
+            incomplete_txns=incomplete,
+        )
+
+    async def _grouped_view(self, topic: Topic) -> list[asyncpg.Record]:
+        """The part of a grouped topic's queue that decides its next batch: the head of the
+        queue, and beyond it the rest of the transactions that start there and the earlier
+        events of the keys those need, read selectively until nothing more is needed."""
+        limit = topic.batch_size * 2 + WINDOW_SLACK
+        window = await self.pool.fetch(self.queries["grouped_window"], topic.name, limit)
+        if len(window) < limit:
+            return list(window)  # the whole queue outside kept batches
+        view = {row["id"]: row for row in window}
+        window_end = window[-1]["id"]
+        while True:
+            complete = _complete_txns(view.values())
+            open_txns = sorted(
+                {row["txn_id"] for row in view.values() if row["txn_id"] is not None} - complete
+            )
+            beyond = [row for row in view.values() if row["id"] > window_end]
+            keys = sorted({row["key"] for row in beyond if row["key"] is not None})
+            if not open_txns and not keys:
+                break
+            bound = max((row["id"] for row in beyond), default=window_end)
+            more = await self.pool.fetch(
+                self.queries["grouped_more"], topic.name, open_txns, keys, bound, window_end
+            )
+            new = [row for row in more if row["id"] not in view]
+            if not new:
+                break
+            view.update((row["id"], row) for row in new)
+        return [view[entry_id] for entry_id in sorted(view)]
 
     async def take_over(self, topic: str) -> int:
         """Free every claim on the topic, for its delivery's new owner to send those entries
@@ -358,13 +598,15 @@ class Topics:
                 self.queries["remove_delivered"], claim.topic, list(delivered), claim.id
             )
             dead: list[int] = []
+            shared_backoff = backoff(topic, failed[0]) if failed and claim.batch_id else None
             if failed:
                 rows = await connection.fetch(
                     self.queries["record_failures"],
                     claim.topic,
                     [failure.id for failure in failed],
                     [failure.error for failure in failed],
-                    [backoff(topic, failure) for failure in failed],
+                    # A kept batch is retried whole: one backoff for all of it.
+                    [shared_backoff or backoff(topic, failure) for failure in failed],
                     claim.id,
                 )
                 await connection.execute(self.queries["count_retried"], claim.topic, len(rows))
@@ -446,6 +688,9 @@ class Topics:
                         row["type"],
                         row["payload"],
                         row["webhook_id"],
+                        row["txn_id"],
+                        row["txn_last"],
+                        row["txn_size"],
                     )
                 except asyncpg.PostgresError as error:
                     raise _translated(error) from None
@@ -482,4 +727,7 @@ class Topics:
             retried=topic.retried,
             dead_lettered=topic.dead_lettered,
             dead_letters=row["dead_letters"],
+            nacked=topic.nacked,
+            group_transactions=topic.group_transactions,
+            incomplete_batches=topic.incomplete_batches,
         )

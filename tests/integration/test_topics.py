@@ -71,9 +71,15 @@ async def test_create_returns_a_secret_and_refuses_bad_input_whole(
     ]:
         with pytest.raises(InvalidRequest, match=says):
             await topics.create("t7", TopicSettings(endpoint=RECEIVER), secret=secret)
-    for flag in ("sync", "group_transactions"):
-        with pytest.raises(InvalidRequest, match="not in this version"):
-            await topics.create("t8", TopicSettings(endpoint=RECEIVER, **{flag: True}))
+    for flags, says in [
+        ({"sync": True, "group_transactions": True}, "no batches to group"),
+        ({"group_transactions": True}, "add \\?batch=1"),
+    ]:
+        with pytest.raises(InvalidRequest, match=says):
+            await topics.create("t8", TopicSettings(endpoint=RECEIVER, **flags))
+    for field, value in [("incomplete_wait_seconds", 0), ("batch_seconds", -1)]:
+        with pytest.raises(ValueError, match="seconds"):
+            TopicSettings(endpoint=RECEIVER, **{field: value})
     with pytest.raises(ValueError, match="must be more than 0"):
         TopicSettings(endpoint=RECEIVER, max_entries=0)
     assert [topic.name for topic in await topics.list_topics()] == ["orders"]

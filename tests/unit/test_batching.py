@@ -21,8 +21,12 @@ def queue_of(notation: str) -> list[Event]:
         token = token.rstrip("*")
         txn, _, key = token.rpartition("-")
         events.append(
-            Event(id=f"{token}{'*' if last else ''}@{position}", key=key, txn_id=txn or None,
-                  last_in_txn=last)
+            Event(
+                id=f"{token}{'*' if last else ''}@{position}",
+                key=key,
+                txn_id=txn or None,
+                last_in_txn=last,
+            )
         )
     return events
 
@@ -50,9 +54,7 @@ def drain(
 
 
 def test_the_worked_example_of_the_geode_proposal_keeping_each_key_in_order() -> None:
-    queue = queue_of(
-        "A T0-X T0-Y T0-Z* T1-A T1-B A T2-A T1-C T2-B D E T2-C T2-D* T1-D*"
-    )
+    queue = queue_of("A T0-X T0-Y T0-Z* T1-A T1-B A T2-A T1-C T2-B D E T2-C T2-D* T1-D*")
     batch = assemble_batch(queue, 10)
     # Geode appends T1-D* T2-C T2-D*: that sends T1-D ahead of the D and T2-D queued before it.
     # Here the earlier events of key D come first; E stays for the next batch.
@@ -158,8 +160,13 @@ def queues(draw: st.DrawFn) -> list[Event]:
             open_txns[txn] += 1
             last = action == 5
             events.append(
-                Event(id=f"e{number}", key=key, txn_id=f"t{txn}", last_in_txn=last,
-                      txn_size=open_txns[txn] if last and draw(st.booleans()) else None)
+                Event(
+                    id=f"e{number}",
+                    key=key,
+                    txn_id=f"t{txn}",
+                    last_in_txn=last,
+                    txn_size=open_txns[txn] if last and draw(st.booleans()) else None,
+                )
             )
             if last:
                 del open_txns[txn]

@@ -1,0 +1,189 @@
+-- Synchronous topics count their refused sends; transaction-grouped batches (procbus.batching):
+-- events carry their transaction, and a grouped topic's batch is kept, in order, until it is
+-- acknowledged, so a retry resends exactly the same batch.
+
+ALTER TABLE "procbus_topics"
+    -- Synchronous topics: sends the endpoint did not acknowledge.
+    ADD COLUMN "nacked" bigint NOT NULL DEFAULT 0,
+    -- Grouped topics: how long a transaction's missing events are waited for before the rest
+    -- goes without them, and how many batches went out so.
+    ADD COLUMN "incomplete_wait_seconds" double precision NOT NULL DEFAULT 60
+        CHECK ("incomplete_wait_seconds" > 0),
+    ADD COLUMN "incomplete_batches" bigint NOT NULL DEFAULT 0,
+    -- Grouped topics: a batch shorter than batch_size waits until its oldest event is this old.
+    ADD COLUMN "batch_seconds" double precision NOT NULL DEFAULT 0 CHECK ("batch_seconds" >= 0);
+
+ALTER TABLE "procbus_topic_entries"
+    ADD COLUMN "txn_id" text,
+    ADD COLUMN "txn_last" boolean NOT NULL DEFAULT false,
+    ADD COLUMN "txn_size" integer,
+    -- The batch an entry was first sent in, and its place there: it is resent in that batch
+    -- until acknowledged or dead-lettered.
+    ADD COLUMN "batch_id" text,
+    ADD COLUMN "batch_seq" integer;
+CREATE INDEX "procbus_topic_entries_txn" ON "procbus_topic_entries" ("topic", "txn_id", "id")
+WHERE "txn_id" IS NOT NULL;
+CREATE INDEX "procbus_topic_entries_batch" ON "procbus_topic_entries" ("topic", "batch_id")
+WHERE "batch_id" IS NOT NULL;
+
+ALTER TABLE "procbus_topic_dead_letters"
+    ADD COLUMN "txn_id" text,
+    ADD COLUMN "txn_last" boolean NOT NULL DEFAULT false,
+    ADD COLUMN "txn_size" integer,
+    ADD COLUMN "batch_id" text;
+
+DROP FUNCTION "procbus_topic_reserve"(uuid, text, integer, bigint, double precision);
+DROP FUNCTION "procbus_topic_publish"(text, integer, text, text, text, text);
+DROP FUNCTION "procbus_topic_commit"(uuid, text, text, text, text);
+DROP FUNCTION "procbus_topic_admit"(text, integer, bigint);
+
+-- Admit one event of "p_bytes" to "p_topic": the topic exists and queues (it is not
+-- synchronous), the payload fits, and capacity is taken from a shard (the caller's first);
+-- returns the shard and whether the topic groups transactions. Errors: PBT01 no such topic,
+-- PBT02 a synchronous topic, PBP01 payload too large, PBQ01 topic full.
+CREATE FUNCTION "procbus_topic_admit"(
+    "p_topic" text,
+    "p_shard" integer,
+    "p_bytes" bigint,
+    OUT "shard" integer,
+    OUT "grouped" boolean
+)
+LANGUAGE plpgsql AS $$
+DECLARE
+    "topic" record;
+BEGIN
+    SELECT t."sync", t."max_payload_bytes", t."group_transactions" INTO "topic"
+    FROM "procbus_topics" AS t WHERE t."name" = "p_topic";
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no topic named %', quote_literal("p_topic") USING ERRCODE = 'PBT01';
+    END IF;
+    IF "topic"."sync" THEN
+        RAISE EXCEPTION 'topic % is synchronous: it delivers in the publishing call, it queues nothing', quote_literal("p_topic")
+            USING ERRCODE = 'PBT02';
+    END IF;
+    IF "p_bytes" > "topic"."max_payload_bytes" THEN
+        RAISE EXCEPTION 'the payload is % bytes; topic % takes at most %', "p_bytes", quote_literal("p_topic"),
+            "topic"."max_payload_bytes" USING ERRCODE = 'PBP01';
+    END IF;
+    "shard" := "procbus_topic_take"("p_topic", "p_shard", "p_bytes");
+    IF "shard" IS NULL THEN
+        RAISE EXCEPTION 'topic % is full', quote_literal("p_topic") USING ERRCODE = 'PBQ01';
+    END IF;
+    "grouped" := "topic"."group_transactions";
+END
+$$;
+
+-- Publish one event in the caller's transaction, in one round trip: capacity from a shard,
+-- the entry, and, for a keyed event, the key's lock, so that publishers of one key commit in
+-- the order of their entries' IDs. The transaction fields are kept on grouped topics only;
+-- "grouped" tells the caller to mark its transaction's last event before it commits.
+-- Errors: those of procbus_topic_admit.
+CREATE FUNCTION "procbus_topic_publish"(
+    "p_topic" text,
+    "p_shard" integer,
+    "p_key" text,
+    "p_type" text,
+    "p_payload" text,
+    "p_webhook_id" text,
+    "p_txn_id" text,
+    "p_txn_last" boolean,
+    "p_txn_size" integer
+) RETURNS TABLE ("id" bigint, "created_at" timestamptz, "grouped" boolean)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    "size" bigint := octet_length("p_payload");
+    "admitted" record;
+BEGIN
+    SELECT * INTO "admitted" FROM "procbus_topic_admit"("p_topic", "p_shard", "size");
+    IF "p_key" IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "p_topic" || '/' || "p_key", 0));
+    END IF;
+    RETURN QUERY
+    INSERT INTO "procbus_topic_entries" AS e
+        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
+         "txn_size")
+    VALUES ("p_topic", "admitted"."shard", "p_key", "p_type", "p_payload"::jsonb, "size",
+            "p_webhook_id",
+            CASE WHEN "admitted"."grouped" THEN "p_txn_id" END,
+            "admitted"."grouped" AND coalesce("p_txn_last", false),
+            CASE WHEN "admitted"."grouped" THEN "p_txn_size" END)
+    RETURNING e."id", e."created_at", "admitted"."grouped";
+END
+$$;
+
+-- Two-phase publish, phase one: take capacity for an event of up to "p_bytes" and hold it for
+-- "p_seconds". Errors: those of procbus_topic_admit.
+CREATE FUNCTION "procbus_topic_reserve"(
+    "p_id" uuid,
+    "p_topic" text,
+    "p_shard" integer,
+    "p_bytes" bigint,
+    "p_seconds" double precision
+) RETURNS TABLE ("shard" integer, "expires_at" timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    INSERT INTO "procbus_topic_reservations" AS r ("id", "topic", "shard", "bytes", "expires_at")
+    VALUES ("p_id", "p_topic", ("procbus_topic_admit"("p_topic", "p_shard", "p_bytes"))."shard",
+            "p_bytes", clock_timestamp() + make_interval(secs => "p_seconds"))
+    RETURNING r."shard", r."expires_at";
+END
+$$;
+
+-- Phase two: the reserved capacity becomes the entry. Returns the outcome: 'committed' (with
+-- the entry), 'expired' (the reservation ran out: its capacity is given back, nothing queued)
+-- or 'unknown' (committed, aborted or reclaimed already). PBP02: the event is larger than
+-- its reservation (nothing changes). An operation that commits several times passes one
+-- transaction ID each time, and marks its last event.
+CREATE FUNCTION "procbus_topic_commit"(
+    "p_id" uuid,
+    "p_key" text,
+    "p_type" text,
+    "p_payload" text,
+    "p_webhook_id" text,
+    "p_txn_id" text,
+    "p_txn_last" boolean,
+    "p_txn_size" integer
+) RETURNS TABLE ("outcome" text, "topic" text, "id" bigint, "created_at" timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    "size" bigint := octet_length("p_payload");
+    "held" record;
+BEGIN
+    DELETE FROM "procbus_topic_reservations" AS r WHERE r."id" = "p_id"
+    RETURNING r."topic", r."shard", r."bytes", r."expires_at" < clock_timestamp() AS "expired"
+    INTO "held";
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 'unknown'::text, NULL::text, NULL::bigint, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF "held"."expired" THEN
+        UPDATE "procbus_topic_shards" AS s
+        SET "entries" = s."entries" - 1, "bytes" = s."bytes" - "held"."bytes"
+        WHERE s."topic" = "held"."topic" AND s."shard" = "held"."shard";
+        RETURN QUERY SELECT 'expired'::text, "held"."topic", NULL::bigint, NULL::timestamptz;
+        RETURN;
+    END IF;
+    IF "size" > "held"."bytes" THEN
+        RAISE EXCEPTION 'the event is % bytes; its reservation holds %', "size", "held"."bytes"
+            USING ERRCODE = 'PBP02';
+    END IF;
+    IF "size" < "held"."bytes" THEN
+        UPDATE "procbus_topic_shards" AS s SET "bytes" = s."bytes" - ("held"."bytes" - "size")
+        WHERE s."topic" = "held"."topic" AND s."shard" = "held"."shard";
+    END IF;
+    IF "p_key" IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "held"."topic" || '/' || "p_key", 0));
+    END IF;
+    RETURN QUERY
+    INSERT INTO "procbus_topic_entries" AS e
+        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
+         "txn_size")
+    VALUES ("held"."topic", "held"."shard", "p_key", "p_type", "p_payload"::jsonb, "size",
+            "p_webhook_id", "p_txn_id", coalesce("p_txn_last", false), "p_txn_size")
+    RETURNING 'committed'::text, e."topic", e."id", e."created_at";
+END
+$$;
