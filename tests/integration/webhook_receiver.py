@@ -36,6 +36,8 @@ class WebhookReceiver:
     received: list[Received] = field(default_factory=list)  # every request, answered or not
     accepted: list[Received] = field(default_factory=list)  # the ones answered 2xx
     answer: Callable[[list[dict[str, Any]]], Answer] = lambda events: (200, {})
+    # When set, chooses the status from the request's headers and events instead.
+    answer_with_headers: Callable[[dict[str, str], list[dict[str, Any]]], int] | None = None
     delay_seconds: float = 0.0
     _runner: web.AppRunner | None = None
 
@@ -48,7 +50,10 @@ class WebhookReceiver:
         self.received.append(got)
         if self.delay_seconds:
             await asyncio.sleep(self.delay_seconds)
-        status, headers = self.answer(got.events)
+        if self.answer_with_headers is not None:
+            status, headers = self.answer_with_headers(got.headers, got.events), {}
+        else:
+            status, headers = self.answer(got.events)
         if 200 <= status < 300:
             self.accepted.append(got)
         return web.Response(status=status, headers=headers, text="ok" if status < 300 else "no")

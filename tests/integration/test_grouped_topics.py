@@ -1,0 +1,243 @@
+"""Transaction-grouped batches on the real Temporal server and PostgreSQL, to a real HTTP
+receiver that applies batches and fails loudly when it gets part of a transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections import Counter
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from procbus.delivery.clients import BATCH_ID_HEADER
+from procbus.delivery.owner import ensure_delivery
+from procbus.hooks import transaction
+from procbus.topics import Event, Topics, TopicSettings
+from tests.integration.test_topic_delivery import settled
+from tests.integration.webhook_receiver import WebhookReceiver
+
+ACCOUNTS = 20
+OPENING_BALANCE = 1_000
+
+
+@pytest.fixture
+async def receiver() -> Any:
+    started = WebhookReceiver()
+    await started.start()
+    yield started
+    await started.stop()
+
+
+@pytest.fixture
+def topics(pool: asyncpg.Pool) -> Topics:
+    return Topics(pool)
+
+
+async def grouped(
+    topics: Topics, client: Client, task_queue: str, receiver: WebhookReceiver, **settings: Any
+) -> str:
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    await topics.create(
+        name,
+        TopicSettings(
+            endpoint=receiver.url + "?batch=1",
+            group_transactions=True,
+            retry_sleep_seconds=0.05,
+            **settings,
+        ),
+    )
+    await ensure_delivery(client, name, task_queue)
+    return name
+
+
+def partial_transactions(events: list[dict[str, Any]]) -> list[str]:
+    """Transactions of which the batch holds some events but not all of them."""
+    counts = Counter(event["transaction"]["id"] for event in events if "transaction" in event)
+    sizes = {
+        event["transaction"]["id"]: event["transaction"]["size"]
+        for event in events
+        if "transaction" in event and event["transaction"]["last"]
+    }
+    return sorted(txn for txn, count in counts.items() if sizes.get(txn) != count)
+
+
+class Replica:
+    """The receiving side: it applies whole batches (each once, by batch ID), checks that no
+    transaction comes in part and that the bank's total holds after every batch."""
+
+    def __init__(self, seed: int) -> None:
+        self.balances = dict.fromkeys(range(ACCOUNTS), OPENING_BALANCE)
+        self.applied_batches: set[str] = set()
+        self.violations: list[str] = []
+        self.link = random.Random(seed)
+        self.broken_links = 0
+        self.duplicates = 0
+
+    def answer(self, headers: dict[str, str], events: list[dict[str, Any]]) -> int:
+        if self.link.random() < 0.2:  # the link breaks before the batch arrives
+            self.broken_links += 1
+            return 503
+        batch_id = headers[BATCH_ID_HEADER]
+        if batch_id in self.applied_batches:
+            self.duplicates += 1
+            return 200
+        partial = partial_transactions(events)
+        if partial:
+            self.violations.append(f"batch {batch_id} holds part of {partial}")
+            return 500
+        for event in events:
+            self.balances[event["data"]["account"]] = event["data"]["balance"]
+        self.applied_batches.add(batch_id)
+        if sum(self.balances.values()) != ACCOUNTS * OPENING_BALANCE:
+            self.violations.append(f"after batch {batch_id} the total is off")
+        if self.link.random() < 0.2:  # applied, but the link breaks before the answer
+            self.broken_links += 1
+            return 503
+        return 200
+
+
+async def test_a_receiver_never_sees_part_of_a_transaction_and_ends_equal_to_the_source(
+    client: Client,
+    worker: Worker,
+    topics: Topics,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    receiver: WebhookReceiver,
+) -> None:
+    table = f"accounts_{uuid.uuid4().hex[:8]}"
+    await pool.execute(f'CREATE TABLE "{table}" ("id" integer PRIMARY KEY, "balance" bigint)')
+    await pool.execute(
+        f'INSERT INTO "{table}" SELECT g, $1 FROM generate_series(0, $2 - 1) AS g',
+        OPENING_BALANCE,
+        ACCOUNTS,
+    )
+    replica = Replica(seed=7)
+    receiver.answer_with_headers = replica.answer
+    name = await grouped(topics, client, task_queue, receiver, batch_size=10)
+
+    async def writer(seed: int, transactions: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(transactions):
+            accounts = sorted(rng.sample(range(ACCOUNTS), rng.randint(2, 5)))
+            async with pool.acquire() as connection, transaction(connection) as tx:
+                rows = await connection.fetch(
+                    f'SELECT "id", "balance" FROM "{table}" WHERE "id" = ANY($1) '
+                    'ORDER BY "id" FOR UPDATE',
+                    accounts,
+                )
+                balances = {row["id"]: row["balance"] for row in rows}
+                payer, *payees = accounts
+                for payee in payees:  # money moves; the total stays
+                    amount = rng.randint(0, 50)
+                    balances[payer] -= amount
+                    balances[payee] += amount
+                for account in accounts:
+                    await connection.execute(
+                        f'UPDATE "{table}" SET "balance" = $2 WHERE "id" = $1',
+                        account,
+                        balances[account],
+                    )
+                    await tx.publish(
+                        name, {"account": account, "balance": balances[account]}, key=str(account)
+                    )
+
+    await asyncio.gather(*(writer(seed, 125) for seed in range(8)))  # 1,000 transactions
+    async with asyncio.timeout(120):  # until delivered, or the receiver failed loudly
+        while not replica.violations and (await topics.stats(name)).depth:
+            await asyncio.sleep(0.1)
+    assert replica.violations == []
+    source = {row["id"]: row["balance"] for row in await pool.fetch(f'SELECT * FROM "{table}"')}
+    assert replica.balances == source
+    assert replica.broken_links > 10 and replica.duplicates > 0  # the link did break
+    stats = await topics.stats(name)
+    assert stats.incomplete_batches == 0 and stats.dead_letters == 0
+
+
+async def test_a_retried_batch_is_the_same_batch_with_the_same_id(
+    client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
+) -> None:
+    answers = iter([500, 503, 200])
+    receiver.answer = lambda events: (next(answers, 200), {})
+    name = await grouped(topics, client, task_queue, receiver, batch_size=2)
+    async with topics.pool.acquire() as connection, transaction(connection) as tx:
+        for i in range(3):
+            await tx.publish(name, {"i": i}, key=f"k{i}")
+    await settled(topics, name, depth=0)
+    assert len(receiver.received) == 3
+    bodies = {request.body for request in receiver.received}
+    batch_ids = {request.headers[BATCH_ID_HEADER] for request in receiver.received}
+    assert len(bodies) == 1 and len(batch_ids) == 1  # the same batch each time
+    events = receiver.received[0].events
+    # One transaction of three events: past the batch size of 2, whole.
+    assert [event["data"]["i"] for event in events] == [0, 1, 2]
+    assert partial_transactions(events) == []
+    assert events[-1]["transaction"] == {
+        "id": events[0]["transaction"]["id"],
+        "last": True,
+        "size": 3,
+    }
+
+
+async def test_a_transaction_whose_last_event_never_comes_goes_after_the_wait(
+    client: Client,
+    worker: Worker,
+    topics: Topics,
+    task_queue: str,
+    receiver: WebhookReceiver,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    name = await grouped(topics, client, task_queue, receiver, incomplete_wait_seconds=2.0)
+    # A two-phase producer that died before its last commit: two of its events, no last one.
+    for i in range(2):
+        reservation = await topics.reserve(name, 100)
+        await topics.commit(reservation, Event(payload={"i": i}, key="a", txn_id="op-1"))
+    await topics.publish(name, Event(payload={"i": 2}, key="a"))  # behind it: waits with it
+    await topics.publish(name, Event(payload={"i": 3}, key="b"))  # another key: goes at once
+    with caplog.at_level(logging.WARNING, logger="procbus.topics.queue"):
+        first = await receiver.wait_for(1)
+        assert [event["data"]["i"] for event in first] == [3]
+        events = await receiver.wait_for(4, timeout=30)
+    assert [event["data"]["i"] for event in events] == [3, 0, 1, 2]
+    stats = await settled(topics, name, depth=0)
+    assert stats.incomplete_batches == 1
+    assert any("op-1" in record.getMessage() for record in caplog.records)
+
+
+async def test_tx_publish_marks_the_last_event_of_what_committed(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    await topics.create(
+        name, TopicSettings(endpoint="http://127.0.0.1:9/h?batch=1", group_transactions=True)
+    )
+    plain = f"p-{uuid.uuid4().hex[:8]}"
+    await topics.create(plain, TopicSettings(endpoint="http://127.0.0.1:9/h"))
+    async with pool.acquire() as connection, transaction(connection) as tx:
+        await tx.publish(name, {"i": 0})
+        await tx.publish(plain, {"i": 0})
+        with pytest.raises(RuntimeError):
+            async with tx.savepoint():
+                await tx.publish(name, {"i": 1})
+                raise RuntimeError("roll this part back")
+        await tx.publish(name, {"i": 2})
+    rows = await pool.fetch(
+        'SELECT "topic", "payload", "txn_id", "txn_last", "txn_size" FROM "procbus_topic_entries"'
+        ' WHERE "topic" = ANY($1) ORDER BY "id"',
+        [name, plain],
+    )
+    grouped_rows = [row for row in rows if row["topic"] == name]
+    assert [(row["payload"]["i"], row["txn_last"], row["txn_size"]) for row in grouped_rows] == [
+        (0, False, None),
+        (2, True, 2),
+    ]
+    assert grouped_rows[0]["txn_id"] == grouped_rows[1]["txn_id"] is not None
+    # A topic that does not group keeps no transaction.
+    assert [(row["txn_id"], row["txn_last"]) for row in rows if row["topic"] == plain] == [
+        (None, False)
+    ]
