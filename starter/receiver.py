@@ -22,12 +22,20 @@ class Accepted:
         loaded: dict[str, Any] = json.loads(self.body)
         return loaded
 
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The events of the request: one, or a batch (?batch=1)."""
+        loaded = json.loads(self.body)
+        return loaded if isinstance(loaded, list) else [loaded]
+
 
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # the name http.server calls
         body = self.rfile.read(int(self.headers.get("content-length", 0))).decode()
         owner = self.server.receiver  # type: ignore[attr-defined]
-        failing = json.loads(body).get("key") in owner.failing
+        loaded = json.loads(body)
+        events = loaded if isinstance(loaded, list) else [loaded]  # a batch, or one event
+        failing = any(event.get("key") in owner.failing for event in events)
         if not failing:
             with owner.lock:
                 owner.accepted.append(Accepted(dict(self.headers), body))

@@ -113,3 +113,27 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> 
     Webhook(secret).verify(last.body, last.headers)
     ok(dev_stack, "topic", "delete", "orders")
     assert json.loads(ok(dev_stack, "topic", "list", "--json")) == []
+
+    # A synchronous topic: the publishing call sends, and says what the endpoint answered.
+    ok(dev_stack, "topic", "create", "direct", "--endpoint", receiver.url, "--sync")
+    said = ok(dev_stack, "topic", "publish", "direct", "--payload", '{"n": 6}')
+    assert said.startswith("ACK") and receiver.accepted[-1].event["data"] == {"n": 6}
+    receiver.down()
+    refused = procbus(
+        dev_stack.env, "topic", "publish", "direct", "--payload", "7", "--timeout", "2"
+    )
+    assert refused.returncode == 1 and refused.stderr.startswith("NACK"), refused.stderr
+    receiver.up()
+    direct = json.loads(ok(dev_stack, "topic", "stats", "direct", "--json"))
+    assert (direct["delivered"], direct["nacked"], direct["depth"]) == (1, 1, 0)
+
+    # A grouped topic: a transaction published over two calls arrives whole, in one batch.
+    grouped_url = receiver.url + "?batch=1"
+    ok(dev_stack, "topic", "create", "ledger", "--endpoint", grouped_url, "--group-transactions")
+    sent = len(receiver.accepted)
+    for number, last in [(8, []), (9, ["--last"])]:
+        ok(dev_stack, "topic", "publish", "ledger", "--payload", str(number), "--txn", "t1", *last)
+    wait_for(lambda: len(receiver.accepted) == sent + 1)
+    batch = receiver.accepted[-1]
+    assert [event["data"] for event in batch.events] == [8, 9]
+    assert batch.headers["procbus-batch-id"].startswith("batch_")
