@@ -92,6 +92,16 @@ class DemoTopics(BaseModel):
     redriven_with_its_webhook_id: bool
 
 
+class DemoGroupedBatches(BaseModel):
+    topic: str
+    batch_size: int
+    batch_events: int
+    transaction_whole: bool
+    batch_id: str
+    sync_ack: str
+    sync_nack_error: str | None
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -106,6 +116,7 @@ class DemoReport(BaseModel):
     locks: DemoLocks
     bad_input: DemoBadInput
     topics: DemoTopics
+    grouped: DemoGroupedBatches
     metrics_url: str | None
 
 
@@ -498,6 +509,60 @@ class Demo:
             receiver.down()
             await topics.delete(name, force=True)  # its delivery workflow ends with it
 
+    async def grouped_batches(self) -> DemoGroupedBatches:
+        name = f"demo-ledger-{self.run_id}"
+        self.say("8. Grouped batches: a batch grows past its size to keep a transaction whole")
+        receiver = WebhookReceiver()
+        receiver.up()
+        topics = Topics(self.pool)
+        batch_size = 3
+        await topics.create(
+            name,
+            TopicSettings(
+                endpoint=receiver.url + "?batch=1", group_transactions=True, batch_size=batch_size
+            ),
+        )
+        direct = f"demo-direct-{self.run_id}"
+        try:
+            async with self.pool.acquire() as connection, transaction(connection) as tx:
+                for account in range(5):  # one transfer touching five accounts
+                    await tx.publish(name, {"account": account, "moved": 10}, key=f"acct-{account}")
+            await ensure_delivery(self.client, name, self.services.task_queue)
+            await self._until(topics, name, lambda stats: stats.depth == 0)
+            [batch] = receiver.accepted
+            events = batch.events
+            txn = events[-1].get("transaction") or {}
+            whole = txn.get("last") is True and txn.get("size") == len(events)
+            batch_id = batch.headers["procbus-batch-id"]
+            self.say(
+                f"   a transaction of 5 events, batch size {batch_size}: one batch of "
+                f"{len(events)} events, the transaction whole (batch-id {batch_id})"
+            )
+            await topics.create(direct, TopicSettings(endpoint=receiver.url, sync=True))
+            ack = await topics.publish(direct, Event(payload={"note": "sent now"}))
+            receiver.down()
+            nack = await topics.publish(direct, Event(payload={"note": "lost"}), timeout_seconds=2)
+            self.say(
+                f"   a --sync topic sends in the call: {ack.delivery.upper()}; endpoint down: "
+                f"{nack.delivery.upper()} ({nack.error}), nothing queued"
+            )
+            if not (whole and len(events) == 5 and ack.delivery == "ack"):
+                raise ProcbusError("demo: the grouped batch did not arrive whole")
+            return DemoGroupedBatches(
+                topic=name,
+                batch_size=batch_size,
+                batch_events=len(events),
+                transaction_whole=whole,
+                batch_id=batch_id,
+                sync_ack=ack.delivery,
+                sync_nack_error=nack.error,
+            )
+        finally:
+            receiver.down()
+            await topics.delete(name, force=True)
+            with contextlib.suppress(ProcbusError):
+                await topics.delete(direct, force=True)
+
     async def _until(
         self, topics: Topics, name: str, condition: Callable[[TopicStats], bool]
     ) -> TopicStats:
@@ -555,6 +620,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 locks = await demo.locks()
                 bad_input = await demo.bad_input()
                 topics = await demo.topics()
+                grouped = await demo.grouped_batches()
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -586,5 +652,6 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         locks=locks,
         bad_input=bad_input,
         topics=topics,
+        grouped=grouped,
         metrics_url=services.metrics_url,
     )
