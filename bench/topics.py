@@ -63,7 +63,7 @@ FLOOR_INSERT = (
 FILL = (
     'SELECT count(*) FROM unnest($2::text[]) AS p("payload"), '
     'LATERAL "procbus_topic_publish"($1, 0, NULL, \'bench\', p."payload", '
-    "'msg_' || md5(random()::text)) AS e"
+    "'msg_' || md5(random()::text), NULL, false, NULL) AS e"
 )
 
 

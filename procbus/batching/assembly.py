@@ -52,73 +52,100 @@ class _Txn:
 
 
 class _Scan:
-    """The queue's shortest prefix that decides the batch: it holds `max_size` events that can
-    be sent (or the whole queue), and every transaction that starts in it ends in it. Beyond it
-    nothing can hold back an event inside it: holding travels forward along keys, and backward
-    only within a transaction."""
+    """The queue read as far as the batch needs, and no further: each transaction of an event
+    that could go is read to its last event; keys and transactions are indexed as read."""
 
     def __init__(self, queue: Sequence[Event], overdue: Collection[str]) -> None:
         self.queue = queue
         self.overdue = overdue
-        self.end = 0
+        self.end = 0  # positions read so far
         self.txns: dict[str, _Txn] = {}
-        self.open_txns: set[str] = set()  # started in the prefix, not ended in it
-        self.held: set[int] = set()
-        self.has_unready = False
+        self.positions_of_key: dict[str, list[int]] = {}
 
-    def extend(self, wanted: int) -> None:
-        """Read on until the prefix holds `wanted` events and no transaction is open in it."""
-        queue = self.queue
-        while self.end < len(queue) and (self.open_txns or self.end - len(self.held) < wanted):
-            event = queue[self.end]
-            if not event.ready:
-                self.has_unready = True
-            txn_id = event.txn_id
-            if txn_id is not None:
-                txn = self.txns.get(txn_id)
-                if txn is None:
-                    txn = self.txns[txn_id] = _Txn([])
-                txn.positions.append(self.end)
-                if event.last_in_txn:
-                    txn.last_seen = True
-                    txn.size = event.txn_size
-                if txn.complete:
-                    self.open_txns.discard(txn_id)
-                else:
-                    self.open_txns.add(txn_id)
-            self.end += 1
+    def read(self) -> bool:
+        """Read one more event; False at the end of the queue."""
+        if self.end >= len(self.queue):
+            return False
+        event = self.queue[self.end]
+        if event.key is not None:
+            self.positions_of_key.setdefault(event.key, []).append(self.end)
+        if event.txn_id is not None:
+            txn = self.txns.get(event.txn_id)
+            if txn is None:
+                txn = self.txns[event.txn_id] = _Txn([])
+            txn.positions.append(self.end)
+            if event.last_in_txn:
+                txn.last_seen, txn.size = True, event.txn_size
+        self.end += 1
+        return True
 
-    def hold(self) -> None:
-        """Which events of the prefix must wait: a fixed point, usually reached in one pass."""
-        incomplete = {
-            txn_id
-            for txn_id, txn in self.txns.items()
-            if not txn.complete and txn_id not in self.overdue
-        }
-        if not incomplete and not self.has_unready:
-            return
-        held_txns = set(incomplete)
-        held = self.held
-        changed = True
-        while changed:
-            changed = False
-            held_keys: set[str] = set()
-            for position in range(self.end):
-                event = self.queue[position]
-                if (
-                    position in held
-                    or not event.ready
-                    or (event.txn_id is not None and event.txn_id in held_txns)
-                    or (event.key is not None and event.key in held_keys)
-                ):
-                    if position not in held:
-                        held.add(position)
-                        changed = True
-                    if event.key is not None:
-                        held_keys.add(event.key)
-                    if event.txn_id is not None and event.txn_id not in held_txns:
-                        held_txns.add(event.txn_id)
-                        changed = True  # its earlier events are held too: another pass
+    def resolved(self, txn_id: str) -> _Txn:
+        """The transaction, read to its last event (or to the end of the queue)."""
+        txn = self.txns[txn_id]
+        while not txn.complete and self.read():
+            pass
+        return txn
+
+
+class _Cut:
+    """Walks the queue in order and decides, for each event, whether it can go: everything it
+    needs (its transaction whole, the earlier events of its key, and what those need) must be
+    ready and complete. What cannot go blocks its transaction, and its key from there on."""
+
+    def __init__(self, scan: _Scan) -> None:
+        self.scan = scan
+        self.sent: set[int] = set()
+        self.cannot_go: set[int] = set()
+        self.blocked_txns: set[str] = set()
+        self.blocked_key_from: dict[str, int] = {}
+
+    def block(self, position: int) -> None:
+        self.cannot_go.add(position)
+        event = self.scan.queue[position]
+        if event.txn_id is not None:
+            self.blocked_txns.add(event.txn_id)
+        if event.key is not None:
+            known = self.blocked_key_from.get(event.key, position)
+            self.blocked_key_from[event.key] = min(known, position)
+
+    def bad(self, position: int) -> bool:
+        """Whether this event cannot go, by itself or by what blocks it already."""
+        event = self.scan.queue[position]
+        if not event.ready or position in self.cannot_go:
+            return True
+        if event.key is not None and self.blocked_key_from.get(event.key, position) < position:
+            return True
+        if event.txn_id is None:
+            return False
+        if event.txn_id in self.blocked_txns:
+            return True
+        return not self.scan.resolved(event.txn_id).complete and event.txn_id not in (
+            self.scan.overdue
+        )
+
+    def take(self, position: int) -> bool:
+        """Send this event and what it needs, if all of it can go."""
+        needed = {position}
+        stack = [position]
+        while stack:
+            current = stack.pop()
+            if self.bad(current):
+                self.block(current)
+                if current != position:
+                    self.block(position)
+                return False
+            event = self.scan.queue[current]
+            more: list[int] = []
+            if event.txn_id is not None:
+                more += self.scan.txns[event.txn_id].positions
+            if event.key is not None:
+                more += [p for p in self.scan.positions_of_key[event.key] if p < current]
+            for other in more:
+                if other not in self.sent and other not in needed:
+                    needed.add(other)
+                    stack.append(other)
+        self.sent |= needed
+        return True
 
 
 def assemble_batch(
@@ -139,22 +166,23 @@ def assemble_batch(
     if not group_transactions:
         return list(queue[:max_size])
     scan = _Scan(queue, overdue)
-    while True:
-        scan.extend(max_size)
-        scan.hold()
-        if scan.end == len(queue) or scan.end - len(scan.held) >= max_size:
-            break
-    return _emit(scan, max_size)
+    cut = _Cut(scan)
+    taken: list[int] = []
+    position = 0
+    while len(taken) < max_size and (position < scan.end or scan.read()):
+        if position in cut.sent or cut.take(position):
+            taken.append(position)
+        position += 1
+    return _emit(scan, taken)
 
 
-def _emit(scan: _Scan, max_size: int) -> list[Event]:
-    queue, held = scan.queue, scan.held
-    cut = [position for position in range(scan.end) if position not in held][:max_size]
+def _emit(scan: _Scan, cut: list[int]) -> list[Event]:
+    """The batch in send order: the cut in queue order, then, for each transaction it holds in
+    part (in order of first appearance), its missing events in queue order, each after the
+    earlier events of its key and of its transaction that are not sent yet."""
+    queue = scan.queue
     sent = set(cut)
     batch = list(cut)
-    # Each key's queued positions, to find the earlier events an appended event needs.
-    positions_of_key: dict[str, list[int]] = {}
-    # The transactions to complete, in the order of their first appearance in the batch.
     to_complete: list[str] = []
     seen_txns: set[str] = set()
 
@@ -167,25 +195,19 @@ def _emit(scan: _Scan, max_size: int) -> list[Event]:
 
     for position in cut:
         note_txn(position)
-    if not to_complete:
-        return [queue[position] for position in batch]
-    for position in range(scan.end):
-        key = queue[position].key
-        if key is not None and position not in held:
-            positions_of_key.setdefault(key, []).append(position)
 
     def needs(position: int) -> list[int]:
-        """Unsent events that must go before this one: earlier ones of its key and its
-        transaction."""
         event = queue[position]
-        before = []
+        before: set[int] = set()
         if event.key is not None:
-            before += [p for p in positions_of_key[event.key] if p < position and p not in sent]
+            before.update(
+                p for p in scan.positions_of_key[event.key] if p < position and p not in sent
+            )
         if event.txn_id is not None:
-            before += [
+            before.update(
                 p for p in scan.txns[event.txn_id].positions if p < position and p not in sent
-            ]
-        return sorted(set(before))
+            )
+        return sorted(before)
 
     def append(position: int) -> None:
         # Depth-first over what must go first, without recursion: a transaction may be large.

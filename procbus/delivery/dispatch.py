@@ -20,6 +20,9 @@ from procbus.topics.queue import Topics
 
 # Sends of one topic in flight at once (different keys).
 SEND_CONCURRENCY = 16
+# A batching endpoint gets up to this many batches per claim, one after the other: the claim's
+# and the settlement's round trips are shared by them.
+ROUND_BATCHES = 4
 # Stop starting sends this long before the claim runs out.
 CLAIM_MARGIN_SECONDS = 5.0
 
@@ -55,15 +58,30 @@ async def dispatch(
     stop_at: float,
     clock: Callable[[], float],
     concurrency: int = SEND_CONCURRENCY,
-    batch_id: str | None = None,
+    batches: list[tuple[str | None, list[Entry]]] | None = None,
+    batch_size: int | None = None,
 ) -> dict[int, Sent]:
-    """What became of each entry sent; entries not sent are absent."""
+    """What became of each entry sent; entries not sent are absent.
+
+    A batching endpoint gets `batches` (or the entries cut into `batch_size` pieces) one message
+    at a time, in order, and nothing after a message that failed: a later batch may hold later
+    events of its keys."""
     if not entries:
         return {}
     if client.batch:
-        sent = await client.send(batch_message(topic, entries, datetime.now(UTC), batch_id))
-        return {entry.id: sent for entry in entries}
-    results: dict[int, Sent] = {}
+        if batches is None:
+            size = batch_size or len(entries)
+            batches = [(None, entries[at : at + size]) for at in range(0, len(entries), size)]
+        results: dict[int, Sent] = {}
+        for batch_id, batch in batches:
+            if clock() >= stop_at:
+                break
+            sent = await client.send(batch_message(topic, batch, datetime.now(UTC), batch_id))
+            results.update((entry.id, sent) for entry in batch)
+            if sent.outcome is not Outcome.ACK:
+                break
+        return results
+    results = {}
     gate = asyncio.Semaphore(concurrency)
 
     async def send_in_order(group: list[Entry]) -> None:
@@ -83,24 +101,29 @@ async def dispatch(
 async def deliver_round(
     topics: Topics, topic: Topic, client: EndpointClient, *, claim_seconds: float
 ) -> Round:
-    """Claim up to a batch of due entries (a grouped topic: its next batch), send them, settle
-    the claim."""
+    """Claim due entries (up to ROUND_BATCHES batches for a batching endpoint, one batch
+    otherwise; a grouped topic's next batches), send them, settle the claim."""
+    rounds = ROUND_BATCHES if client.batch else 1
     if topic.group_transactions:
-        claim = await topics.claim_batch(topic, seconds=claim_seconds)
+        claim = await topics.claim_batches(topic, rounds, seconds=claim_seconds)
     else:
-        claim = await topics.claim(topic.name, topic.batch_size, seconds=claim_seconds)
+        claim = await topics.claim(topic.name, topic.batch_size * rounds, seconds=claim_seconds)
     if not claim.entries:
         return Round()
     loop = asyncio.get_running_loop()
+    by_id = {entry.id: entry for entry in claim.entries}
     results = await dispatch(
         client,
         topic.name,
         claim.entries,
         stop_at=loop.time() + claim_seconds - CLAIM_MARGIN_SECONDS,
         clock=loop.time,
-        batch_id=claim.batch_id,
+        batches=[
+            (batch.id, [by_id[entry_id] for entry_id in batch.entry_ids]) for batch in claim.batches
+        ]
+        or None,
+        batch_size=topic.batch_size,
     )
-    by_id = {entry.id: entry for entry in claim.entries}
     delivered = [entry_id for entry_id, sent in results.items() if sent.outcome is Outcome.ACK]
     # A 410 is no failure of the entry: it waits, untouched, until the topic is enabled again.
     failed = [

@@ -181,15 +181,24 @@ class Entry(BaseModel):
     txn_size: int | None = None
 
 
+class ClaimedBatch(BaseModel):
+    """A grouped topic's batch: one message, acknowledged or failed whole. Its ID is the same
+    on every retry; a batch assembled by this claim and never sent is `fresh`."""
+
+    id: str
+    entry_ids: list[int]
+    fresh: bool = True
+
+
 class Claim(BaseModel):
-    """A delivery attempt's batch: the entries it holds (in send order), and the ID that lets
-    it settle them. On a grouped topic the batch has an ID of its own, the same on every retry,
-    and names the transactions it sends incomplete (their missing events never came)."""
+    """A delivery attempt's entries (in send order), and the ID that lets it settle them. On a
+    grouped topic they come as kept batches, in the order they must go, and the claim names the
+    transactions it sends incomplete (their missing events never came)."""
 
     topic: str
     id: UUID
     entries: list[Entry]
-    batch_id: str | None = None
+    batches: list[ClaimedBatch] = Field(default_factory=list)
     incomplete_txns: list[str] = Field(default_factory=list)
 
 

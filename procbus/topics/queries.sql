@@ -259,50 +259,54 @@ RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."
           e."batch_seq";
 
 -- name: grouped_window
--- The head of a grouped topic's queue not yet in a batch, as the assembly sees it. "blocked":
--- an earlier event of its key waits in a kept batch, so it may not go yet.
-SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
-       (e."key" IS NOT NULL AND EXISTS (
-           SELECT 1 FROM "procbus_topic_entries" AS p
-           WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
-             AND p."batch_id" IS NOT NULL
+SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "now"
+FROM "procbus_topic_window"($1, $2);
+
+-- name: grouped_txn_rest
+-- Beyond the window ($3 its last ID): the rest of the transactions that start in it, read
+-- through the transaction index. "blocked" as in grouped_window, and also when an earlier
+-- event of its key lies beyond the window outside these transactions: the assembly has not read
+-- it, so this one (and its transaction) waits until the window reaches it.
+WITH "kept" AS (
+    SELECT EXISTS (
+        SELECT 1 FROM "procbus_topic_entries" WHERE "topic" = $1 AND "batch_id" IS NOT NULL
+    ) AS "any"
+), "rest" AS (
+    SELECT e.* FROM "procbus_topic_entries" AS e
+    WHERE e."topic" = $1 AND e."txn_id" = ANY ($2::text[]) AND e."id" > $3
+      AND e."batch_id" IS NULL
+)
+SELECT r."id", r."key", r."txn_id", r."txn_last", r."txn_size", r."created_at",
+       (r."key" IS NOT NULL AND (
+           EXISTS (  -- unread: between the window's end and this one
+               SELECT 1 FROM "procbus_topic_entries" AS p
+               WHERE p."topic" = r."topic" AND p."key" = r."key" AND p."id" > $3
+                 AND p."id" < r."id" AND p."batch_id" IS NULL
+                 AND (p."txn_id" IS NULL OR NOT (p."txn_id" = ANY ($2::text[])))
+           )
+           OR ((SELECT "any" FROM "kept") AND EXISTS (
+               SELECT 1 FROM "procbus_topic_entries" AS p
+               WHERE p."topic" = r."topic" AND p."key" = r."key" AND p."id" < r."id"
+                 AND p."batch_id" IS NOT NULL
+           ))
        )) AS "blocked",
        clock_timestamp() AS "now"
-FROM "procbus_topic_entries" AS e
-WHERE e."topic" = $1 AND e."batch_id" IS NULL
-ORDER BY e."id"
-LIMIT $2;
+FROM "rest" AS r
+ORDER BY r."id";
 
--- name: grouped_more
--- Beyond the window: the rest of these transactions, and the earlier events of these keys
--- (after the window, before $4), which an event taken into the batch needs.
-SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
-       (e."key" IS NOT NULL AND EXISTS (
-           SELECT 1 FROM "procbus_topic_entries" AS p
-           WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
-             AND p."batch_id" IS NOT NULL
-       )) AS "blocked",
-       clock_timestamp() AS "now"
-FROM "procbus_topic_entries" AS e
-WHERE e."topic" = $1 AND e."batch_id" IS NULL
-  AND (e."txn_id" = ANY ($2::text[])
-       OR (e."key" = ANY ($3::text[]) AND e."id" > $5 AND e."id" < $4))
-ORDER BY e."id";
+-- name: assign_batches
+SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
+       "last_error", "txn_id", "txn_last", "txn_size"
+FROM "procbus_topic_assign"($1, $2, $3, $4, $5);
 
--- name: assign_batch
--- The assembled batch, kept: its ID and each entry's place, claimed by this attempt. Only
--- entries still outside any batch are taken; the caller checks it got them all.
-UPDATE "procbus_topic_entries" AS e
-SET "batch_id" = $2, "batch_seq" = o."seq", "claim" = $3,
-    "claimed_until" = clock_timestamp() + make_interval(secs => $4)
-FROM unnest($5::bigint[]) WITH ORDINALITY AS o("id", "seq")
-WHERE e."topic" = $1 AND e."id" = o."id" AND e."batch_id" IS NULL
-RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
-          e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size", e."batch_id",
-          e."batch_seq";
+-- name: unassign_batches
+-- Batches of this claim that were never sent: their entries back to the queue, in no batch.
+UPDATE "procbus_topic_entries"
+SET "batch_id" = NULL, "batch_seq" = NULL, "claim" = NULL, "claimed_until" = NULL
+WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3;
 
--- name: count_incomplete_batch
-UPDATE "procbus_topics" SET "incomplete_batches" = "incomplete_batches" + 1 WHERE "name" = $1;
+-- name: count_incomplete_batches
+UPDATE "procbus_topics" SET "incomplete_batches" = "incomplete_batches" + $2 WHERE "name" = $1;
 
 -- name: database_time
 SELECT clock_timestamp();

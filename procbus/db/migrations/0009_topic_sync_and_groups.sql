@@ -23,7 +23,7 @@ ALTER TABLE "procbus_topic_entries"
     ADD COLUMN "batch_seq" integer;
 CREATE INDEX "procbus_topic_entries_txn" ON "procbus_topic_entries" ("topic", "txn_id", "id")
 WHERE "txn_id" IS NOT NULL;
-CREATE INDEX "procbus_topic_entries_batch" ON "procbus_topic_entries" ("topic", "batch_id")
+CREATE INDEX "procbus_topic_entries_batch" ON "procbus_topic_entries" ("topic", "id")
 WHERE "batch_id" IS NOT NULL;
 
 ALTER TABLE "procbus_topic_dead_letters"
@@ -185,5 +185,89 @@ BEGIN
     VALUES ("held"."topic", "held"."shard", "p_key", "p_type", "p_payload"::jsonb, "size",
             "p_webhook_id", "p_txn_id", coalesce("p_txn_last", false), "p_txn_size")
     RETURNING 'committed'::text, e."topic", e."id", e."created_at";
+END
+$$;
+
+-- The head of a grouped topic's queue outside kept batches, as the assembly sees it, read by
+-- index probes in queue order whatever the statistics say (a freshly filled queue looks tiny
+-- to the planner, which would then read all of it). "blocked": an earlier event of its key waits
+-- in a kept batch, so it may not go yet (looked for only while the topic has kept batches).
+CREATE FUNCTION "procbus_topic_window"("p_topic" text, "p_limit" integer)
+RETURNS TABLE (
+    "id" bigint,
+    "key" text,
+    "txn_id" text,
+    "txn_last" boolean,
+    "txn_size" integer,
+    "created_at" timestamptz,
+    "blocked" boolean,
+    "now" timestamptz
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    "any_kept" boolean := EXISTS (
+        SELECT 1 FROM "procbus_topic_entries" AS k
+        WHERE k."topic" = "p_topic" AND k."batch_id" IS NOT NULL
+    );
+BEGIN
+    RETURN QUERY
+    SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
+           ("any_kept" AND e."key" IS NOT NULL AND EXISTS (
+               SELECT 1 FROM "procbus_topic_entries" AS p
+               WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+                 AND p."batch_id" IS NOT NULL
+           )),
+           clock_timestamp()
+    FROM "procbus_topic_entries" AS e
+    WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
+    ORDER BY e."id"
+    LIMIT "p_limit";
+END
+$$;
+
+-- Keep assembled batches: each entry's batch ("p_batch_ids", parallel to "p_ids") and its place
+-- in the send order, claimed by "p_claim". Only entries still outside any batch are taken; the
+-- caller checks it got them all. By primary key, whatever the statistics say.
+CREATE FUNCTION "procbus_topic_assign"(
+    "p_topic" text,
+    "p_batch_ids" text[],
+    "p_claim" uuid,
+    "p_seconds" double precision,
+    "p_ids" bigint[]
+) RETURNS TABLE (
+    "id" bigint,
+    "key" text,
+    "type" text,
+    "payload" jsonb,
+    "bytes" bigint,
+    "webhook_id" text,
+    "created_at" timestamptz,
+    "attempts" integer,
+    "last_error" text,
+    "txn_id" text,
+    "txn_last" boolean,
+    "txn_size" integer
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    UPDATE "procbus_topic_entries" AS e
+    SET "batch_id" = o."batch_id", "batch_seq" = o."seq", "claim" = "p_claim",
+        "claimed_until" = clock_timestamp() + make_interval(secs => "p_seconds")
+    FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
+    WHERE e."id" = o."id" AND e."topic" = "p_topic" AND e."batch_id" IS NULL
+    RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+              e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size";
 END
 $$;

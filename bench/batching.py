@@ -1,0 +1,277 @@
+"""What grouping transactions costs, each figure against a baseline measured in the same run.
+
+(1) Assembly: EVENTS queued events (half of them in transactions of 2 to 20 events, interleaved
+    as concurrent writers leave them, over KEYS keys) drained batch by batch in memory, with
+    grouping on against grouping off: ratio_grouped_to_plain in events/s, goal >= 0.8. Each
+    batch is assembled and encoded as the JSON array a receiver gets (what delivery does with
+    every batch); the assembly alone is printed beside it (ratio_assembly_only), against a
+    baseline that is a list slice.
+(2) Delivery: the same events through a grouped topic and through an ungrouped one, by the
+    TopicDelivery workflow, to a local receiver that takes batches (bench/webhook_sink.py):
+    ratio_grouped_delivery_to_plain in events/s, goal >= 0.8.
+Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+from pydantic_core import to_json
+from temporalio.worker import Worker
+
+from activities.topics import TopicActivities
+from procbus.batching import Event, assemble_batch
+from procbus.db import connect, create_pool
+from procbus.db.migrate import migrate
+from procbus.delivery.owner import ensure_delivery
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.stack.processes import free_port
+from procbus.temporal.client import connect_client
+from procbus.temporal.errors import ProcbusErrorInterceptor
+from procbus.topics import Topics, TopicSettings
+from workflows.topics import TopicDelivery
+
+EVENTS = int(os.environ.get("BENCH_EVENTS", "100000"))
+BATCH = int(os.environ.get("BENCH_BATCH", "100"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+KEYS = 1000
+OPEN_AT_ONCE = 8  # transactions being written at the same time
+BIG = 100_000_000
+FILL = (
+    "SELECT count(*) FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[], "
+    '$6::integer[]) AS p("payload", "key", "txn", "last", "size"), '
+    'LATERAL "procbus_topic_publish"($1, 0, p."key", \'bench\', p."payload", '
+    '\'msg_\' || md5(random()::text), p."txn", p."last", p."size") AS e'
+)
+
+
+def make_queue(count: int, seed: int = 1) -> list[Event]:
+    """`count` events in queue order: half plain, half in transactions of 2 to 20 events,
+    up to OPEN_AT_ONCE of them interleaved."""
+    rng = random.Random(seed)
+    queue: list[Event] = []
+    open_txns: dict[str, list[int]] = {}  # txn -> [written, size]
+    number = 0
+    txn_events = 0
+    while len(queue) < count:
+        number += 1
+        key = f"k{rng.randrange(KEYS)}"
+        if txn_events * 2 >= len(queue) + 1 and not open_txns:
+            queue.append(Event(id=str(number), key=key))
+            continue
+        if len(open_txns) < OPEN_AT_ONCE and rng.random() < 0.2:
+            open_txns[f"t{number}"] = [0, rng.randint(2, 20)]
+        if open_txns and (txn_events * 2 < len(queue) + 1):
+            txn = rng.choice(sorted(open_txns))
+            progress = open_txns[txn]
+            progress[0] += 1
+            last = progress[0] == progress[1]
+            queue.append(
+                Event(
+                    id=str(number),
+                    key=key,
+                    txn_id=txn,
+                    last_in_txn=last,
+                    txn_size=progress[1] if last else None,
+                )
+            )
+            txn_events += 1
+            if last:
+                del open_txns[txn]
+        else:
+            queue.append(Event(id=str(number), key=key))
+    # Close what is open, so every transaction has its last event.
+    for txn, (written, size) in open_txns.items():
+        for index in range(written, size):
+            number += 1
+            last = index == size - 1
+            queue.append(
+                Event(
+                    id=str(number),
+                    key=f"k{rng.randrange(KEYS)}",
+                    txn_id=txn,
+                    last_in_txn=last,
+                    txn_size=size if last else None,
+                )
+            )
+    return queue
+
+
+def body(event: Event) -> dict[str, object]:
+    """What a receiver gets for one event (bench stand-in for the queued payload)."""
+    shown: dict[str, object] = {"type": "bench", "key": event.key, "data": {"id": event.id}}
+    if event.txn_id is not None:
+        shown["transaction"] = {"id": event.txn_id, "last": event.last_in_txn}
+    return shown
+
+
+def floor_batch(pending: list[Event], size: int) -> list[Event]:
+    """The least any grouping must do: read each event's transaction once and index it (here
+    over a plain cut, without completing anything)."""
+    batch = pending[:size]
+    by_txn: dict[str | None, list[Event]] = {}
+    for event in batch:
+        by_txn.setdefault(event.txn_id, []).append(event)
+    return batch
+
+
+def drain(
+    queue: list[Event], grouped: bool, encode: bool, floor: bool = False
+) -> tuple[float, int]:
+    """Seconds to drain `queue` batch by batch, and how many batches it took."""
+    pending = list(queue)
+    batches = 0
+    started = time.perf_counter()
+    while pending:
+        if floor:
+            batch = floor_batch(pending, BATCH)
+        else:
+            batch = assemble_batch(pending, BATCH, group_transactions=grouped)
+        if encode:
+            to_json([body(event) for event in batch])
+        batches += 1
+        if grouped:
+            sent = {id(event) for event in batch}
+            reach = 0
+            left = len(sent)
+            for reach, event in enumerate(pending):  # noqa: B007  # the batch lies in a prefix
+                if id(event) in sent:
+                    left -= 1
+                    if not left:
+                        break
+            pending[: reach + 1] = [e for e in pending[: reach + 1] if id(e) not in sent]
+        else:
+            del pending[: len(batch)]
+    return time.perf_counter() - started, batches
+
+
+def assembly() -> dict[str, float | int]:
+    queue = make_queue(EVENTS)
+    figures: dict[str, float | int] = {"events": len(queue), "batch_size": BATCH}
+    for encode, label in ((True, "encoded"), (False, "assembly_only")):
+        best_plain = best_grouped = float("inf")
+        for _ in range(ROUNDS):
+            seconds, plain_batches = drain(queue, grouped=False, encode=encode)
+            best_plain = min(best_plain, seconds)
+            seconds, grouped_batches = drain(queue, grouped=True, encode=encode)
+            best_grouped = min(best_grouped, seconds)
+        figures[f"{label}_plain_events_per_s"] = round(len(queue) / best_plain)
+        figures[f"{label}_grouped_events_per_s"] = round(len(queue) / best_grouped)
+        figures[f"{label}_grouped_batches"] = grouped_batches
+        figures[f"{label}_plain_batches"] = plain_batches
+        figures[f"ratio_{label}"] = round(best_plain / best_grouped, 3)
+    figures["ratio_grouped_to_plain"] = figures.pop("ratio_encoded")
+    # The floor of any design in Python: one pass indexing each event by its transaction.
+    best_plain = best_floor = float("inf")
+    for _ in range(ROUNDS):
+        best_plain = min(best_plain, drain(queue, grouped=False, encode=False)[0])
+        best_floor = min(best_floor, drain(queue, grouped=False, encode=False, floor=True)[0])
+    figures["floor_one_pass_events_per_s"] = round(len(queue) / best_floor)
+    figures["ratio_floor_to_plain"] = round(best_plain / best_floor, 3)
+    return figures
+
+
+async def fill(pool: asyncpg.Pool, topic: str, queue: list[Event], grouped: bool) -> None:
+    for start in range(0, len(queue), 2000):
+        part = queue[start : start + 2000]
+        await pool.fetchval(
+            FILL,
+            topic,
+            [json.dumps({"id": event.id}) for event in part],
+            [event.key for event in part],
+            [event.txn_id if grouped else None for event in part],
+            [event.last_in_txn and grouped for event in part],
+            [event.txn_size if grouped else None for event in part],
+        )
+
+
+async def until_empty(topics: Topics, topic: str) -> float:
+    started = time.perf_counter()
+    async with asyncio.timeout(900):
+        while (await topics.stats(topic)).depth > 0:  # noqa: ASYNC110  # polling is the point
+            await asyncio.sleep(0.05)
+    return time.perf_counter() - started
+
+
+async def delivery() -> dict[str, float | int]:
+    queue = make_queue(EVENTS)
+    port = free_port()
+    sink_process = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).with_name("webhook_sink.py")), str(port)
+    )
+    sink = f"http://127.0.0.1:{port}/hooks?batch=1"
+    try:
+        with ephemeral_services("procbus-bench-") as services:
+            setup = await connect(services.postgres.url())
+            await migrate(setup)
+            await setup.close()
+            pool = await create_pool(services.postgres.url(), min_size=4, max_size=8)
+            topics = Topics(pool)
+            async with aiohttp.ClientSession() as http:
+                for _ in range(100):  # the sink's process starts
+                    try:
+                        await (await http.get(f"http://127.0.0.1:{port}/stats")).read()
+                        break
+                    except aiohttp.ClientError:
+                        await asyncio.sleep(0.1)
+            client = await connect_client(services.temporal.address, "default")
+            task_queue = f"bench-{uuid.uuid4().hex[:6]}"
+            rates: dict[str, float] = {}
+            async with Worker(
+                client,
+                task_queue=task_queue,
+                workflows=[TopicDelivery],
+                activities=TopicActivities(pool).all(),
+                interceptors=[ProcbusErrorInterceptor()],
+            ):
+                for grouped in (False, True):
+                    name = "grouped" if grouped else "plain"
+                    await topics.create(
+                        name,
+                        TopicSettings(
+                            endpoint=sink,
+                            batch_size=BATCH,
+                            group_transactions=grouped,
+                            max_entries=BIG,
+                            max_bytes=BIG,
+                        ),
+                    )
+                    await fill(pool, name, queue, grouped)
+                    await ensure_delivery(client, name, task_queue)
+                    rates[name] = len(queue) / await until_empty(topics, name)
+                stats = await topics.stats("grouped")
+            await pool.close()
+    finally:
+        sink_process.terminate()
+        await sink_process.wait()
+    return {
+        "delivery_plain_events_per_s": round(rates["plain"]),
+        "delivery_grouped_events_per_s": round(rates["grouped"]),
+        "delivery_grouped_incomplete_batches": stats.incomplete_batches,
+        "ratio_grouped_delivery_to_plain": round(rates["grouped"] / rates["plain"], 3),
+    }
+
+
+def main() -> None:
+    figures = assembly()
+    print(f"assembly: {figures}", file=sys.stderr)
+    if os.environ.get("BENCH_ASSEMBLY_ONLY") != "1":
+        figures |= asyncio.run(delivery())
+    figures |= {
+        "goal_ratio_grouped_to_plain_at_least": 0.8,
+        "goal_ratio_grouped_delivery_to_plain_at_least": 0.8,
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
