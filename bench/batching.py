@@ -21,12 +21,11 @@ import random
 import sys
 import time
 import uuid
-from pathlib import Path
 
-import aiohttp
 import asyncpg
 from pydantic_core import to_json
 from temporalio.worker import Worker
+from webhook_sink import running_sink  # bench/, beside this script
 
 from activities.topics import TopicActivities
 from procbus.batching import Event, assemble_batch
@@ -34,7 +33,6 @@ from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.delivery.owner import ensure_delivery
 from procbus.stack.ephemeral import ephemeral_services
-from procbus.stack.processes import free_port
 from procbus.temporal.client import connect_client
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
@@ -204,25 +202,14 @@ async def until_empty(topics: Topics, topic: str) -> float:
 
 async def delivery() -> dict[str, float | int]:
     queue = make_queue(EVENTS)
-    port = free_port()
-    sink_process = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).with_name("webhook_sink.py")), str(port)
-    )
-    sink = f"http://127.0.0.1:{port}/hooks?batch=1"
-    try:
+    async with running_sink() as base:
+        sink = f"{base}/hooks?batch=1"
         with ephemeral_services("procbus-bench-") as services:
             setup = await connect(services.postgres.url())
             await migrate(setup)
             await setup.close()
             pool = await create_pool(services.postgres.url(), min_size=4, max_size=8)
             topics = Topics(pool)
-            async with aiohttp.ClientSession() as http:
-                for _ in range(100):  # the sink's process starts
-                    try:
-                        await (await http.get(f"http://127.0.0.1:{port}/stats")).read()
-                        break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.1)
             client = await connect_client(services.temporal.address, "default")
             task_queue = f"bench-{uuid.uuid4().hex[:6]}"
             rates: dict[str, float] = {}
@@ -250,9 +237,6 @@ async def delivery() -> dict[str, float | int]:
                     rates[name] = len(queue) / await until_empty(topics, name)
                 stats = await topics.stats("grouped")
             await pool.close()
-    finally:
-        sink_process.terminate()
-        await sink_process.wait()
     return {
         "delivery_plain_events_per_s": round(rates["plain"]),
         "delivery_grouped_events_per_s": round(rates["grouped"]),

@@ -25,11 +25,11 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import aiohttp
 import asyncpg
 from temporalio.worker import Worker
+from webhook_sink import running_sink  # bench/, beside this script
 
 from activities.topics import TopicActivities
 from procbus.db import connect, create_pool
@@ -37,7 +37,6 @@ from procbus.db.migrate import migrate
 from procbus.delivery.dispatch import SEND_CONCURRENCY
 from procbus.delivery.owner import ensure_delivery
 from procbus.stack.ephemeral import ephemeral_services
-from procbus.stack.processes import free_port
 from procbus.temporal.client import connect_client
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
@@ -190,12 +189,8 @@ async def raw_http(url: str, count: int) -> float:
 
 
 async def main() -> dict[str, float | int]:
-    port = free_port()
-    sink_process = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).with_name("webhook_sink.py")), str(port)
-    )
-    sink = f"http://127.0.0.1:{port}/hooks"
-    try:
+    async with running_sink() as base:
+        sink = f"{base}/hooks"
         with ephemeral_services("procbus-bench-") as services:
             setup = await connect(services.postgres.url())
             await migrate(setup)
@@ -205,13 +200,6 @@ async def main() -> dict[str, float | int]:
             pool = await create_pool(services.postgres.url(), min_size=12, max_size=16)
             topics = Topics(pool)
             async with aiohttp.ClientSession() as http:
-                for _ in range(100):  # the sink's process starts
-                    try:
-                        await (await http.get(f"http://127.0.0.1:{port}/stats")).read()
-                        break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.1)
-
                 best = await publishing(pool, topics, sink)
 
                 client = await connect_client(services.temporal.address, "default")
@@ -245,7 +233,7 @@ async def main() -> dict[str, float | int]:
                     single_rate = SINGLE_EVENTS / await until_empty(topics, "single")
                     raw_http_rate = await raw_http(sink, SINGLE_EVENTS)
                     # (3) steady state at half the publishing rate
-                    await (await http.post(f"http://127.0.0.1:{port}/reset")).read()
+                    await (await http.post(f"{base}/reset")).read()
                     await topics.create(
                         "steady",
                         TopicSettings(
@@ -282,11 +270,8 @@ async def main() -> dict[str, float | int]:
 
                     await asyncio.gather(*(producer() for _ in range(WRITERS)), sampler())
                     await until_empty(topics, "steady")
-                    stats = await (await http.get(f"http://127.0.0.1:{port}/stats")).json()
+                    stats = await (await http.get(f"{base}/stats")).json()
                 await pool.close()
-    finally:
-        sink_process.terminate()
-        await sink_process.wait()
     p99 = percentile([latency for _, latency in stats["latencies"]], 0.99)
     # No slowdown over the run: the first and the last WINDOW seconds of it, side by side.
     arrivals = [arrived for arrived, _ in stats["latencies"]]

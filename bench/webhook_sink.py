@@ -10,9 +10,12 @@ carry one; POST /reset starts over.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import sys
 import time
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 
@@ -41,6 +44,30 @@ async def stats(request: web.Request) -> web.Response:
 async def reset(request: web.Request) -> web.Response:
     state.update(events=0, requests=0, latencies=[])
     return web.Response(text="ok")
+
+
+@contextlib.asynccontextmanager
+async def running_sink() -> AsyncIterator[str]:
+    """This receiver in a process of its own (its own core), ready; yields its base URL."""
+    import aiohttp  # the client side, for the benchmarks that start the sink
+
+    from procbus.stack.processes import LOOPBACK, free_port
+
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(sys.executable, __file__, str(port))
+    base = f"http://{LOOPBACK}:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(100):  # the process starts
+                try:
+                    await (await http.get(f"{base}/stats")).read()
+                    break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        await process.wait()
 
 
 if __name__ == "__main__":

@@ -731,11 +731,14 @@ BEGIN
 END
 $$;
 
--- The head of a grouped topic's queue outside kept batches, as the assembly sees it, read by
--- index probes in queue order whatever the statistics say (a freshly filled queue looks tiny
--- to the planner, which would then read all of it). "blocked": an earlier event of its key waits
--- in a kept batch, so it may not go yet (looked for only while the topic has kept batches).
-CREATE FUNCTION "procbus_topic_window"("p_topic" text, "p_limit" integer)
+-- What decides a grouped topic's next batch, in one round trip: the head of its queue outside
+-- kept batches ("in_window", read by index probes in queue order whatever the statistics say: a
+-- freshly filled queue looks tiny to the planner, which would then read all of it), and, when the
+-- head is full, the rest of the transactions that start in it and end beyond it, read through the
+-- transaction index (never by reading on). "blocked": the event may not go yet, because an earlier
+-- event of its key waits in a kept batch, or (beyond the head) lies unread between the head's end
+-- and it. "any_kept": the topic has kept batches.
+CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer)
 RETURNS TABLE (
     "id" bigint,
     "key" text,
@@ -744,6 +747,8 @@ RETURNS TABLE (
     "txn_size" integer,
     "created_at" timestamptz,
     "blocked" boolean,
+    "in_window" boolean,
+    "any_kept" boolean,
     "now" timestamptz
 )
 LANGUAGE plpgsql
@@ -753,23 +758,59 @@ SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    "any_kept" boolean := EXISTS (
+    "kept" boolean := EXISTS (
         SELECT 1 FROM "procbus_topic_entries" AS k
         WHERE k."topic" = "p_topic" AND k."batch_id" IS NOT NULL
     );
 BEGIN
     RETURN QUERY
-    SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
-           ("any_kept" AND e."key" IS NOT NULL AND EXISTS (
+    WITH "head" AS MATERIALIZED (
+        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at"
+        FROM "procbus_topic_entries" AS e
+        WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
+        ORDER BY e."id"
+        LIMIT "p_limit"
+    ), "edge" AS (
+        SELECT max(h."id") AS "last", count(*) AS "read" FROM "head" AS h
+    ), "open" AS (
+        SELECT h."txn_id" FROM "head" AS h
+        WHERE h."txn_id" IS NOT NULL
+        GROUP BY h."txn_id"
+        HAVING NOT bool_or(h."txn_last") OR count(*) < max(h."txn_size")
+    ), "rest" AS (
+        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
+               "edge"."last" AS "head_end"
+        FROM "edge", "procbus_topic_entries" AS e
+        WHERE "edge"."read" = "p_limit" AND e."topic" = "p_topic"
+          AND e."txn_id" IN (SELECT o."txn_id" FROM "open" AS o)
+          AND e."id" > "edge"."last" AND e."batch_id" IS NULL
+    )
+    SELECT h."id", h."key", h."txn_id", h."txn_last", h."txn_size", h."created_at",
+           ("kept" AND h."key" IS NOT NULL AND EXISTS (
                SELECT 1 FROM "procbus_topic_entries" AS p
-               WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+               WHERE p."topic" = "p_topic" AND p."key" = h."key" AND p."id" < h."id"
                  AND p."batch_id" IS NOT NULL
            )),
-           clock_timestamp()
-    FROM "procbus_topic_entries" AS e
-    WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
-    ORDER BY e."id"
-    LIMIT "p_limit";
+           true, "kept", clock_timestamp()
+    FROM "head" AS h
+    UNION ALL
+    SELECT r."id", r."key", r."txn_id", r."txn_last", r."txn_size", r."created_at",
+           (r."key" IS NOT NULL AND (
+               EXISTS (
+                   SELECT 1 FROM "procbus_topic_entries" AS p
+                   WHERE p."topic" = "p_topic" AND p."key" = r."key" AND p."id" > r."head_end"
+                     AND p."id" < r."id" AND p."batch_id" IS NULL
+                     AND (p."txn_id" IS NULL OR p."txn_id" NOT IN (SELECT o."txn_id" FROM "open" AS o))
+               )
+               OR ("kept" AND EXISTS (
+                   SELECT 1 FROM "procbus_topic_entries" AS p
+                   WHERE p."topic" = "p_topic" AND p."key" = r."key" AND p."id" < r."id"
+                     AND p."batch_id" IS NOT NULL
+               ))
+           )),
+           false, "kept", clock_timestamp()
+    FROM "rest" AS r
+    ORDER BY 1;
 END
 $$;
 

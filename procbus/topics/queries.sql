@@ -258,41 +258,10 @@ RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."
           e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size", e."batch_id",
           e."batch_seq";
 
--- name: grouped_window
-SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "now"
-FROM "procbus_topic_window"($1, $2);
-
--- name: grouped_txn_rest
--- Beyond the window ($3 its last ID): the rest of the transactions that start in it, read
--- through the transaction index. "blocked" as in grouped_window, and also when an earlier
--- event of its key lies beyond the window outside these transactions: the assembly has not read
--- it, so this one (and its transaction) waits until the window reaches it.
-WITH "kept" AS (
-    SELECT EXISTS (
-        SELECT 1 FROM "procbus_topic_entries" WHERE "topic" = $1 AND "batch_id" IS NOT NULL
-    ) AS "any"
-), "rest" AS (
-    SELECT e.* FROM "procbus_topic_entries" AS e
-    WHERE e."topic" = $1 AND e."txn_id" = ANY ($2::text[]) AND e."id" > $3
-      AND e."batch_id" IS NULL
-)
-SELECT r."id", r."key", r."txn_id", r."txn_last", r."txn_size", r."created_at",
-       (r."key" IS NOT NULL AND (
-           EXISTS (  -- unread: between the window's end and this one
-               SELECT 1 FROM "procbus_topic_entries" AS p
-               WHERE p."topic" = r."topic" AND p."key" = r."key" AND p."id" > $3
-                 AND p."id" < r."id" AND p."batch_id" IS NULL
-                 AND (p."txn_id" IS NULL OR NOT (p."txn_id" = ANY ($2::text[])))
-           )
-           OR ((SELECT "any" FROM "kept") AND EXISTS (
-               SELECT 1 FROM "procbus_topic_entries" AS p
-               WHERE p."topic" = r."topic" AND p."key" = r."key" AND p."id" < r."id"
-                 AND p."batch_id" IS NOT NULL
-           ))
-       )) AS "blocked",
-       clock_timestamp() AS "now"
-FROM "rest" AS r
-ORDER BY r."id";
+-- name: grouped_view
+SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",
+       "any_kept", "now"
+FROM "procbus_topic_view"($1, $2);
 
 -- name: assign_batches
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",

@@ -472,27 +472,19 @@ class Topics:
         sends exactly it. Sent in the order given: a batch may hold later events of a key that
         an earlier one holds."""
         claim_id = uuid.uuid4()
-        kept = await self.pool.fetch(
-            self.queries["claim_kept_batch"], topic.name, claim_id, seconds
-        )
-        if kept:
-            rows = sorted(kept, key=lambda row: row["batch_seq"])
-            return Claim(
-                topic=topic.name,
-                id=claim_id,
-                entries=[_entry(row) for row in rows],
-                batches=[
-                    ClaimedBatch(
-                        id=rows[0]["batch_id"], entry_ids=[row["id"] for row in rows], fresh=False
-                    )
-                ],
-            )
         empty = Claim(topic=topic.name, id=claim_id, entries=[])
         limit = topic.batch_size * count * 3 // 2 + WINDOW_SLACK
+        kept_tried = False
         while True:
-            view, whole_queue = await self._grouped_view(topic, limit)
+            view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit)
+            if not kept_tried and (not view or view[0]["any_kept"]):
+                kept_tried = True
+                kept = await self._claim_kept_batch(topic, claim_id, seconds)
+                if kept is not None:
+                    return kept
             if not view:
                 return empty
+            whole_queue = sum(row["in_window"] for row in view) < limit
             now: datetime = view[0]["now"]
             oldest_age = (now - view[0]["created_at"]).total_seconds()
             if len(view) < topic.batch_size and oldest_age < topic.batch_seconds:
@@ -574,22 +566,26 @@ class Topics:
             incomplete_txns=sorted({txn for txns in incomplete.values() for txn in txns}),
         )
 
-    async def _grouped_view(self, topic: Topic, limit: int) -> tuple[list[asyncpg.Record], bool]:
-        """What decides a grouped topic's next batch: the first `limit` events outside kept
-        batches, and beyond them the rest of the transactions that start there (read through
-        the transaction index, never by reading on); and whether that is the whole queue."""
-        window = await self.pool.fetch(self.queries["grouped_window"], topic.name, limit)
-        if len(window) < limit:
-            return list(window), True
-        open_txns = sorted(
-            {row["txn_id"] for row in window if row["txn_id"] is not None} - _complete_txns(window)
+    async def _claim_kept_batch(
+        self, topic: Topic, claim_id: uuid.UUID, seconds: float
+    ) -> Claim | None:
+        """The oldest batch that was sent, failed and is due again, claimed whole in its order."""
+        kept = await self.pool.fetch(
+            self.queries["claim_kept_batch"], topic.name, claim_id, seconds
         )
-        if not open_txns:
-            return list(window), False
-        rest = await self.pool.fetch(
-            self.queries["grouped_txn_rest"], topic.name, open_txns, window[-1]["id"]
+        if not kept:
+            return None
+        rows = sorted(kept, key=lambda row: row["batch_seq"])
+        return Claim(
+            topic=topic.name,
+            id=claim_id,
+            entries=[_entry(row) for row in rows],
+            batches=[
+                ClaimedBatch(
+                    id=rows[0]["batch_id"], entry_ids=[row["id"] for row in rows], fresh=False
+                )
+            ],
         )
-        return [*window, *rest], False
 
     async def take_over(self, topic: str) -> int:
         """Free every claim on the topic, for its delivery's new owner to send those entries

@@ -26,19 +26,6 @@ ACCOUNTS = 20
 OPENING_BALANCE = 1_000
 
 
-@pytest.fixture
-async def receiver() -> Any:
-    started = WebhookReceiver()
-    await started.start()
-    yield started
-    await started.stop()
-
-
-@pytest.fixture
-def topics(pool: asyncpg.Pool) -> Topics:
-    return Topics(pool)
-
-
 async def grouped(
     topics: Topics, client: Client, task_queue: str, receiver: WebhookReceiver, **settings: Any
 ) -> str:

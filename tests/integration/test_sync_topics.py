@@ -4,7 +4,6 @@ reports ACK or NACK; nothing is queued, nothing retried."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -14,14 +13,6 @@ from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings
 from tests.integration.webhook_receiver import WebhookReceiver
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[WebhookReceiver]:
-    started = WebhookReceiver()
-    await started.start()
-    yield started
-    await started.stop()
 
 
 async def test_a_sync_topic_sends_in_the_call_and_reports_what_the_endpoint_said(

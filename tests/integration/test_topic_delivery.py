@@ -7,13 +7,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import pytest
 from standardwebhooks.webhooks import Webhook
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -23,19 +20,6 @@ from procbus.delivery.owner import delivery_workflow_id, ensure_delivery
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import subprocess_environment, worker_process
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[WebhookReceiver]:
-    started = WebhookReceiver()
-    await started.start()
-    yield started
-    await started.stop()
-
-
-@pytest.fixture
-def topics(pool: asyncpg.Pool) -> Topics:
-    return Topics(pool)
 
 
 async def delivering(

@@ -19,11 +19,6 @@ from procbus.topics.queue import check_secret
 RECEIVER = "http://127.0.0.1:9/hooks"
 
 
-@pytest.fixture
-def topics(pool: asyncpg.Pool) -> Topics:
-    return Topics(pool)
-
-
 async def make(topics: Topics, **settings: Any) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     await topics.create(name, TopicSettings(endpoint=RECEIVER, **settings))
