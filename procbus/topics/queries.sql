@@ -266,16 +266,13 @@ FROM "procbus_topic_view"($1, $2);
 -- name: assign_batches
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
        "last_error", "txn_id", "txn_last", "txn_size"
-FROM "procbus_topic_assign"($1, $2, $3, $4, $5);
+FROM "procbus_topic_assign"($1, $2, $3, $4, $5, $6);
 
 -- name: unassign_batches
 -- Batches of this claim that were never sent: their entries back to the queue, in no batch.
 UPDATE "procbus_topic_entries"
 SET "batch_id" = NULL, "batch_seq" = NULL, "claim" = NULL, "claimed_until" = NULL
 WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3;
-
--- name: count_incomplete_batches
-UPDATE "procbus_topics" SET "incomplete_batches" = "incomplete_batches" + $2 WHERE "name" = $1;
 
 -- name: database_time
 SELECT clock_timestamp();

@@ -55,7 +55,7 @@ from procbus.topics.models import (
 QUERIES = "procbus.topics"
 log = logging.getLogger(__name__)
 
-# A grouped topic reads this many events past one and a half times its batches at first.
+# A grouped topic reads its batches' worth of events and this many more at first.
 WINDOW_SLACK = 100
 # A delivery attempt holds its batch this long; past it, another attempt may take it.
 CLAIM_SECONDS = 60.0
@@ -204,10 +204,6 @@ def _complete_txns(rows: Iterable[asyncpg.Record]) -> set[str]:
             if row["txn_last"]:
                 size[txn_id] = row["txn_size"]
     return {txn_id for txn_id, count in size.items() if count is None or seen[txn_id] >= count}
-
-
-class _BatchTaken(Exception):
-    """An overlapping delivery attempt assigned some of the batch's entries first."""
 
 
 class Topics:
@@ -473,7 +469,7 @@ class Topics:
         an earlier one holds."""
         claim_id = uuid.uuid4()
         empty = Claim(topic=topic.name, id=claim_id, entries=[])
-        limit = topic.batch_size * count * 3 // 2 + WINDOW_SLACK
+        limit = topic.batch_size * count + WINDOW_SLACK
         kept_tried = False
         while True:
             view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit)
@@ -536,17 +532,18 @@ class Topics:
         all_ids = [entry_id for batch in claimed for entry_id in batch.entry_ids]
         batch_of = [batch.id for batch in claimed for _ in batch.entry_ids]
         try:
-            async with self.pool.acquire() as connection, connection.transaction():
-                rows = await connection.fetch(
-                    self.queries["assign_batches"], topic.name, batch_of, claim_id, seconds, all_ids
-                )
-                if len(rows) != len(all_ids):
-                    raise _BatchTaken
-                if incomplete:
-                    await connection.execute(
-                        self.queries["count_incomplete_batches"], topic.name, len(incomplete)
-                    )
-        except _BatchTaken:
+            rows = await self.pool.fetch(
+                self.queries["assign_batches"],
+                topic.name,
+                batch_of,
+                claim_id,
+                seconds,
+                all_ids,
+                len(incomplete),
+            )
+        except asyncpg.PostgresError as error:
+            if getattr(error, "sqlstate", None) != "PBB01":
+                raise
             return empty  # an overlapping attempt took some of these: the next round sees it
         for batch_id, txns in incomplete.items():
             log.warning(

@@ -272,14 +272,16 @@ END
 $$;
 
 -- Keep assembled batches: each entry's batch ("p_batch_ids", parallel to "p_ids") and its place
--- in the send order, claimed by "p_claim". Only entries still outside any batch are taken; the
--- caller checks it got them all. By primary key, whatever the statistics say.
+-- in the send order, claimed by "p_claim", and count the batches that go without a
+-- transaction's missing events ("p_incomplete"). All or nothing: PBB01 when an overlapping
+-- attempt took some of the entries first. By primary key, whatever the statistics say.
 CREATE FUNCTION "procbus_topic_assign"(
     "p_topic" text,
     "p_batch_ids" text[],
     "p_claim" uuid,
     "p_seconds" double precision,
-    "p_ids" bigint[]
+    "p_ids" bigint[],
+    "p_incomplete" integer
 ) RETURNS TABLE (
     "id" bigint,
     "key" text,
@@ -301,6 +303,8 @@ SET enable_bitmapscan = off
 SET enable_hashjoin = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    "taken" integer;
 BEGIN
     RETURN QUERY
     UPDATE "procbus_topic_entries" AS e
@@ -310,5 +314,14 @@ BEGIN
     WHERE e."id" = o."id" AND e."topic" = "p_topic" AND e."batch_id" IS NULL
     RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
               e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size";
+    GET DIAGNOSTICS "taken" = ROW_COUNT;
+    IF "taken" <> cardinality("p_ids") THEN
+        RAISE EXCEPTION 'another delivery attempt took % of the % entries of these batches first',
+            cardinality("p_ids") - "taken", cardinality("p_ids") USING ERRCODE = 'PBB01';
+    END IF;
+    IF "p_incomplete" > 0 THEN
+        UPDATE "procbus_topics" AS t SET "incomplete_batches" = t."incomplete_batches" + "p_incomplete"
+        WHERE t."name" = "p_topic";
+    END IF;
 END
 $$;
