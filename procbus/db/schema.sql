@@ -618,7 +618,9 @@ $$;
 
 -- Publish one event in the caller's transaction, in one round trip: capacity from a shard,
 -- the entry, and, for a keyed event, the key's lock, so that publishers of one key commit in
--- the order of their entries' IDs. The transaction fields are kept on grouped topics only;
+-- the order of their entries' IDs. The fast path takes the caller's own shard when it has room
+-- and no other publisher is writing it; anything else (another shard, a full topic, a refusal)
+-- goes through procbus_topic_admit. The transaction fields are kept on grouped topics only;
 -- "grouped" tells the caller to mark its transaction's last event before it commits.
 -- Errors: those of procbus_topic_admit.
 CREATE FUNCTION "procbus_topic_publish"(
@@ -636,9 +638,29 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     "size" bigint := octet_length("p_payload");
-    "admitted" record;
+    "topic" record;
+    "taken" integer;
+    "is_grouped" boolean;
 BEGIN
-    SELECT * INTO "admitted" FROM "procbus_topic_admit"("p_topic", "p_shard", "size");
+    SELECT t."sync", t."max_payload_bytes", t."group_transactions" INTO "topic"
+    FROM "procbus_topics" AS t WHERE t."name" = "p_topic";
+    IF FOUND AND NOT "topic"."sync" AND "size" <= "topic"."max_payload_bytes" THEN
+        UPDATE "procbus_topic_shards" AS s
+        SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "size"
+        WHERE s."topic" = "p_topic" AND s."shard" = "p_shard"
+          AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "size" <= s."max_bytes"
+          AND s."shard" = (
+              SELECT c."shard" FROM "procbus_topic_shards" AS c
+              WHERE c."topic" = "p_topic" AND c."shard" = "p_shard"
+              FOR UPDATE SKIP LOCKED
+          )
+        RETURNING s."shard" INTO "taken";
+        "is_grouped" := "topic"."group_transactions";
+    END IF;
+    IF "taken" IS NULL THEN
+        SELECT a."shard", a."grouped" INTO "taken", "is_grouped"
+        FROM "procbus_topic_admit"("p_topic", "p_shard", "size") AS a;
+    END IF;
     IF "p_key" IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "p_topic" || '/' || "p_key", 0));
     END IF;
@@ -646,12 +668,11 @@ BEGIN
     INSERT INTO "procbus_topic_entries" AS e
         ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
          "txn_size")
-    VALUES ("p_topic", "admitted"."shard", "p_key", "p_type", "p_payload"::jsonb, "size",
-            "p_webhook_id",
-            CASE WHEN "admitted"."grouped" THEN "p_txn_id" END,
-            "admitted"."grouped" AND coalesce("p_txn_last", false),
-            CASE WHEN "admitted"."grouped" THEN "p_txn_size" END)
-    RETURNING e."id", e."created_at", "admitted"."grouped";
+    VALUES ("p_topic", "taken", "p_key", "p_type", "p_payload"::jsonb, "size", "p_webhook_id",
+            CASE WHEN "is_grouped" THEN "p_txn_id" END,
+            "is_grouped" AND coalesce("p_txn_last", false),
+            CASE WHEN "is_grouped" THEN "p_txn_size" END)
+    RETURNING e."id", e."created_at", "is_grouped";
 END
 $$;
 
