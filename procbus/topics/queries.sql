@@ -192,9 +192,14 @@ WITH "old" AS (
 )
 SELECT "id" FROM "old"
 UNION
-SELECT e."id" FROM "procbus_topic_entries" AS e
+SELECT e."id" FROM "procbus_topic_entries" AS e  -- by the transaction index
 WHERE e."topic" = $1
-  AND (e."txn_id" IN (SELECT "txn_id" FROM "old") OR e."batch_id" IN (SELECT "batch_id" FROM "old"))
+  AND e."txn_id" = ANY (ARRAY(SELECT o."txn_id" FROM "old" AS o WHERE o."txn_id" IS NOT NULL))
+  AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
+UNION
+SELECT e."id" FROM "procbus_topic_entries" AS e  -- by the index of kept batches
+WHERE e."topic" = $1 AND e."batch_id" IS NOT NULL
+  AND e."batch_id" = ANY (ARRAY(SELECT o."batch_id" FROM "old" AS o WHERE o."batch_id" IS NOT NULL))
   AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp());
 
 -- name: list_dead_letters

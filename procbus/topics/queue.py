@@ -725,6 +725,7 @@ class Topics:
                         id=queued["id"],
                         webhook_id=row["webhook_id"],
                         created_at=queued["created_at"],
+                        txn_id=row["txn_id"] if queued["grouped"] else None,
                     )
                 )
         return published

@@ -21,7 +21,7 @@ RECEIVER = "http://127.0.0.1:9/hooks"
 
 async def make(topics: Topics, **settings: Any) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
-    await topics.create(name, TopicSettings(endpoint=RECEIVER, **settings))
+    await topics.create(name, TopicSettings(**({"endpoint": RECEIVER} | settings)))
     return name
 
 
@@ -291,6 +291,24 @@ async def test_entries_past_their_ttl_are_dead_letters_not_dropped(topics: Topic
     assert dead.payload == {"late": True} and "TTL" in dead.reason
     with pytest.raises(InvalidRequest, match="no dead letter 999"):
         await topics.redrive(topic, [999])
+
+
+async def test_an_expired_event_takes_the_rest_of_its_transaction_to_the_dead_letters(
+    topics: Topics,
+) -> None:
+    topic = await make(
+        topics, ttl_seconds=0.3, endpoint="http://127.0.0.1:9/h?batch=1", group_transactions=True
+    )
+    first = await topics.publish(topic, Event(payload=1, txn_id="op-1"))
+    await asyncio.sleep(0.4)
+    last = await topics.publish(topic, Event(payload=2, txn_id="op-1", last_in_txn=True))
+    other = await topics.publish(topic, Event(payload=3))
+    # Only the first is past its TTL; its transaction goes with it, never delivered in part.
+    assert await topics.expire(topic) == [first.id, last.id]
+    assert [dead.txn_id for dead in await topics.dead_letters(topic)] == ["op-1", "op-1"]
+    redriven = await topics.redrive(topic)
+    assert [item.txn_id for item in redriven] == ["op-1", "op-1"]  # back whole, as one transaction
+    assert (await topics.stats(topic)).depth == 3 and other.id is not None
 
 
 async def test_delete_enable_and_secret_rotation(topics: Topics, pool: asyncpg.Pool) -> None:
