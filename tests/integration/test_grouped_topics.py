@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from procbus.delivery.clients import BATCH_ID_HEADER
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
-from procbus.topics import Event, Topics, TopicSettings
+from procbus.topics import Event, Failure, Topics, TopicSettings
 from tests.integration.test_topic_delivery import settled
 from tests.integration.webhook_receiver import WebhookReceiver
 
@@ -228,3 +228,40 @@ async def test_tx_publish_marks_the_last_event_of_what_committed(
     assert [(row["txn_id"], row["txn_last"]) for row in rows if row["topic"] == plain] == [
         (None, False)
     ]
+
+
+async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    await topics.create(
+        name,
+        TopicSettings(
+            endpoint="http://127.0.0.1:9/h?batch=1", group_transactions=True, batch_size=2
+        ),
+    )
+    for i in range(4):
+        await topics.publish(name, Event(payload=i, key=f"k{i % 2}"))
+    topic = await topics.get(name)
+    claim = await topics.claim_batches(topic, 2)
+    first, second = claim.batches
+    assert (first.entry_ids, second.entry_ids) == (
+        [e.id for e in claim.entries[:2]],
+        [e.id for e in claim.entries[2:]],
+    )
+    # The first batch failed; the second, holding later events of the same keys, was not sent.
+    failed = [Failure(id=i, error="HTTP 503", attempts=0) for i in first.entry_ids]
+    await topics.settle(claim, delivered=[], failed=failed)
+    rows = await pool.fetch(
+        'SELECT "id", "batch_id", "attempts" FROM "procbus_topic_entries" WHERE "topic" = $1'
+        ' ORDER BY "id"',
+        name,
+    )
+    assert [(row["batch_id"], row["attempts"]) for row in rows] == [
+        (first.id, 1),
+        (first.id, 1),
+        (None, 0),
+        (None, 0),
+    ]
+    # Until the kept batch goes, the later events of its keys wait behind it.
+    assert (await topics.claim_batches(topic, 2)).entries == []
