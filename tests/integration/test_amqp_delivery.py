@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.delivery.owner import ensure_delivery
+from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.services import RabbitMQ
 
@@ -99,6 +100,33 @@ async def test_events_reach_the_broker_in_key_order(
     assert order == {"k0": list(range(0, 20, 2)), "k1": list(range(1, 20, 2))}
     assert all(m.delivery_mode == aio_pika.DeliveryMode.PERSISTENT for m in messages)
     await settled(topics, name, depth=0, delivered=20)
+
+
+async def test_a_grouped_topic_sends_each_transaction_whole_in_one_message(
+    client: Client,
+    worker: Worker,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    rabbitmq: RabbitMQ,
+    queue_name: str,
+) -> None:
+    topics = Topics(pool)
+    endpoint = f"{rabbitmq.url}?routing_key={queue_name}&batch=1"
+    name = f"amqp-{uuid.uuid4().hex[:8]}"
+    await topics.create(
+        name, TopicSettings(endpoint=endpoint, group_transactions=True, batch_size=2)
+    )
+    async with pool.acquire() as connection, transaction(connection) as tx:
+        for i in range(3):
+            await tx.publish(name, {"i": i}, key=f"k{i}")
+    await ensure_delivery(client, name, task_queue)
+    [message] = await consume(rabbitmq.url, queue_name, 1)
+    events = json.loads(message.body)
+    assert [event["data"]["i"] for event in events] == [0, 1, 2]  # past the batch size, whole
+    assert events[-1]["transaction"]["last"] and events[-1]["transaction"]["size"] == 3
+    assert message.message_id == message.headers["procbus-batch-id"]
+    assert (message.message_id or "").startswith("batch_")
+    await settled(topics, name, depth=0, delivered=3)
 
 
 async def test_a_returned_message_is_not_delivered(
