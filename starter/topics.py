@@ -13,6 +13,7 @@ import typer
 from starter.output import console, error_console, print_json
 
 if TYPE_CHECKING:
+    from procbus.topics.models import Topic
     from procbus.topics.queue import Topics
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
@@ -56,6 +57,24 @@ async def _start_delivery(topic: str) -> str | None:
     except Exception as error:
         return str(error)
     return None
+
+
+def _masked(url: str) -> str:
+    """The URL with its password replaced by ***."""
+    from procbus.delivery.endpoints import masked
+
+    return masked(url)
+
+
+def _shown(topic: Topic) -> dict[str, object]:
+    """A topic as the CLI shows it: its endpoint's password masked."""
+    return topic.model_dump(mode="json") | {"endpoint": _masked(topic.endpoint)}
+
+
+def _kind(topic: Topic) -> str:
+    if topic.sync:
+        return "sync"
+    return "persistent, grouped" if topic.group_transactions else "persistent"
 
 
 @topic_app.command("create")
@@ -114,9 +133,12 @@ def create(
         # A synchronous topic sends in the publishing call: it has no delivery to start.
         not_started = None if topic.sync else await _start_delivery(name)
         if json_output:
-            print_json({"topic": topic.model_dump(mode="json"), "secret": signing_secret})
+            print_json({"topic": _shown(topic), "secret": signing_secret})
         else:
-            console.print(f"topic {name} created: delivers to {topic.endpoint}", highlight=False)
+            console.print(
+                f"topic {name} created ({_kind(topic)}): delivers to {_masked(topic.endpoint)}",
+                highlight=False,
+            )
             if secret is None:
                 console.print(f"signing secret (shown once): {signing_secret}", highlight=False)
         if not_started:
@@ -137,13 +159,18 @@ def list_topics(json_output: bool = JSON_OPTION) -> None:
         async with _topics() as topics:
             found = await topics.list_topics()
         if json_output:
-            print_json([topic.model_dump(mode="json") for topic in found])
+            print_json([_shown(topic) for topic in found])
             return
-        grid = Table("topic", "endpoint", "state", "delivered", "dead-lettered")
+        grid = Table("topic", "kind", "endpoint", "state", "delivered", "dead-lettered")
         for topic in found:
             state = "enabled" if topic.enabled else f"disabled: {topic.disabled_reason}"
             grid.add_row(
-                topic.name, topic.endpoint, state, str(topic.delivered), str(topic.dead_lettered)
+                topic.name,
+                _kind(topic),
+                _masked(topic.endpoint),
+                state,
+                str(topic.delivered),
+                str(topic.dead_lettered),
             )
         console.print(grid)
 
@@ -157,11 +184,12 @@ def describe(name: str, json_output: bool = JSON_OPTION) -> None:
     async def run() -> None:
         async with _topics() as topics:
             topic = await topics.get(name)
+        shown = _shown(topic)
         if json_output:
-            print_json(topic)
+            print_json(shown)
             return
-        for field, value in topic.model_dump().items():
-            console.print(f"{field:<20}{value}", highlight=False)
+        for field, value in shown.items():
+            console.print(f"{field:<24}{value}", highlight=False)
 
     _run(run())
 

@@ -114,6 +114,19 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> 
     ok(dev_stack, "topic", "delete", "orders")
     assert json.loads(ok(dev_stack, "topic", "list", "--json")) == []
 
+    # An endpoint's password is never shown back.
+    broker = "amqp://procbus:hunter2pw@127.0.0.1:9/?routing_key=events"
+    for args in (
+        ["topic", "create", "broker", "--endpoint", broker, "--json"],
+        ["topic", "list"],
+        ["topic", "list", "--json"],
+        ["topic", "describe", "broker"],
+        ["topic", "stats", "broker", "--json"],
+    ):
+        shown = ok(dev_stack, *args)
+        assert "hunter2pw" not in shown and "procbus:***@127.0.0.1" in shown, (args, shown)
+    ok(dev_stack, "topic", "delete", "broker", "--force")
+
     # A synchronous topic: the publishing call sends, and says what the endpoint answered.
     ok(dev_stack, "topic", "create", "direct", "--endpoint", receiver.url, "--sync")
     said = ok(dev_stack, "topic", "publish", "direct", "--payload", '{"n": 6}')
