@@ -213,8 +213,7 @@ ORDER BY "id";
 -- Redrive: out of the dead letters, oldest first; published again in the same transaction.
 DELETE FROM "procbus_topic_dead_letters"
 WHERE "topic" = $1 AND ($2::bigint[] IS NULL OR "id" = ANY ($2::bigint[]))
-RETURNING "id", "key", "type", "payload"::text AS "payload", "webhook_id", "txn_id", "txn_last",
-          "txn_size";
+RETURNING "id", "key", "type", "payload", "webhook_id", "txn_id", "txn_last", "txn_size";
 
 -- name: topic_stats
 SELECT

@@ -704,28 +704,17 @@ class Topics:
                         f"topic {topic!r} has no dead letter {', '.join(map(str, missing))}"
                     )
             for row in sorted(rows, key=lambda dead: dead["id"]):
-                try:
-                    queued = await connection.fetchrow(
-                        self.queries["publish"],
-                        topic,
-                        preferred_shard(connection),
-                        row["key"],
-                        row["type"],
-                        row["payload"],
-                        row["webhook_id"],
-                        row["txn_id"],
-                        row["txn_last"],
-                        row["txn_size"],
-                    )
-                except asyncpg.PostgresError as error:
-                    raise _translated(error) from None
+                event = Event(
+                    payload=row["payload"],
+                    key=row["key"],
+                    type=row["type"],
+                    txn_id=row["txn_id"],
+                    last_in_txn=row["txn_last"],
+                    txn_size=row["txn_size"],
+                )
                 published.append(
-                    Published(
-                        topic=topic,
-                        id=queued["id"],
-                        webhook_id=row["webhook_id"],
-                        created_at=queued["created_at"],
-                        txn_id=row["txn_id"] if queued["grouped"] else None,
+                    await publish_in_transaction(
+                        connection, topic, event, webhook_id=row["webhook_id"]
                     )
                 )
         return published
