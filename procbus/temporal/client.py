@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from functools import cache
 
 from temporalio.client import Client, TLSConfig
@@ -75,6 +77,10 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
     )
 
 
+STARTING_SERVER_WAIT_SECONDS = 60.0
+_STARTING_SERVER = "not healthy yet"
+
+
 async def connect_client(
     address: str,
     namespace: str,
@@ -90,19 +96,27 @@ async def connect_client(
         tls = tls_config(settings)
         if settings.temporal_api_key is not None:
             api_key = settings.temporal_api_key.get_secret_value()
-    try:
-        return await Client.connect(
-            address,
-            namespace=namespace,
-            tls=tls,
-            api_key=api_key,
-            data_converter=procbus_data_converter,
-            runtime=procbus_runtime(metrics_address),
-        )
-    except RuntimeError as error:  # the core SDK reports an unreachable server this way
-        raise StackError(f"cannot reach the Temporal server at {address}: {error}") from None
-    except RPCError as error:
-        raise StackError(f"the Temporal server at {address} refused the client: {error}") from None
+    deadline = time.monotonic() + STARTING_SERVER_WAIT_SECONDS
+    while True:
+        try:
+            return await Client.connect(
+                address,
+                namespace=namespace,
+                tls=tls,
+                api_key=api_key,
+                data_converter=procbus_data_converter,
+                runtime=procbus_runtime(metrics_address),
+            )
+        except RuntimeError as error:  # the core SDK reports an unreachable server this way
+            # A server that listens but is still starting answers Unavailable for a few seconds.
+            if _STARTING_SERVER in str(error) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+                continue
+            raise StackError(f"cannot reach the Temporal server at {address}: {error}") from None
+        except RPCError as error:
+            raise StackError(
+                f"the Temporal server at {address} refused the client: {error}"
+            ) from None
 
 
 def workflow_ui_url(ui_url: str | None, namespace: str, workflow_id: str) -> str | None:

@@ -2,13 +2,17 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import asyncpg
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.stack.check import StackCheckInput, StackCheckResult
-from procbus.stack.temporal_server import temporal_binary
+from procbus.stack.processes import free_port, wait_for_port
+from procbus.stack.temporal_server import DevTemporalServer, temporal_binary
+from procbus.temporal import connect_client
 from tests.services import run_command
 from workflows.stack_check import StackCheck
 
@@ -71,3 +75,19 @@ async def test_the_temporal_cli_starts_it_with_json(
     handle = client.get_workflow_handle(workflow_id, result_type=StackCheckResult)
     result = await handle.result()
     assert result.message == "from the temporal CLI"
+
+
+async def test_a_client_connecting_while_the_server_starts_waits_for_it(tmp_path: Path) -> None:
+    # The port opens before the frontend is healthy; a client connecting in that window used to
+    # fail with "Frontend is not healthy yet" (seen in CI).
+    server = DevTemporalServer(free_port(), free_port(), tmp_path / "temporal.log", ui=False)
+    server.launch()
+    try:
+        wait_for_port(server.process, server.port, 60.0)
+        client = await connect_client(server.address, "default")
+        description = await client.service_client.workflow_service.get_system_info(
+            GetSystemInfoRequest()
+        )
+        assert description.server_version
+    finally:
+        server.stop()
