@@ -16,9 +16,10 @@ from temporalio import activity
 
 from procbus.errors import InvalidRequest
 from procbus.lakehouse import warehouse
-from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
+    AccessEntry,
+    AccessStep,
     EventStep,
     NamespaceDescriptor,
     NamespaceRef,
@@ -33,12 +34,10 @@ class TableActivities:
         self,
         pool: asyncpg.Pool,
         warehouse_root: Path,
-        cache: DescriptorCache,
         events_topic: str | None = None,
     ) -> None:
         self.catalog = Catalog(pool, events_topic)
         self.warehouse_root = warehouse_root
-        self.cache = cache
 
     # ---- namespaces ----
 
@@ -116,14 +115,6 @@ class TableActivities:
             step.table.namespace, step.table.name, step.procedure_id, step.fence
         )
 
-    @activity.defn(name="refresh_cache")
-    async def refresh_cache(self, step: TableStep) -> None:
-        self.cache.put(step.table)
-
-    @activity.defn(name="evict_cache")
-    async def evict_cache(self, step: TableStep) -> None:
-        self.cache.evict(step.table.qualified_name)
-
     @activity.defn(name="preflight_delete_table")
     async def preflight_delete_table(self, step: TableStep) -> TableDescriptor:
         table = await self.catalog.get_table(step.table.namespace, step.table.name)
@@ -144,6 +135,19 @@ class TableActivities:
         await asyncio.to_thread(
             warehouse.delete_data, self.warehouse_root, step.table.namespace, step.table.name
         )
+
+    # ---- access ----
+
+    @activity.defn(name="preflight_change_access")
+    async def preflight_change_access(self, step: AccessStep) -> AccessEntry:
+        entry = step.entry
+        if await self.catalog.get_table(entry.namespace, entry.table) is None:
+            raise InvalidRequest(f"table {entry.qualified_table!r} does not exist")
+        return entry
+
+    @activity.defn(name="record_access_change")
+    async def record_access_change(self, step: AccessStep) -> None:
+        await self.catalog.change_access(step.action, step.entry, step.procedure_id, step.fence)
 
     # ---- events ----
 
@@ -175,12 +179,12 @@ class TableActivities:
             self.remove_layout,
             self.add_to_catalog,
             self.remove_added_table,
-            self.refresh_cache,
-            self.evict_cache,
             self.preflight_delete_table,
             self.remove_from_catalog,
             self.restore_to_catalog,
             self.delete_data,
             self.record_event,
             self.remove_event,
+            self.preflight_change_access,
+            self.record_access_change,
         ]

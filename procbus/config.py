@@ -79,6 +79,17 @@ class Settings(BaseSettings):
         "link-local and cloud metadata addresses",
     )
 
+    worker_id: str | None = Field(
+        default=None,
+        description="this worker's ID on the bus (its own task queue); unset: host-pid. A worker "
+        "restarted under the same ID gets what the bus sent its predecessor",
+    )
+    member_timeout_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description="a worker that has not heartbeaten for this long drops out of the bus",
+    )
+
     faults: str | None = Field(
         default=None,
         description="fault injection for drills, e.g. CreateTable.add_to_catalog:fail_after",
@@ -106,6 +117,15 @@ class Settings(BaseSettings):
     @classmethod
     def _temporal_address(cls, value: str | None) -> str | None:
         return None if not value else _check_host_port(value, "the Temporal frontend")
+
+    @field_validator("worker_id")
+    @classmethod
+    def _worker_id(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if not _NAME.match(value) or len(value) > 100:
+            raise ValueError(f"expected letters, digits, '_', '.', '-' (1-100), got {value!r}")
+        return value
 
     @field_validator("temporal_namespace", "task_queue")
     @classmethod

@@ -26,6 +26,8 @@ class ErrorType(StrEnum):
     PROCEDURE_ROLLED_BACK = "ProcedureRolledBack"  # a procedure failed and was undone
     PROCEDURE_FAILED = "ProcedureFailed"  # a procedure failed past its pivot
     INJECTED_FAULT = "InjectedFault"  # PROCBUS_FAULTS made a step fail (drills and tests)
+    BROADCAST_FAILED = "BroadcastFailed"  # a bus member refused or never answered: all aborted
+    ACCESS_DENIED = "AccessDenied"  # the principal lacks the permission on this worker's ACL
 
     @property
     def retryable(self) -> bool:
@@ -64,6 +66,12 @@ class InvalidRequest(ProcbusError):
     """Bad input (a name, a schema) or a request that contradicts the catalog."""
 
     error_type = ErrorType.INVALID_REQUEST
+
+
+class AccessDenied(ProcbusError):
+    """The worker's ACL cache does not let the principal do this to the table."""
+
+    error_type = ErrorType.ACCESS_DENIED
 
 
 class LockError(InvalidRequest):

@@ -12,11 +12,13 @@ import typer
 from typer.exceptions import TyperException
 
 from procbus.errors import ConfigError, ProcbusError
+from starter.access import acl_app
 from starter.locks import lock_app
 from starter.output import console, print_error, print_json
 from starter.procedures import proc_app
 from starter.tables import namespace_app, table_app
 from starter.topics import topic_app
+from starter.workers import workers_app
 
 if TYPE_CHECKING:
     from procbus.config import Settings
@@ -37,6 +39,8 @@ app.add_typer(table_app, name="table")
 app.add_typer(proc_app, name="proc")
 app.add_typer(lock_app, name="lock")
 app.add_typer(topic_app, name="topic")
+app.add_typer(acl_app, name="acl")
+app.add_typer(workers_app, name="workers")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 

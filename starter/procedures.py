@@ -84,6 +84,8 @@ def steps_table(status: ProcedureStatus) -> Table:
         table.add_row(f"undo {status.stuck_step}", f"[red]STUCK[/]: {status.stuck_error}")
     for waiting in status.waiting_for:
         table.add_row("(locks)", f"[yellow]waiting[/]: {waiting}")
+    for step, broadcast in status.broadcasts.items():
+        table.add_row(f"  {step} on workers", broadcast.summary(), style="dim")
     return table
 
 

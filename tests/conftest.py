@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import uuid
@@ -119,18 +120,27 @@ def state_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path) -> Any:
-    """A worker with fault rules (PROCBUS_FAULTS syntax) on this test's queue; use `async with`."""
-    from procbus.lakehouse.cache import DescriptorCache
+    """A worker with fault rules (PROCBUS_FAULTS syntax) on this test's queue, and a bus member
+    of this process whose descriptor cache is `cache`; use `async with`."""
+    from procbus.lakehouse.cache import AccessCache, DescriptorCache
     from procbus.temporal.faults import parse_faults
+    from worker.main import bus_member
 
-    def start(faults: str = "", cache: DescriptorCache | None = None) -> Worker:
-        return build_worker(
-            client,
-            pool,
-            task_queue,
-            warehouse_root=warehouse,
-            faults=parse_faults(faults),
-            cache=cache,
-        )
+    @contextlib.asynccontextmanager
+    async def start(faults: str = "", cache: DescriptorCache | None = None) -> AsyncIterator[None]:
+        rules = parse_faults(faults)
+        async with (
+            build_worker(client, pool, task_queue, warehouse_root=warehouse, faults=rules),
+            bus_member(
+                client,
+                pool,
+                task_queue,
+                tables=cache if cache is not None else DescriptorCache(),
+                access=AccessCache(),
+                timeout_seconds=3.0,
+                faults=rules,
+            ),
+        ):
+            yield
 
     return start

@@ -9,30 +9,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
 import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.bus import BusActivities, MemberActivities
 from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
+from procbus.bus.member import BusMember
+from procbus.bus.membership import Membership, default_member_id, member_task_queue
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.delivery.endpoints import parse_allowlist
 from procbus.delivery.owner import keep_owners
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
-from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.catalog import Catalog
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.temporal.faults import Fault, FaultInterceptor, parse_faults
 from procbus.temporal.metrics import OutboxMetrics
 from procbus.topics.queue import Topics
+from workflows.access import ChangeAccess
+from workflows.bus import Broadcast
 from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
@@ -46,6 +52,8 @@ WORKFLOWS: Sequence[type] = (
     DeleteTable,
     OutboxSweep,
     TopicDelivery,
+    Broadcast,
+    ChangeAccess,
 )
 
 
@@ -53,17 +61,25 @@ def activities_for(
     pool: asyncpg.Pool,
     task_queue: str,
     warehouse_root: Path,
-    cache: DescriptorCache,
     endpoint_allowlist: list[str],
     events_topic: str | None,
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue).sweep_outbox,
-        *TableActivities(pool, warehouse_root, cache, events_topic).all(),
+        *TableActivities(pool, warehouse_root, events_topic).all(),
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist).all(),
+        *BusActivities(Membership(pool)).all(),
     ]
+
+
+def worker_interceptors(faults: Sequence[Fault] = ()) -> list[Interceptor]:
+    # The first is the outermost: procbus errors become typed ApplicationErrors last.
+    interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
+    if faults:
+        interceptors.append(FaultInterceptor(list(faults)))
+    return interceptors
 
 
 def build_worker(
@@ -73,15 +89,10 @@ def build_worker(
     *,
     warehouse_root: Path,
     faults: Sequence[Fault] = (),
-    cache: DescriptorCache | None = None,
     endpoint_allowlist: list[str] | None = None,
     events_topic: str | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`."""
-    # The first is the outermost: procbus errors become typed ApplicationErrors last.
-    interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
-    if faults:
-        interceptors.append(FaultInterceptor(list(faults)))
     warehouse_root.mkdir(parents=True, exist_ok=True)
     return Worker(
         client,
@@ -91,12 +102,42 @@ def build_worker(
             pool,
             task_queue,
             warehouse_root,
-            cache or DescriptorCache(),
             endpoint_allowlist or [],
             events_topic,
         ),
-        interceptors=interceptors,
+        interceptors=worker_interceptors(faults),
     )
+
+
+@contextlib.asynccontextmanager
+async def bus_member(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    *,
+    tables: DescriptorCache,
+    access: AccessCache,
+    member_id: str | None = None,
+    timeout_seconds: float = 15.0,
+    faults: Sequence[Fault] = (),
+) -> AsyncIterator[BusMember]:
+    """This process as a bus member while inside: joined (heartbeating), its caches rebuilt
+    from the catalog, and a worker on its own task queue applying what the bus sends."""
+    member_id = member_id or default_member_id()
+    queue = member_task_queue(task_queue, member_id)
+    member = BusMember(member_id, tables, access)
+    async with Membership(pool).joined(member_id, queue, timeout_seconds) as started_at:
+        member.started_at = started_at
+        # After joining: a change the bus decides from now on reaches this member by message,
+        # one decided before is in the catalog read here.
+        await member.rebuild(Catalog(pool))
+        async with Worker(
+            client,
+            task_queue=queue,
+            activities=MemberActivities(member).all(),
+            interceptors=worker_interceptors(faults),
+        ):
+            yield member
 
 
 async def serve(
@@ -119,15 +160,29 @@ async def serve(
         metrics = OutboxMetrics(procbus_runtime(metrics_address).metric_meter)
     pool = await create_pool(services.database_url)
     allowlist = parse_allowlist(settings.endpoint_allowlist)
+    faults = parse_faults(settings.faults)
+    tables, access = DescriptorCache(), AccessCache()
     try:
-        async with build_worker(
-            client,
-            pool,
-            services.task_queue,
-            warehouse_root=settings.warehouse_root,
-            faults=parse_faults(settings.faults),
-            endpoint_allowlist=allowlist,
-            events_topic=settings.events_topic,
+        async with (
+            build_worker(
+                client,
+                pool,
+                services.task_queue,
+                warehouse_root=settings.warehouse_root,
+                faults=faults,
+                endpoint_allowlist=allowlist,
+                events_topic=settings.events_topic,
+            ),
+            bus_member(
+                client,
+                pool,
+                services.task_queue,
+                tables=tables,
+                access=access,
+                member_id=settings.worker_id,
+                timeout_seconds=settings.member_timeout_seconds,
+                faults=faults,
+            ),
         ):
             await ensure_sweep_schedule(client, services.task_queue)
             if on_ready is not None:

@@ -26,7 +26,7 @@ new. Locks are kept by `ProcedureLocks` (workflows/locks.py), children run by `C
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, get_type_hints
 
@@ -45,6 +45,8 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
+    from procbus.bus.models import BusMessage, Operation
+    from procbus.bus.outcomes import BroadcastResult
     from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
     from procbus.locks.models import LOCKS_CHANGED_SIGNAL, Fence
     from procbus.locks.modes import LockMode
@@ -68,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         PROCEDURE_TYPE,
     )
 
+from workflows.bus import Broadcaster, BroadcastFailed, Phase, broadcast_failure
 from workflows.children import CHILD_COMPENSATIONS_SIGNAL, ChildProcedures
 from workflows.locks import ProcedureLocks
 
@@ -78,6 +81,8 @@ ResultT = TypeVar("ResultT")
 CHILDREN_RESULT_PREFIX = "children:"
 ROLL_FORWARD_FIRST_WAIT = timedelta(seconds=1)
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
+# The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
+UNDO_BY_BROADCAST = {f"bus:{phase.value}": phase for phase in (Phase.APPLY, Phase.ABORT)}
 
 
 def activity_name(action: Callable[..., Any] | str) -> str:
@@ -126,6 +131,9 @@ class Procedure(Generic[InputT, ResultT]):
         maximum_attempts=5,
     )
     step_timeout: ClassVar[timedelta] = timedelta(minutes=5)
+    # A bus member that has not answered a broadcast by then is sent it again.
+    broadcast_answer_timeout: ClassVar[timedelta] = timedelta(seconds=10)
+    broadcast_max_sends: ClassVar[int] = 5
     # Continue as new past this many history events (or when Temporal suggests it).
     max_history_events: ClassVar[int] = 10_000
 
@@ -144,6 +152,8 @@ class Procedure(Generic[InputT, ResultT]):
         self._update_task = -1  # history length of the workflow task that last ran an update
         self._locks: ProcedureLocks | None = None
         self._child_procedures = ChildProcedures()
+        self._answer_timeout = self.broadcast_answer_timeout
+        self._bus_sends: dict[str, int] = {}
 
     # ---- what a procedure defines ----
 
@@ -191,6 +201,7 @@ class Procedure(Generic[InputT, ResultT]):
         self._current_input = request
         if request.step_timeout_seconds is not None:
             self._step_timeout = timedelta(seconds=request.step_timeout_seconds)
+            self._answer_timeout = self._step_timeout
         self._carry = self._resume(request)
         self._locks = ProcedureLocks(
             self._carry,
@@ -440,6 +451,94 @@ class Procedure(Generic[InputT, ResultT]):
         self._stop_if_rolling_back()
         return result
 
+    # ---- broadcasts to every worker (procbus.bus) ----
+
+    async def broadcast(
+        self, name: str, operation: Operation, *, undo: Operation | None = None
+    ) -> BroadcastResult:
+        """A step that applies `operation` on every live worker and waits for all. A worker
+        that fails it fails the step (the others are sent abort); `undo`, broadcast the same
+        way, puts every worker back when the procedure rolls back."""
+        message = self._bus_message(name, operation)
+        compensation = None
+        if undo is not None:
+            compensation = self._broadcast_undo(
+                name, Phase.APPLY, self._bus_message(name, undo, undo=True)
+            )
+        return await self._bus_step(name, message, compensation, Broadcaster.one_phase)
+
+    async def prepare_broadcast(self, name: str, operation: Operation) -> BroadcastResult:
+        """The first phase of a two-phase broadcast: stage `operation` on every live worker;
+        if one cannot, abort on all and fail the step. Rolling back aborts on all."""
+        message = self._bus_message(name, operation)
+        compensation = self._broadcast_undo(name, Phase.ABORT, message)
+        return await self._bus_step(name, message, compensation, Broadcaster.prepare)
+
+    async def commit_broadcast(
+        self, name: str, prepared: str, operation: Operation
+    ) -> BroadcastResult:
+        """The second phase: commit what step `prepared` staged, on every live worker, until
+        each has committed or dropped out. Only after the pivot, where the decision is kept."""
+        if self.status.pivot_step is None:
+            raise ValueError(f"step {name!r} commits a broadcast before the pivot")
+        message = self._bus_message(prepared, operation)
+        return await self._bus_step(name, message, None, Broadcaster.commit)
+
+    def _bus_message(self, step: str, operation: Operation, *, undo: bool = False) -> BusMessage:
+        suffix = "/undo" if undo else ""
+        return BusMessage(
+            operation_id=f"{self.status.procedure_id}/{step}{suffix}", operation=operation
+        )
+
+    def _broadcast_undo(self, name: str, phase: Phase, message: BusMessage) -> Compensation:
+        return Compensation(
+            step=name, activity=f"bus:{phase.value}", arg=message.model_dump(mode="json")
+        )
+
+    def _broadcaster(self, step: str, message: BusMessage, *, undo: bool = False) -> Broadcaster:
+        result = BroadcastResult(operation_id=message.operation_id)
+        self.status.broadcasts[f"undo:{step}" if undo else step] = result
+        return Broadcaster(
+            step,
+            message,
+            answer_timeout=self._answer_timeout,
+            max_sends=self.broadcast_max_sends,
+            undo=undo,
+            sent=self._bus_sends,
+            result=result,
+            on_change=lambda _: self._set_state(self.status.state),
+        )
+
+    async def _bus_step(
+        self,
+        name: str,
+        message: BusMessage,
+        compensation: Compensation | None,
+        run: Callable[[Broadcaster], Awaitable[BroadcastResult]],
+    ) -> BroadcastResult:
+        check_step_name(name)
+        if name in self._carried_steps:  # done in an earlier run, before continue-as-new
+            self._carried_steps.discard(name)
+            return BroadcastResult.model_validate(self._kept.results[name])
+        if name in self.status.steps_done or name == self.status.step_running:
+            raise ValueError(f"step {name!r} ran already: step names must be unique")
+        self._stop_if_rolling_back()
+        self._continue_as_new_if_due()
+        if compensation is not None:
+            if self.status.pivot_step is not None:
+                raise ValueError(f"step {name!r} has an undo but runs after the pivot")
+            self._kept.compensations.append(compensation)
+        self.status.step_running = name
+        try:
+            result = await run(self._broadcaster(name, message))
+        except BroadcastFailed as failed:
+            raise broadcast_failure(failed.result, name) from None
+        self.status.step_running = None
+        self.status.steps_done.append(name)
+        self._kept.results[name] = to_jsonable_python(result)
+        self._stop_if_rolling_back()
+        return result
+
     def _stop_if_rolling_back(self) -> None:
         """A step that finished despite a cancel request must not let the next one start."""
         if self._rollback_reason is not None and self.status.pivot_step is None:
@@ -494,15 +593,8 @@ class Procedure(Generic[InputT, ResultT]):
             )
             label = activity_id.label
             try:
-                await workflow.execute_activity(
-                    compensation.activity,
-                    compensation.arg,
-                    activity_id=str(activity_id),
-                    start_to_close_timeout=self._step_timeout,
-                    retry_policy=self.compensation_retry,
-                    summary=f"undo {label}",
-                )
-            except ActivityError as error:
+                await self._run_compensation(compensation, activity_id)
+            except (ActivityError, BroadcastFailed) as error:
                 # Never drop an undo: park until an operator says retry or skip.
                 self.status.stuck_step = label
                 self.status.stuck_error = _error_text(error)
@@ -525,6 +617,27 @@ class Procedure(Generic[InputT, ResultT]):
             self.status.compensations_done.append(label)
             return
 
+    async def _run_compensation(
+        self, compensation: Compensation, activity_id: StepActivityId
+    ) -> None:
+        phase = UNDO_BY_BROADCAST.get(compensation.activity)
+        if phase is None:
+            await workflow.execute_activity(
+                compensation.activity,
+                compensation.arg,
+                activity_id=str(activity_id),
+                start_to_close_timeout=self._step_timeout,
+                retry_policy=self.compensation_retry,
+                summary=f"undo {activity_id.label}",
+            )
+            return
+        message = BusMessage.model_validate(compensation.arg)
+        broadcaster = self._broadcaster(compensation.step, message, undo=True)
+        if phase is Phase.ABORT:
+            await broadcaster.abort_all()
+        else:
+            await broadcaster.one_phase()
+
     def _continue_as_new_if_due(self) -> None:
         info = workflow.info()
         if not (
@@ -543,6 +656,9 @@ class Procedure(Generic[InputT, ResultT]):
             PROCEDURE_STATES, "procedures entering each state"
         ).add(1, {"state": state.value})
         running = f", running {self.status.step_running}" if self.status.step_running else ""
+        broadcast = self.status.broadcasts.get(self.status.step_running or "")
+        if broadcast is not None:
+            running += f" ({broadcast.summary()})"
         waiting = (
             f", waiting for {'; '.join(self.status.waiting_for)}"
             if state is ProcedureState.WAITING

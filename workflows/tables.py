@@ -20,6 +20,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.tables import TableActivities
+    from procbus.bus.models import EvictDescriptor, PutDescriptor
     from procbus.errors import InvalidRequest
     from procbus.lakehouse.models import (
         CreateNamespaceInput,
@@ -42,7 +43,7 @@ from workflows.procedure import Procedure, invalid_input
 T = TypeVar("T")
 
 
-def _checked(check: Callable[..., T], *args: Any) -> T:
+def checked(check: Callable[..., T], *args: Any) -> T:
     """Run an input check; bad input fails the procedure before any step."""
     try:
         return check(*args)
@@ -60,7 +61,7 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
         return request.namespace
 
     def validate(self, request: CreateNamespaceInput) -> None:
-        _checked(request.check)
+        checked(request.check)
 
     def locks(self, request: CreateNamespaceInput) -> Sequence[tuple[str, str]]:
         return [(namespace_resource(request.namespace), "X")]
@@ -109,7 +110,7 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
         return request.namespace
 
     def validate(self, request: DeleteNamespaceInput) -> None:
-        _checked(request.check)
+        checked(request.check)
 
     def locks(self, request: DeleteNamespaceInput) -> Sequence[tuple[str, str]]:
         return [(namespace_resource(request.namespace), "X")]
@@ -152,15 +153,15 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         return request.table
 
     def validate(self, request: CreateTableInput) -> None:
-        _checked(request.check)
+        checked(request.check)
 
     def locks(self, request: CreateTableInput) -> Sequence[tuple[str, str]]:
-        table = _checked(request.check)
+        table = checked(request.check)
         return [(table_resource(table.namespace, table.name), "X")]
 
     async def steps(self, request: CreateTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
-        planned = TableStep(procedure_id=procedure_id, table=_checked(request.check, procedure_id))
+        planned = TableStep(procedure_id=procedure_id, table=checked(request.check, procedure_id))
         table = await self.step("preflight", TableActivities.preflight_create_table, planned)
         fence = self.fence(table_resource(table.namespace, table.name))
         step = TableStep(procedure_id=procedure_id, table=table, fence=fence)
@@ -178,12 +179,11 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
             undo=TableActivities.remove_added_table,
             summary=f"add {table.qualified_name} to the catalog",
         )
-        await self.step(
+        # Every worker's descriptor cache, through the bus (one phase).
+        await self.broadcast(
             "refresh_cache",
-            TableActivities.refresh_cache,
-            step,
-            undo=TableActivities.evict_cache,
-            summary="put the table in the descriptor cache of the worker running this step",
+            PutDescriptor(table=table, new_table=True),
+            undo=EvictDescriptor(qualified_name=table.qualified_name),
         )
         await self.step(
             "record_event",
@@ -212,14 +212,14 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
         return request.table
 
     def validate(self, request: DeleteTableInput) -> None:
-        _checked(request.check)
+        checked(request.check)
 
     def locks(self, request: DeleteTableInput) -> Sequence[tuple[str, str]]:
-        return [(table_resource(*_checked(request.check)), "X")]
+        return [(table_resource(*checked(request.check)), "X")]
 
     async def steps(self, request: DeleteTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
-        namespace, name = _checked(request.check)
+        namespace, name = checked(request.check)
         wanted = TableStep(
             procedure_id=procedure_id,
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
@@ -227,12 +227,10 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
         table = await self.step("preflight", TableActivities.preflight_delete_table, wanted)
         fence = self.fence(table_resource(namespace, name))
         step = TableStep(procedure_id=procedure_id, table=table, fence=fence)
-        await self.step(
+        await self.broadcast(
             "evict_cache",
-            TableActivities.evict_cache,
-            step,
-            undo=TableActivities.refresh_cache,
-            summary="evict the table from the descriptor cache of the worker running this step",
+            EvictDescriptor(qualified_name=table.qualified_name),
+            undo=PutDescriptor(table=table),
         )
         await self.step(
             "remove_from_catalog",

@@ -1,12 +1,13 @@
-"""The worker's table-descriptor cache: what a worker believes a table looks like.
+"""The worker's caches: what a worker believes a table looks like, and who may do what.
 
-CreateTable refreshes it and DeleteTable evicts from it as steps, so a rolled-back procedure
-also rolls back what the cache says.
+Every worker holds both; the bus (procbus.bus) changes them on every worker at once, and a
+worker that starts rebuilds them from the catalog.
 """
 
 from __future__ import annotations
 
-from procbus.lakehouse.models import TableDescriptor
+from procbus.errors import AccessDenied
+from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
 
 
 class DescriptorCache:
@@ -24,3 +25,48 @@ class DescriptorCache:
 
     def names(self) -> list[str]:
         return sorted(self._tables)
+
+
+class AccessCache:
+    """The worker's copy of the ACL: rebuilt from the catalog at start, changed by the bus's
+    two-phase broadcasts, read by the table activities that write."""
+
+    def __init__(self) -> None:
+        self._entries: set[tuple[str, str, str, Permission]] = set()
+
+    @staticmethod
+    def _key(entry: AccessEntry) -> tuple[str, str, str, Permission]:
+        return (entry.principal, entry.namespace, entry.table, entry.permission)
+
+    def replace(self, entries: list[AccessEntry]) -> None:
+        self._entries = {self._key(entry) for entry in entries}
+
+    def grant(self, entry: AccessEntry) -> bool:
+        key = self._key(entry)
+        added = key not in self._entries
+        self._entries.add(key)
+        return added
+
+    def revoke(self, entry: AccessEntry) -> bool:
+        key = self._key(entry)
+        removed = key in self._entries
+        self._entries.discard(key)
+        return removed
+
+    def allows(self, entry: AccessEntry) -> bool:
+        return self._key(entry) in self._entries
+
+    def require(self, entry: AccessEntry) -> None:
+        if not self.allows(entry):
+            raise AccessDenied(
+                f"{entry.principal!r} may not {entry.permission.value} {entry.qualified_table!r}"
+            )
+
+    def drop_table(self, qualified_name: str) -> None:
+        self._entries = {e for e in self._entries if f"{e[1]}.{e[2]}" != qualified_name}
+
+    def entries(self) -> list[AccessEntry]:
+        return [
+            AccessEntry(principal=p, namespace=n, table=t, permission=perm)
+            for p, n, t, perm in sorted(self._entries)
+        ]

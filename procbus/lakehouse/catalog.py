@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest
-from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.names import Column
 from procbus.locks.models import Fence
 from procbus.locks.table import check_fence
@@ -139,6 +139,30 @@ class Catalog:
         return [
             _table(row) for row in await self.pool.fetch(self.queries["list_tables"], namespace)
         ]
+
+    async def list_access(self) -> list[AccessEntry]:
+        return [
+            AccessEntry.model_validate(dict(row))
+            for row in await self.pool.fetch(self.queries["list_access"])
+        ]
+
+    async def change_access(
+        self,
+        action: Literal["grant", "revoke"],
+        entry: AccessEntry,
+        procedure_id: str,
+        fence: Fence | None = None,
+    ) -> None:
+        """Grant or revoke one permission; doing it twice changes nothing."""
+        values = (entry.principal, entry.namespace, entry.table, entry.permission.value)
+        try:
+            async with self._writing(fence) as connection:
+                if action == "grant":
+                    await connection.execute(self.queries["grant_access"], *values, procedure_id)
+                else:
+                    await connection.execute(self.queries["revoke_access"], *values)
+        except asyncpg.ForeignKeyViolationError:
+            raise InvalidRequest(f"table {entry.qualified_table!r} does not exist") from None
 
     async def add_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
         try:

@@ -8,11 +8,15 @@ and in the `procbus` CLI, before anything is started.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from procbus.bus.outcomes import MemberResult
+from procbus.errors import InvalidRequest
 from procbus.lakehouse.names import (
     Column,
     parse_columns,
@@ -130,3 +134,69 @@ class EventStep(BaseModel):
     table: str | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
     fence: Fence | None = None
+
+
+class Permission(StrEnum):
+    READ = "read"
+    WRITE = "write"
+
+
+class AccessEntry(BaseModel):
+    """One grant: `principal` may `permission` on `namespace.table`."""
+
+    principal: str
+    namespace: str
+    table: str
+    permission: Permission
+
+    @property
+    def qualified_table(self) -> str:
+        return f"{self.namespace}.{self.table}"
+
+    def __str__(self) -> str:
+        return f"{self.principal} {self.permission.value} on {self.qualified_table}"
+
+
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:\-]{0,199}$")
+
+
+class ChangeAccessInput(ProcedureInput):
+    """Grant or revoke one permission, on every worker at once (a two-phase broadcast)."""
+
+    action: Literal["grant", "revoke"]
+    principal: str = Field(description="who: a user or service name, e.g. 'etl' or 'ana@corp'")
+    table: str = Field(description="NAMESPACE.TABLE")
+    permission: str = Field(description="read or write")
+
+    def check(self) -> AccessEntry:
+        if not _PRINCIPAL.match(self.principal):
+            raise InvalidRequest(
+                f"bad principal {self.principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
+                " (at most 200), starting with a letter or digit"
+            )
+        namespace, table = parse_table_name(self.table)
+        try:
+            permission = Permission(self.permission)
+        except ValueError:
+            known = ", ".join(p.value for p in Permission)
+            raise InvalidRequest(
+                f"unknown permission {self.permission!r}: expected one of {known}"
+            ) from None
+        return AccessEntry(
+            principal=self.principal, namespace=namespace, table=table, permission=permission
+        )
+
+
+class AccessStep(BaseModel):
+    procedure_id: str
+    action: Literal["grant", "revoke"]
+    entry: AccessEntry
+    fence: Fence | None = None
+
+
+class AccessResult(BaseModel):
+    action: Literal["grant", "revoke"]
+    entry: AccessEntry
+    members: list[MemberResult] = Field(
+        default_factory=list, description="each worker's outcome of the two-phase update"
+    )

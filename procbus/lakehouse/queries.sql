@@ -78,3 +78,16 @@ RETURNING "namespace", "table_name";
 -- name: list_events
 SELECT "id", "procedure_id", "event_type", "namespace", "table_name", "payload", "created_at"
 FROM "procbus_events" ORDER BY "id";
+
+-- name: list_access
+SELECT "principal", "namespace", "table_name" AS "table", "permission"
+FROM "procbus_acl" ORDER BY "namespace", "table_name", "principal", "permission";
+
+-- name: grant_access
+INSERT INTO "procbus_acl" ("principal", "namespace", "table_name", "permission", "granted_by")
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT DO NOTHING;
+
+-- name: revoke_access
+DELETE FROM "procbus_acl"
+WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = $4;

@@ -5,6 +5,7 @@
     undo:create_layout       its undo
     undo:create_layout#2     its undo, run again after an operator's `retry`
     undo:CHILD-ID/add_row    the undo of a finished child's step, run by the parent
+    refresh_cache.apply#2@w1 the second send of a broadcast step's phase to bus member w1
 
 A step name is one segment (no '/', '#' or ':'), so an ID parses back to what made it whatever
 the child procedure ID holds. Pure: safe in the workflow sandbox.
@@ -68,6 +69,19 @@ class StepActivityId:
         if undo and "/" in text:
             child, _, text = text.rpartition("/")
         return cls(step=text, undo=undo, attempt=attempt, child=child)
+
+
+MEMBER_MARK = "@"
+
+
+def member_activity_id(step: StepActivityId, member_id: str) -> str:
+    """A broadcast's phase as sent to one bus member (member IDs hold no '@')."""
+    return f"{step}{MEMBER_MARK}{member_id}"
+
+
+def step_of(activity_id: str) -> StepActivityId:
+    """The step behind any activity ID of a procedure, a bus member's included."""
+    return StepActivityId.parse(activity_id.partition(MEMBER_MARK)[0])
 
 
 def step_key_of(activity_id: str, workflow_id: str) -> str:

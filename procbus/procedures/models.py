@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from procbus.bus.outcomes import BroadcastResult
 from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
 from procbus.temporal.payloads import WorkflowInput
 
@@ -112,6 +113,9 @@ class ProcedureStatus(BaseModel):
     locks: list[LockGrant] = Field(default_factory=list, description="locks held, with tokens")
     refused: list[str] = Field(default_factory=list)
     children: list[str] = Field(default_factory=list)
+    broadcasts: dict[str, BroadcastResult] = Field(
+        default_factory=dict, description="each broadcast step's outcome at every worker"
+    )
     runs: int = 1
 
 

@@ -5,8 +5,12 @@
 Each rule is `<ProcedureType>.<step>[.undo]:<fault>` with the fault one of
 - `fail_before[=N]`: fail before the action runs (the first N times; always without N),
 - `fail_after[=N]`: run the action, then fail as if the worker died before reporting,
-- `delay=S`: wait S seconds before the action.
-`.undo` targets the step's compensation instead of its action. Off unless set.
+- `delay=S`: wait S seconds before the action,
+- `delay_first=S`: the same on the first attempt only (a resend or retry is not delayed).
+`.undo` targets the step's compensation instead of its action. A broadcast step's phase on
+the members of this process is `<step>.apply|prepare|commit|abort`, e.g.
+`ChangeAccess.stage_on_workers.prepare:fail_before` or `CreateTable.refresh_cache.apply:delay=8`.
+Off unless set.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from temporalio.worker import (
 )
 
 from procbus.errors import ErrorType
-from procbus.procedures.ids import StepActivityId
+from procbus.procedures.ids import step_of
 
 _RULE = re.compile(
-    r"^(?P<procedure>[A-Za-z_][A-Za-z0-9_]*)\.(?P<step>[A-Za-z_][A-Za-z0-9_]*)(?P<undo>\.undo)?"
-    r":(?P<kind>fail_before|fail_after|delay)(=(?P<value>[0-9]+(\.[0-9]+)?))?$"
+    r"^(?P<procedure>[A-Za-z_][A-Za-z0-9_]*)\."
+    r"(?P<step>[A-Za-z_][A-Za-z0-9_]*(\.(apply|prepare|commit|abort))?)(?P<undo>\.undo)?"
+    r":(?P<kind>fail_before|fail_after|delay_first|delay)(=(?P<value>[0-9]+(\.[0-9]+)?))?$"
 )
 
 
@@ -39,6 +44,7 @@ class FaultKind(StrEnum):
     FAIL_BEFORE = "fail_before"  # the action never runs
     FAIL_AFTER = "fail_after"  # the action ran, its result is lost
     DELAY = "delay"  # the action starts late
+    DELAY_FIRST = "delay_first"  # its first attempt starts late, the next ones on time
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,11 @@ def parse_faults(text: str | None) -> list[Fault]:
         if match is None:
             raise ValueError(
                 f"bad fault rule {rule!r}: expected <Procedure>.<step>[.undo]:"
-                "fail_before[=N]|fail_after[=N]|delay=SECONDS"
+                "fail_before[=N]|fail_after[=N]|delay=SECONDS|delay_first=SECONDS"
             )
         kind = FaultKind(match["kind"])
         value = match["value"]
-        if kind is FaultKind.DELAY:
+        if kind in (FaultKind.DELAY, FaultKind.DELAY_FIRST):
             if value is None:
                 raise ValueError(f"bad fault rule {rule!r}: delay needs seconds, e.g. delay=5")
             faults.append(
@@ -106,7 +112,7 @@ class FaultInterceptor(Interceptor):
 
     def matching(self, workflow_type: str | None, activity_id: str) -> list[Fault]:
         try:
-            step = StepActivityId.parse(activity_id)
+            step = step_of(activity_id)
         except ValueError:  # not a step: the lease keeper, a local activity of the engine
             return []
         return [
@@ -132,6 +138,10 @@ def _injected(fault: Fault, message: str) -> ApplicationError:
     return ApplicationError(message, type=str(ErrorType.INJECTED_FAULT), non_retryable=permanent)
 
 
+def _first_send(activity_id: str) -> bool:
+    return step_of(activity_id).attempt == 1
+
+
 class _FaultActivityInbound(ActivityInboundInterceptor):
     def __init__(self, next: ActivityInboundInterceptor, owner: FaultInterceptor) -> None:
         super().__init__(next)
@@ -141,8 +151,9 @@ class _FaultActivityInbound(ActivityInboundInterceptor):
         info = activity.info()
         faults = self.owner.matching(info.workflow_type, info.activity_id)
         where = f"{info.workflow_type}.{info.activity_id}"
+        first = info.attempt == 1 and _first_send(info.activity_id)
         for fault in faults:
-            if fault.kind is FaultKind.DELAY:
+            if fault.kind is FaultKind.DELAY or (fault.kind is FaultKind.DELAY_FIRST and first):
                 await asyncio.sleep(fault.seconds)
             elif fault.kind is FaultKind.FAIL_BEFORE and self.owner.should_fail(
                 info.workflow_id or "", fault

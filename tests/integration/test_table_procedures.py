@@ -47,6 +47,11 @@ async def create_namespace(client: Client, task_queue: str, name: str = "sales")
     )
 
 
+def fault_target(step: str) -> str:
+    """The broadcast steps run on the bus members: their rules name the phase."""
+    return f"{step}.apply" if step in ("refresh_cache", "evict_cache") else step
+
+
 ORDERS = CreateTableInput(
     table="sales.orders", columns="id:bigint,amount:double,dt:date", partition_by=["dt"]
 )
@@ -93,7 +98,7 @@ async def test_create_table_fault_at_any_step_leaves_no_residue(
     fault: str,
 ) -> None:
     cache = DescriptorCache()
-    async with start_worker(faults=f"CreateTable.{step}:{fault}", cache=cache):
+    async with start_worker(faults=f"CreateTable.{fault_target(step)}:{fault}", cache=cache):
         await create_namespace(client, task_queue)
         before = await snapshot(pool, warehouse, cache)
         procedure_id = new_id("create")
@@ -136,7 +141,7 @@ async def test_delete_table_rolls_back_before_the_pivot_and_forward_after(
     deleted: bool,
 ) -> None:
     cache = DescriptorCache()
-    async with start_worker(faults=f"DeleteTable.{step}:{fault}", cache=cache):
+    async with start_worker(faults=f"DeleteTable.{fault_target(step)}:{fault}", cache=cache):
         await create_namespace(client, task_queue)
         await client.execute_workflow(
             CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
@@ -335,7 +340,7 @@ async def test_cancelling_create_table_at_any_step_leaves_no_residue(
 ) -> None:
     cache = DescriptorCache()
     # The step is slow, so the cancel lands while it runs; its undo must wait for it to stop.
-    async with start_worker(faults=f"CreateTable.{step}:delay=1.5", cache=cache):
+    async with start_worker(faults=f"CreateTable.{fault_target(step)}:delay=1.5", cache=cache):
         await create_namespace(client, task_queue)
         before = await snapshot(pool, warehouse, cache)
         procedure_id = new_id("create")

@@ -37,7 +37,7 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
         task_queue=task_queue,
         warehouse=str(warehouse),
         # The doomed worker hangs in step 3, so the kill lands mid-procedure.
-        faults="CreateTable.refresh_cache:delay=600",
+        faults="CreateTable.refresh_cache.apply:delay=600",
     )
     with worker_process(env) as doomed:
         await client.execute_workflow(
@@ -69,6 +69,8 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
         "refresh_cache",
         "record_event",
     ]
+    # The killed worker was dropped from the broadcast; the new one read the catalog at start.
+    assert [m.outcome for m in status.broadcasts["refresh_cache"].members] == ["dropped"]
     after = await snapshot(pool, warehouse, cache)
     assert after.tables == ("sales.orders",)
     assert after.events == (("NamespaceCreated", None), ("TableCreated", "orders"))

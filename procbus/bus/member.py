@@ -1,0 +1,169 @@
+"""A bus member: how one worker applies, stages, commits and aborts the bus's operations.
+
+Every phase is idempotent per operation ID, because the coordinator resends to a member that
+did not answer in time: a second apply or commit changes nothing, an abort undoes a one-phase
+apply, and an operation aborted once is never applied after (a late resend finds it decided).
+State is in memory only; `rebuild` loads it from the catalog when the worker starts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import datetime
+from typing import TypeVar
+
+from procbus.bus.models import (
+    BusMessage,
+    ChangeAccessOperation,
+    EvictDescriptor,
+    MemberReply,
+    Operation,
+    PutDescriptor,
+    ReportState,
+)
+from procbus.bus.outcomes import MemberReport
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.catalog import Catalog
+
+# Operations remembered per member (applied, decided): far more than can be in flight at once.
+REMEMBERED_OPERATIONS = 1000
+
+Undo = Callable[[], None]
+V = TypeVar("V")
+
+
+class _Remembered(OrderedDict[str, V]):
+    """An insertion-ordered map that forgets its oldest keys past REMEMBERED_OPERATIONS."""
+
+    def remember(self, key: str, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > REMEMBERED_OPERATIONS:
+            self.popitem(last=False)
+
+
+class BusMember:
+    def __init__(self, member_id: str, tables: DescriptorCache, access: AccessCache) -> None:
+        self.member_id = member_id
+        self.tables = tables
+        self.access = access
+        self.started_at = datetime.now().astimezone()
+        self.applied: _Remembered[int] = _Remembered()  # operation ID -> times it took effect
+        self._undo: _Remembered[Undo] = _Remembered()  # one-phase applies an abort would undo
+        self._staged: dict[str, Operation] = {}
+        self._decided: _Remembered[str] = _Remembered()  # "committed" or "aborted"
+
+    async def rebuild(self, catalog: Catalog) -> None:
+        """The member's state from the catalog: what it missed while it was not running."""
+        for table in await catalog.list_tables():
+            self.tables.put(table)
+        self.access.replace(await catalog.list_access())
+
+    # ---- the phases ----
+
+    def apply(self, message: BusMessage) -> MemberReply:
+        if isinstance(message.operation, ReportState):
+            return self._reply("apply", changed=False, report=True)
+        key = message.operation_id
+        if key in self.applied or key in self._decided:
+            return self._reply("apply", changed=False)
+        self._undo.remember(key, self._perform(message.operation))
+        self._count(key)
+        return self._reply("apply", changed=True)
+
+    def prepare(self, message: BusMessage) -> MemberReply:
+        key = message.operation_id
+        if key in self._decided or key in self._staged:
+            return self._reply("prepare", changed=False)
+        self._staged[key] = message.operation
+        return self._reply("prepare", changed=True)
+
+    def commit(self, message: BusMessage) -> MemberReply:
+        """Applies the operation, staged or not: a member that restarted after it prepared
+        has lost the stage, and learns the outcome from this commit."""
+        key = message.operation_id
+        if self._decided.get(key) == "committed":
+            return self._reply("commit", changed=False)
+        self._staged.pop(key, None)
+        self._perform(message.operation)
+        self._decided.remember(key, "committed")
+        self._count(key)
+        return self._reply("commit", changed=True)
+
+    def abort(self, message: BusMessage) -> MemberReply:
+        key = message.operation_id
+        if key in self._decided:
+            return self._reply("abort", changed=False)
+        staged = self._staged.pop(key, None) is not None
+        undo = self._undo.pop(key, None)
+        if undo is not None:
+            undo()
+        self._decided.remember(key, "aborted")
+        return self._reply("abort", changed=staged or undo is not None)
+
+    # ---- the operations ----
+
+    def _perform(self, operation: Operation) -> Undo:
+        """Change this member's caches; returns how to put them back."""
+        if isinstance(operation, PutDescriptor):
+            name = operation.table.qualified_name
+            before = self.tables.get(name)
+            stale = [e for e in self.access.entries() if e.qualified_table == name]
+            self.tables.put(operation.table)
+            if operation.new_table:
+                self.access.drop_table(name)
+
+            def put_back() -> None:
+                if before is None:
+                    self.tables.evict(name)
+                else:
+                    self.tables.put(before)
+                for entry in stale:
+                    self.access.grant(entry)
+
+            return put_back
+        if isinstance(operation, EvictDescriptor):
+            name = operation.qualified_name
+            evicted = self.tables.get(name)
+            self.tables.evict(name)
+            # Its grants stay until a table of that name is created again: unused till then.
+            return lambda: None if evicted is None else self.tables.put(evicted)
+        if isinstance(operation, ChangeAccessOperation):
+            entry = operation.entry
+            granting = operation.action == "grant"
+            changed = self.access.grant(entry) if granting else self.access.revoke(entry)
+
+            def change_back() -> None:
+                if changed and granting:
+                    self.access.revoke(entry)
+                elif changed:
+                    self.access.grant(entry)
+
+            return change_back
+        return _nothing
+
+    def _count(self, key: str) -> None:
+        self.applied.remember(key, self.applied.get(key, 0) + 1)
+
+    def report(self) -> MemberReport:
+        return MemberReport(
+            member_id=self.member_id,
+            started_at=self.started_at,
+            tables=self.tables.names(),
+            access=[entry.model_dump(mode="json") for entry in self.access.entries()],
+            applied=dict(self.applied),
+            staged=sorted(self._staged),
+        )
+
+    def _reply(self, phase: str, *, changed: bool, report: bool = False) -> MemberReply:
+        return MemberReply(
+            member_id=self.member_id,
+            phase=phase,
+            changed=changed,
+            report=self.report() if report else None,
+        )
+
+
+def _nothing() -> None:
+    """The undo of an operation that changed nothing."""

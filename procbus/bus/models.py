@@ -1,0 +1,115 @@
+"""The bus's messages and outcomes as JSON-friendly models. Pure: safe in the workflow sandbox."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from procbus.bus.outcomes import MemberReport
+from procbus.lakehouse.models import AccessEntry, TableDescriptor
+from procbus.temporal.payloads import WorkflowInput
+
+MEMBER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+
+
+def check_member_id(member_id: str) -> str:
+    if not MEMBER_ID.match(member_id):
+        raise ValueError(
+            f"bad worker ID {member_id!r}: use letters, digits, '_', '.', '-' (at most 100), "
+            "starting with a letter or digit"
+        )
+    return member_id
+
+
+# ---- operations a member applies ----
+
+
+class PutDescriptor(BaseModel):
+    """Put a table in the member's descriptor cache (after CreateTable)."""
+
+    kind: Literal["put_descriptor"] = "put_descriptor"
+    table: TableDescriptor
+    new_table: bool = Field(
+        default=False,
+        description="the table was just created: grants a member still holds for an earlier "
+        "table of that name are dropped (the catalog dropped them with it)",
+    )
+
+
+class EvictDescriptor(BaseModel):
+    """Take a table out of the member's descriptor cache (DeleteTable)."""
+
+    kind: Literal["evict_descriptor"] = "evict_descriptor"
+    qualified_name: str
+
+
+class ChangeAccessOperation(BaseModel):
+    """Grant or revoke one permission in the member's ACL cache."""
+
+    kind: Literal["change_access"] = "change_access"
+    action: Literal["grant", "revoke"]
+    entry: AccessEntry
+
+
+class ReportState(BaseModel):
+    """Read only: the member answers with what its caches hold."""
+
+    kind: Literal["report"] = "report"
+
+
+Operation = Annotated[
+    PutDescriptor | EvictDescriptor | ChangeAccessOperation | ReportState,
+    Field(discriminator="kind"),
+]
+
+
+class BusMessage(BaseModel):
+    """One operation sent to members; `operation_id` makes every phase of it idempotent."""
+
+    operation_id: str
+    operation: Operation
+
+
+# ---- members ----
+
+
+class Member(BaseModel):
+    """A registered worker process: where to send it operations, and its heartbeat."""
+
+    member_id: str
+    task_queue: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    timeout_seconds: float
+    live: bool = True
+
+
+class ListMembers(BaseModel):
+    live_only: bool = True
+
+
+class MemberList(BaseModel):
+    members: list[Member]
+
+
+class MemberReply(BaseModel):
+    member_id: str
+    phase: str
+    changed: bool = Field(description="false when the member had seen this phase already")
+    report: MemberReport | None = None
+
+
+class BroadcastInput(WorkflowInput):
+    """A broadcast on its own (not a procedure step): one phase, or two when `two_phase`."""
+
+    operation: Operation
+    two_phase: bool = False
+    answer_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="resend to a live member that has not answered by then"
+    )
+    max_sends: int = Field(default=5, ge=1, description="a live member that never answers fails")

@@ -1,0 +1,91 @@
+"""`procbus acl grant|revoke|list`: table permissions, changed on every worker at once.
+
+grant and revoke start a ChangeAccess procedure (a two-phase broadcast around the catalog
+write); list reads the catalog.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from starter.output import console, print_json
+from starter.procedures import ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
+from starter.tables import catalog
+
+acl_app = typer.Typer(
+    help="Table permissions: kept in the catalog, cached and enforced on every worker.",
+    no_args_is_help=True,
+)
+
+PRINCIPAL = typer.Argument(..., help="Who: a user or service name.")
+TABLE = typer.Argument(..., help="NAMESPACE.TABLE")
+PERMISSION = typer.Argument(..., help="read or write")
+
+
+def _change(
+    action: str,
+    principal: str,
+    table: str,
+    permission: str,
+    wait: bool,
+    json_output: bool,
+    procedure_id: str | None,
+) -> None:
+    from procbus.lakehouse.models import ChangeAccessInput
+
+    request = ChangeAccessInput.model_validate(
+        {"action": action, "principal": principal, "table": table, "permission": permission}
+    )
+    request.check()  # a bad name or permission never starts anything
+    run_command(start("ChangeAccess", table, request, procedure_id, wait, json_output))
+
+
+@acl_app.command("grant")
+def acl_grant(
+    principal: str = PRINCIPAL,
+    table: str = TABLE,
+    permission: str = PERMISSION,
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Grant PERMISSION on TABLE to PRINCIPAL on every worker (all or none)."""
+    _change("grant", principal, table, permission, wait, json_output, procedure_id)
+
+
+@acl_app.command("revoke")
+def acl_revoke(
+    principal: str = PRINCIPAL,
+    table: str = TABLE,
+    permission: str = PERMISSION,
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Revoke PERMISSION on TABLE from PRINCIPAL on every worker; once it succeeded, no worker
+    lets PRINCIPAL do it."""
+    _change("revoke", principal, table, permission, wait, json_output, procedure_id)
+
+
+@acl_app.command("list")
+def acl_list(json_output: bool = JSON_OPTION) -> None:
+    """Every grant in the catalog."""
+
+    async def run() -> int:
+        async with catalog() as lake:
+            entries = await lake.list_access()
+        if json_output:
+            print_json([entry.model_dump(mode="json") for entry in entries])
+            return 0
+        if not entries:
+            console.print("no grants")
+            return 0
+        from rich.table import Table
+
+        grid = Table("table", "principal", "permission")
+        for entry in entries:
+            grid.add_row(entry.qualified_table, entry.principal, entry.permission.value)
+        console.print(grid)
+        return 0
+
+    run_command(run())

@@ -1,0 +1,266 @@
+"""The notification bus with three `procbus worker` processes on one Temporal server: every
+member receives, a slow one gets a resend and applies once, a killed one is dropped and
+rebuilds at restart, a failed prepare aborts all, a late starter reads the ACL from the catalog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from procbus.bus.membership import Membership
+from procbus.bus.models import BroadcastInput, ReportState
+from procbus.bus.outcomes import BroadcastResult, MemberOutcome
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.models import (
+    AccessResult,
+    ChangeAccessInput,
+    CreateNamespaceInput,
+    CreateTableInput,
+)
+from procbus.procedures import ProcedureState
+from tests.integration.test_table_procedures import new_id, status_of
+from tests.services import subprocess_environment, worker_process
+from workflows.access import ChangeAccess
+from workflows.bus import Broadcast
+from workflows.tables import CreateNamespace, CreateTable
+
+MEMBER_TIMEOUT = "3"
+
+
+@pytest.fixture
+def start_members(
+    temporal_address: str, database_url: str, task_queue: str, warehouse: Path, tmp_path: Path
+) -> Any:
+    """`procbus worker` processes named by ID, each with its own fault rules."""
+
+    @contextlib.contextmanager
+    def start(**faults_by_id: str) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+        with contextlib.ExitStack() as stack:
+            processes = {}
+            for member_id, faults in faults_by_id.items():
+                env = subprocess_environment(
+                    tmp_path / "state",
+                    temporal_address=temporal_address,
+                    database_url=database_url,
+                    task_queue=task_queue,
+                    warehouse=str(warehouse),
+                    worker_id=member_id,
+                    member_timeout_seconds=MEMBER_TIMEOUT,
+                    faults=faults,
+                )
+                processes[member_id] = stack.enter_context(worker_process(env))
+            yield processes
+
+    return start
+
+
+async def wait_for_members(pool: asyncpg.Pool, *member_ids: str) -> None:
+    """Until exactly these are live: a member polls its queue once it is listed."""
+    async with asyncio.timeout(60):
+        while sorted(m.member_id for m in await Membership(pool).members()) != sorted(member_ids):
+            await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # joined, then rebuilt its caches, then started polling
+
+
+async def inspect(client: Client, task_queue: str) -> BroadcastResult:
+    return await client.execute_workflow(
+        Broadcast.run,
+        BroadcastInput(operation=ReportState(), answer_timeout_seconds=3),
+        id=new_id("inspect"),
+        task_queue=task_queue,
+    )
+
+
+async def create_orders(client: Client, task_queue: str, **options: Any) -> str:
+    await client.execute_workflow(
+        CreateNamespace.run,
+        CreateNamespaceInput(namespace="sales"),
+        id=new_id("ns"),
+        task_queue=task_queue,
+    )
+    procedure_id = new_id("create")
+    await client.execute_workflow(
+        CreateTable.run,
+        CreateTableInput(table="sales.orders", columns="id:bigint", **options),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    return procedure_id
+
+
+def outcomes(result: BroadcastResult) -> dict[str, MemberOutcome]:
+    return {m.member_id: m.outcome for m in result.members}
+
+
+async def test_every_member_applies_a_broadcast_once(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    with start_members(w1="", w2="", w3=""):
+        await wait_for_members(pool, "w1", "w2", "w3")
+        procedure_id = await create_orders(client, task_queue)
+        status = await status_of(client, procedure_id)
+        report = await inspect(client, task_queue)
+    cached = status.broadcasts["refresh_cache"]
+    assert outcomes(cached) == {m: MemberOutcome.APPLIED for m in ("w1", "w2", "w3")}
+    assert all(m.sends == 1 for m in cached.members)
+    assert outcomes(report) == {m: MemberOutcome.APPLIED for m in ("w1", "w2", "w3")}
+    for member in report.members:
+        assert member.report is not None
+        assert member.report.tables == ["sales.orders"]
+        assert member.report.applied == {f"{procedure_id}/refresh_cache": 1}
+
+
+async def test_a_slow_member_is_sent_it_again_and_applies_it_once(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    # w2's first answer comes after 5 s; the procedure waits 2 s for an answer.
+    with start_members(w1="", w2="CreateTable.refresh_cache.apply:delay_first=5", w3=""):
+        await wait_for_members(pool, "w1", "w2", "w3")
+        procedure_id = await create_orders(client, task_queue, step_timeout_seconds=2)
+        status = await status_of(client, procedure_id)
+        await asyncio.sleep(4)  # the first, late attempt has ended on w2 by now
+        report = await inspect(client, task_queue)
+    assert status.state is ProcedureState.SUCCEEDED
+    cached = {m.member_id: m for m in status.broadcasts["refresh_cache"].members}
+    assert {m: r.outcome for m, r in cached.items()} == {
+        m: MemberOutcome.APPLIED for m in ("w1", "w2", "w3")
+    }
+    assert (cached["w1"].sends, cached["w2"].sends, cached["w3"].sends) == (1, 2, 1)
+    w2 = next(m.report for m in report.members if m.member_id == "w2")
+    assert w2 is not None
+    assert w2.applied == {f"{procedure_id}/refresh_cache": 1}
+
+
+async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    with start_members(w1="", w2="", w3="CreateTable.refresh_cache.apply:delay=600") as running:
+        await wait_for_members(pool, "w1", "w2", "w3")
+        await client.execute_workflow(
+            CreateNamespace.run,
+            CreateNamespaceInput(namespace="sales"),
+            id=new_id("ns"),
+            task_queue=task_queue,
+        )
+        procedure_id = new_id("create")
+        handle = await client.start_workflow(
+            CreateTable.run,
+            CreateTableInput(table="sales.orders", columns="id:bigint", step_timeout_seconds=2),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        async with asyncio.timeout(60):  # w1 and w2 applied, w3 hangs in it
+            while True:
+                status = await status_of(client, procedure_id)
+                cached = status.broadcasts.get("refresh_cache")
+                if cached and [m.outcome for m in cached.members].count("applied") == 2:
+                    break
+                await asyncio.sleep(0.1)
+        os.kill(running["w3"].pid, signal.SIGKILL)
+        await handle.result()
+        status = await status_of(client, procedure_id)
+        with start_members(w3=""):  # the same ID again: rebuilt from the catalog
+            await wait_for_members(pool, "w1", "w2", "w3")
+            report = await inspect(client, task_queue)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert outcomes(status.broadcasts["refresh_cache"]) == {
+        "w1": MemberOutcome.APPLIED,
+        "w2": MemberOutcome.APPLIED,
+        "w3": MemberOutcome.DROPPED,
+    }
+    tables = {m.member_id: m.report.tables for m in report.members if m.report}
+    assert tables == {"w1": ["sales.orders"], "w2": ["sales.orders"], "w3": ["sales.orders"]}
+
+
+async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_alone(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    grant = ChangeAccessInput(
+        action="grant", principal="etl", table="sales.orders", permission="write"
+    )
+    with start_members(w1="", w2="ChangeAccess.stage_on_workers.prepare:fail_before", w3=""):
+        await wait_for_members(pool, "w1", "w2", "w3")
+        await create_orders(client, task_queue)
+        procedure_id = new_id("grant")
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                ChangeAccess.run, grant, id=procedure_id, task_queue=task_queue
+            )
+        status = await status_of(client, procedure_id)
+        report = await inspect(client, task_queue)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.failed_step == "stage_on_workers"
+    # The coordinator aborted the others at once; the rollback sent abort to all once more.
+    assert outcomes(status.broadcasts["stage_on_workers"]) == {
+        "w1": MemberOutcome.ABORTED,
+        "w2": MemberOutcome.FAILED,
+        "w3": MemberOutcome.ABORTED,
+    }
+    assert "w2: InjectedFault" in (status.error or "")
+    assert outcomes(status.broadcasts["undo:stage_on_workers"]) == {
+        m: MemberOutcome.ABORTED for m in ("w1", "w2", "w3")
+    }
+    assert await Catalog(pool).list_access() == []
+    for member in report.members:
+        assert member.report is not None
+        assert (member.report.access, member.report.staged) == ([], [])
+        assert f"{procedure_id}/stage_on_workers" not in member.report.applied
+
+
+async def test_grant_and_revoke_reach_every_member_and_a_late_starter_reads_the_catalog(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    entry = {"principal": "etl", "namespace": "sales", "table": "orders", "permission": "write"}
+    change = {"principal": "etl", "table": "sales.orders", "permission": "write"}
+    with start_members(w1="", w2=""):
+        await wait_for_members(pool, "w1", "w2")
+        await create_orders(client, task_queue)
+        granted: AccessResult = await client.execute_workflow(
+            ChangeAccess.run,
+            ChangeAccessInput(action="grant", **change),
+            id=new_id("grant"),
+            task_queue=task_queue,
+        )
+        with start_members(w3=""):  # started after the grant: reads it from the catalog
+            await wait_for_members(pool, "w1", "w2", "w3")
+            after_grant = await inspect(client, task_queue)
+        await wait_for_members(pool, "w1", "w2")
+        revoked: AccessResult = await client.execute_workflow(
+            ChangeAccess.run,
+            ChangeAccessInput(action="revoke", **change),
+            id=new_id("revoke"),
+            task_queue=task_queue,
+        )
+        with start_members(w4=""):  # started after the revoke
+            await wait_for_members(pool, "w1", "w2", "w4")
+            after_revoke = await inspect(client, task_queue)
+    assert [(m.member_id, m.outcome) for m in granted.members] == [
+        ("w1", MemberOutcome.COMMITTED),
+        ("w2", MemberOutcome.COMMITTED),
+    ]
+    assert [(m.member_id, m.outcome) for m in revoked.members] == [
+        ("w1", MemberOutcome.COMMITTED),
+        ("w2", MemberOutcome.COMMITTED),
+    ]
+    assert {m.member_id: m.report.access for m in after_grant.members if m.report} == {
+        "w1": [entry],
+        "w2": [entry],
+        "w3": [entry],
+    }
+    assert {m.member_id: m.report.access for m in after_revoke.members if m.report} == {
+        "w1": [],
+        "w2": [],
+        "w4": [],
+    }
+    assert await Catalog(pool).list_access() == []

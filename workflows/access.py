@@ -1,0 +1,62 @@
+"""ChangeAccess: grant or revoke a table permission on every worker, all or none.
+
+A two-phase broadcast around the catalog write: every live worker stages the change; only if
+all staged does the catalog take it (the point of no return); then every worker commits it,
+resent until each has committed or dropped out. A worker that failed to stage makes all abort,
+and the catalog is never touched. Locks: IX on the namespace, X on the table, so changes to one
+table's ACL (and its deletion) are applied everywhere in one order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.tables import TableActivities
+    from procbus.bus.models import ChangeAccessOperation
+    from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
+    from procbus.lakehouse.names import table_resource
+
+from workflows.procedure import Procedure
+from workflows.tables import checked
+
+
+@workflow.defn(name="ChangeAccess")
+class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
+    @workflow.run
+    async def run(self, request: ChangeAccessInput) -> AccessResult:
+        return await self.execute(request)
+
+    def target(self, request: ChangeAccessInput) -> str:
+        return request.table
+
+    def validate(self, request: ChangeAccessInput) -> None:
+        checked(request.check)
+
+    def locks(self, request: ChangeAccessInput) -> Sequence[tuple[str, str]]:
+        entry = checked(request.check)
+        return [(table_resource(entry.namespace, entry.table), "X")]
+
+    async def steps(self, request: ChangeAccessInput) -> AccessResult:
+        procedure_id = workflow.info().workflow_id
+        entry = checked(request.check)
+        step = AccessStep(
+            procedure_id=procedure_id,
+            action=request.action,
+            entry=entry,
+            fence=self.fence(table_resource(entry.namespace, entry.table)),
+        )
+        await self.step("preflight", TableActivities.preflight_change_access, step)
+        operation = ChangeAccessOperation(action=request.action, entry=entry)
+        await self.prepare_broadcast("stage_on_workers", operation)
+        await self.step(
+            "record_in_catalog",
+            TableActivities.record_access_change,
+            step,
+            pivot=True,
+            summary=f"{request.action} {entry} in the catalog (point of no return)",
+        )
+        committed = await self.commit_broadcast("commit_on_workers", "stage_on_workers", operation)
+        return AccessResult(action=request.action, entry=entry, members=committed.members)
