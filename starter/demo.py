@@ -9,12 +9,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import asyncpg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from standardwebhooks.webhooks import Webhook
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from procbus.bus.member import BusMember
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
@@ -23,9 +24,14 @@ from procbus.errors import ProcbusError, StackError
 from procbus.hooks import TransactionAborted, transaction
 from procbus.hooks.outbox import OutboxRelay
 from procbus.lakehouse import warehouse
-from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
+from procbus.lakehouse.models import (
+    ChangeAccessInput,
+    CreateNamespaceInput,
+    CreateTableInput,
+    DeleteNamespaceInput,
+)
 from procbus.locks import LockTable
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import procedure_status
@@ -39,11 +45,14 @@ from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from starter.output import console
 from starter.receiver import WebhookReceiver
 from worker import build_worker
+from worker.main import bus_member
+from workflows.access import ChangeAccess
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
-DRILL_FAULT = "CreateTable.refresh_cache:fail_before"
+# It is a broadcast: the drill's own bus member refuses it, so every member is sent abort.
+DRILL_FAULT = "CreateTable.refresh_cache.apply:fail_before"
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 
@@ -102,6 +111,14 @@ class DemoGroupedBatches(BaseModel):
     sync_nack_error: str | None
 
 
+class DemoAccess(BaseModel):
+    grant_id: str
+    revoke_id: str
+    granted: dict[str, str] = Field(description="worker -> its outcome of the grant")
+    revoked: dict[str, str] = Field(description="worker -> its outcome of the revoke")
+    grants_left_on_workers: dict[str, int]
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -117,6 +134,7 @@ class DemoReport(BaseModel):
     bad_input: DemoBadInput
     topics: DemoTopics
     grouped: DemoGroupedBatches
+    access: DemoAccess
     metrics_url: str | None
 
 
@@ -166,6 +184,7 @@ class Demo:
         self.pool = pool
         self.quiet = quiet
         self.run_id = uuid.uuid4().hex[:6]
+        self.members: list[BusMember] = []  # this process's bus members: "every worker" here
 
     def say(self, message: str) -> None:
         if not self.quiet:
@@ -182,6 +201,8 @@ class Demo:
             failed = status.failed_step
             undone_note = ", its undo ran too" if failed in undone else ""
             self.say(f"     {failed:<16} FAILED ({status.error}){undone_note}")
+        for step, broadcast in status.broadcasts.items():
+            self.say(f"       {step} on the workers: {broadcast.summary()}")
 
     async def stack_check(self) -> tuple[str, StackCheckResult]:
         workflow_id = f"demo-stack-check-{self.run_id}"
@@ -233,14 +254,25 @@ class Demo:
         drill_queue = f"{self.services.task_queue}-demo-drill-{self.run_id}"
         procedure_id = f"demo-create-table-rollback-{self.run_id}"
         cache = DescriptorCache()
+        faults = parse_faults(DRILL_FAULT)
         with expected_activity_failures():
-            async with build_worker(
-                self.client,
-                self.pool,
-                drill_queue,
-                warehouse_root=self.settings.warehouse_root,
-                faults=parse_faults(DRILL_FAULT),
-                cache=cache,
+            async with (
+                build_worker(
+                    self.client,
+                    self.pool,
+                    drill_queue,
+                    warehouse_root=self.settings.warehouse_root,
+                    faults=faults,
+                ),
+                bus_member(
+                    self.client,
+                    self.pool,
+                    drill_queue,
+                    tables=cache,
+                    access=AccessCache(),
+                    member_id=f"demo-{self.run_id}-drill",
+                    faults=faults,
+                ) as drill_member,
             ):
                 # Expected to fail: the status below says how it ended.
                 with contextlib.suppress(WorkflowFailureError):
@@ -255,11 +287,12 @@ class Demo:
         self.say(f"   {procedure_id}: {status.state.value}")
         self.show_steps(status)
         residue = await self.residue(namespace, "returns", procedure_id)
-        if cache.get(table) is not None:
-            residue.append("cache entry")
+        for member in [*self.members, drill_member]:
+            if member.tables.get(table) is not None:
+                residue.append(f"cache entry on {member.member_id}")
         if status.state is not ProcedureState.ROLLED_BACK or residue:
             raise ProcbusError(f"demo: rollback of {procedure_id} left {residue or status.state}")
-        self.say("   no residue: not in the catalog, no folder, no event, not in the cache")
+        self.say("   no residue: not in the catalog, no folder, no event, in no worker's cache")
         drill = DemoProcedure(procedure_id=procedure_id, url=self.url(procedure_id), status=status)
         return drill, residue
 
@@ -584,6 +617,46 @@ class Demo:
                         return status
                 await asyncio.sleep(0.1)
 
+    async def access(self, namespace: str) -> DemoAccess:
+        table = f"{namespace}.orders"
+        self.say(f"9. Notification bus: grant, then revoke, write on {table} on every worker")
+        outcomes: dict[str, dict[str, str]] = {}
+        ids = {}
+        for action in ("grant", "revoke"):
+            procedure_id = ids[action] = f"demo-acl-{action}-{self.run_id}"
+            result = await self.client.execute_workflow(
+                ChangeAccess.run,
+                ChangeAccessInput(action=action, principal="etl", table=table, permission="write"),
+                id=procedure_id,
+                task_queue=self.services.task_queue,
+                static_summary=f"procbus demo: {action} etl write on {table}",
+            )
+            outcomes[action] = {m.member_id: m.outcome.value for m in result.members}
+            holding = [m for m in self.members if m.access.allows(result.entry)]
+            if len(holding) != (len(self.members) if action == "grant" else 0):
+                raise ProcbusError(f"demo: {action} reached {len(holding)} workers' caches")
+            self.say(
+                f"   {procedure_id}: "
+                + ", ".join(f"{member} {outcome}" for member, outcome in outcomes[action].items())
+            )
+        left = {
+            member.member_id: sum(1 for e in member.access.entries() if e.principal == "etl")
+            for member in self.members
+        }
+        if any(left.values()) or not outcomes["revoke"]:
+            raise ProcbusError(f"demo: the revoke left grants on the workers: {left}")
+        self.say(
+            f"   on all {len(left)} workers of this demo the revoke took effect: etl may not "
+            "write (prepared everywhere first; had one failed, all would have aborted)"
+        )
+        return DemoAccess(
+            grant_id=ids["grant"],
+            revoke_id=ids["revoke"],
+            granted=outcomes["grant"],
+            revoked=outcomes["revoke"],
+            grants_left_on_workers=left,
+        )
+
     async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
         catalog = Catalog(self.pool)
         found = []
@@ -609,9 +682,24 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         )
         try:
             # Our own worker too: the demo works whether or not another one is running.
-            async with build_worker(
-                client, pool, services.task_queue, warehouse_root=settings.warehouse_root
-            ):
+            async with contextlib.AsyncExitStack() as workers:
+                await workers.enter_async_context(
+                    build_worker(
+                        client, pool, services.task_queue, warehouse_root=settings.warehouse_root
+                    )
+                )
+                for number in (1, 2, 3):  # three bus members, as three worker processes would be
+                    member = await workers.enter_async_context(
+                        bus_member(
+                            client,
+                            pool,
+                            services.task_queue,
+                            tables=DescriptorCache(),
+                            access=AccessCache(),
+                            member_id=f"demo-{demo.run_id}-{number}",
+                        )
+                    )
+                    demo.members.append(member)
                 check_id, check = await demo.stack_check()
                 namespace = f"demo_{demo.run_id}"
                 created = await demo.create_table(namespace)
@@ -621,6 +709,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 bad_input = await demo.bad_input()
                 topics = await demo.topics()
                 grouped = await demo.grouped_batches()
+                access = await demo.access(namespace)
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -632,6 +721,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
             failed.procedure_id,
             hooks.committed_workflow_id,
             locks.delete_namespace_id,
+            access.revoke_id,
         )
         for workflow_id in shown:
             demo.say(f"   {demo.url(workflow_id)}")
@@ -653,5 +743,6 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         bad_input=bad_input,
         topics=topics,
         grouped=grouped,
+        access=access,
         metrics_url=services.metrics_url,
     )
