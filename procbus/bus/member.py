@@ -23,6 +23,7 @@ from procbus.bus.models import (
     ReportState,
 )
 from procbus.bus.outcomes import MemberReport
+from procbus.errors import InvalidRequest
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
 
@@ -83,8 +84,12 @@ class BusMember:
         """Applies the operation, staged or not: a member that restarted after it prepared
         has lost the stage, and learns the outcome from this commit."""
         key = message.operation_id
-        if self._decided.get(key) == "committed":
+        decided = self._decided.get(key)
+        if decided == "committed":
             return self._reply("commit", changed=False)
+        if decided == "aborted":
+            # The coordinator commits only after every member prepared, never after an abort.
+            raise InvalidRequest(f"operation {key!r} was aborted on {self.member_id}")
         self._staged.pop(key, None)
         self._perform(message.operation)
         self._decided.remember(key, "committed")

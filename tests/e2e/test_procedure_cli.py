@@ -163,3 +163,45 @@ def test_a_stuck_procedure_waits_for_an_operator(
         assert tables(stack) == []
     finally:
         stack.stop()
+
+
+def test_acl_and_workers_from_the_cli(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    ok(dev_stack, "namespace", "create", "sales", "--wait")
+    ok(dev_stack, "table", "create", "sales.orders", "--schema", "id:bigint", "--wait")
+    workers = json.loads(ok(dev_stack, "workers", "list", "--json"))
+    assert len(workers) == 1  # the dev stack's worker
+    assert workers[0]["live"] and workers[0]["pid"] > 0
+    worker_id = workers[0]["member_id"]
+
+    granted = json.loads(
+        ok(dev_stack, "acl", "grant", "etl", "sales.orders", "write", "--wait", "--json")
+    )
+    assert granted["state"] == "SUCCEEDED"
+    assert granted["broadcasts"]["commit_on_workers"]["members"][0]["outcome"] == "committed"
+    assert json.loads(ok(dev_stack, "acl", "list", "--json")) == [
+        {"principal": "etl", "namespace": "sales", "table": "orders", "permission": "write"}
+    ]
+    inspected = json.loads(ok(dev_stack, "workers", "inspect", "--json"))
+    [member] = inspected["members"]
+    assert member["member_id"] == worker_id
+    assert member["report"]["tables"] == ["sales.orders"]
+    assert [g["principal"] for g in member["report"]["access"]] == ["etl"]
+
+    revoked = procbus(dev_stack.env, "acl", "revoke", "etl", "sales.orders", "write", "--wait")
+    assert revoked.returncode == 0, revoked.stderr
+    assert "commit_on_workers on workers" in revoked.stdout
+    assert f"{worker_id} committed" in revoked.stdout
+    assert json.loads(ok(dev_stack, "acl", "list", "--json")) == []
+
+    for args, says in [
+        (["acl", "grant", "etl", "sales.orders", "delete"], "unknown permission 'delete'"),
+        (["acl", "grant", "bad principal", "sales.orders", "read"], "bad principal"),
+        (["acl", "grant", "etl", "orders", "read"], "NAMESPACE.TABLE"),
+    ]:
+        refused = procbus(dev_stack.env, *args)
+        assert refused.returncode == 1, args
+        assert says in refused.stderr
+    missing = procbus(dev_stack.env, "acl", "grant", "etl", "sales.nope", "read", "--wait")
+    assert missing.returncode == 1
+    assert "table 'sales.nope' does not exist" in missing.stdout

@@ -1,0 +1,136 @@
+"""What a broadcast costs: the latency of a one-phase broadcast to 3 bus members against one
+activity on one worker, in the same run on the same Temporal server.
+
+Both start a workflow and wait for its result, one at a time (latency, not throughput). The
+broadcast lists the live members (one activity), then sends to all three at once. The three
+members are in this process, each with its own task queue, as three worker processes would be.
+Goal: median broadcast latency <= 2x the single activity's. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from bus_workflows import SingleSend, SingleSendInput
+from temporalio.worker import Worker
+
+from procbus.bus.membership import member_task_queue
+from procbus.bus.models import BroadcastInput, BusMessage, PutDescriptor
+from procbus.db import connect, create_pool
+from procbus.db.migrate import migrate
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.names import Column
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.temporal import connect_client
+from worker import build_worker
+from worker.main import bus_member
+from workflows.bus import Broadcast
+
+COUNT = int(os.environ.get("BENCH_COUNT", "60"))
+MEMBERS = 3
+TABLE = TableDescriptor(namespace="bench", name="t", columns=[Column(name="id", type="bigint")])
+
+
+async def latencies(count: int, run_one: Callable[[int], Awaitable[object]]) -> list[float]:
+    times = []
+    for index in range(count):
+        started = time.perf_counter()
+        await run_one(index)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def main() -> dict[str, float | int]:
+    with ephemeral_services("procbus-bench-") as services:
+        setup = await connect(services.postgres.url())
+        await migrate(setup)
+        await setup.close()
+        pool = await create_pool(services.postgres.url())
+        client = await connect_client(services.temporal.address, "default")
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        member_ids = [f"m{n}" for n in range(1, MEMBERS + 1)]
+        async with contextlib.AsyncExitStack() as running:
+            await running.enter_async_context(
+                build_worker(client, pool, queue, warehouse_root=services.root / "warehouse")
+            )
+            await running.enter_async_context(
+                Worker(client, task_queue=f"{queue}-single", workflows=[SingleSend])
+            )
+            for member_id in member_ids:
+                await running.enter_async_context(
+                    bus_member(
+                        client,
+                        pool,
+                        queue,
+                        tables=DescriptorCache(),
+                        access=AccessCache(),
+                        member_id=member_id,
+                    )
+                )
+
+            def single(index: int, round_number: int) -> Awaitable[object]:
+                message = BusMessage(
+                    operation_id=f"single-{round_number}-{index}",
+                    operation=PutDescriptor(table=TABLE),
+                )
+                return client.execute_workflow(
+                    SingleSend.run,
+                    SingleSendInput(task_queue=member_task_queue(queue, "m1"), message=message),
+                    id=f"single-{round_number}-{index}-{queue}",
+                    task_queue=f"{queue}-single",
+                )
+
+            def broadcast(index: int, round_number: int) -> Awaitable[object]:
+                return client.execute_workflow(
+                    Broadcast.run,
+                    BroadcastInput(operation=PutDescriptor(table=TABLE)),
+                    id=f"broadcast-{round_number}-{index}-{queue}",
+                    task_queue=queue,
+                )
+
+            await latencies(10, lambda i: single(i, -1))  # warm-up, not counted
+            await latencies(10, lambda i: broadcast(i, -1))
+            single_times: list[float] = []
+            broadcast_times: list[float] = []
+            # Alternate the two sides so warm-up and server state favour neither.
+            for round_number in range(2):
+                single_times += await latencies(COUNT // 2, lambda i, r=round_number: single(i, r))
+                broadcast_times += await latencies(
+                    COUNT // 2, lambda i, r=round_number: broadcast(i, r)
+                )
+        await pool.close()
+    single_median = statistics.median(single_times)
+    broadcast_median = statistics.median(broadcast_times)
+    return {
+        "count": COUNT,
+        "members": MEMBERS,
+        "single_median_ms": round(single_median * 1000, 1),
+        "single_p95_ms": round(percentile(single_times, 0.95) * 1000, 1),
+        "broadcast_median_ms": round(broadcast_median * 1000, 1),
+        "broadcast_p95_ms": round(percentile(broadcast_times, 0.95) * 1000, 1),
+        "ratio_broadcast_to_single": round(broadcast_median / single_median, 3),
+        "goal_ratio_at_most": 2.0,
+    }
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(main())
+    print(f"one activity on one worker: median {figures['single_median_ms']} ms")
+    print(f"broadcast to {MEMBERS} members:    median {figures['broadcast_median_ms']} ms")
+    print(json.dumps(figures), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # temporalio sdk-python #300

@@ -1,0 +1,148 @@
+"""The member's phases, without Temporal: idempotent per operation, abort undoes, a decided
+operation stays decided."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from procbus.bus.member import BusMember
+from procbus.bus.models import (
+    BusMessage,
+    ChangeAccessOperation,
+    EvictDescriptor,
+    PutDescriptor,
+    ReportState,
+)
+from procbus.errors import InvalidRequest
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
+from procbus.lakehouse.names import Column
+
+ORDERS = TableDescriptor(
+    namespace="sales", name="orders", columns=[Column(name="id", type="bigint")]
+)
+ETL_WRITE = AccessEntry(
+    principal="etl", namespace="sales", table="orders", permission=Permission.WRITE
+)
+
+
+def member() -> BusMember:
+    return BusMember("w1", DescriptorCache(), AccessCache())
+
+
+def put(operation_id: str = "p/refresh_cache", new_table: bool = False) -> BusMessage:
+    return BusMessage(
+        operation_id=operation_id, operation=PutDescriptor(table=ORDERS, new_table=new_table)
+    )
+
+
+def access(action: str, operation_id: str = "p/stage") -> BusMessage:
+    return BusMessage(
+        operation_id=operation_id,
+        operation=ChangeAccessOperation(action=action, entry=ETL_WRITE),  # type: ignore[arg-type]
+    )
+
+
+def test_a_resent_apply_changes_nothing_the_second_time() -> None:
+    bus = member()
+    assert bus.apply(put()).changed
+    assert not bus.apply(put()).changed
+    assert bus.tables.names() == ["sales.orders"]
+    assert bus.applied == {"p/refresh_cache": 1}
+
+
+def test_abort_undoes_a_one_phase_apply_and_a_late_resend_stays_refused() -> None:
+    bus = member()
+    bus.apply(put())
+    assert bus.abort(put()).changed
+    assert bus.tables.names() == []
+    assert not bus.apply(put()).changed  # decided: aborted
+    assert bus.tables.names() == []
+
+
+def test_abort_puts_back_what_an_evict_took_out() -> None:
+    bus = member()
+    bus.tables.put(ORDERS)
+    evict = BusMessage(
+        operation_id="d/evict", operation=EvictDescriptor(qualified_name="sales.orders")
+    )
+    bus.apply(evict)
+    assert bus.tables.names() == []
+    bus.abort(evict)
+    assert bus.tables.get("sales.orders") == ORDERS
+
+
+def test_prepare_stages_and_commit_applies_once() -> None:
+    bus = member()
+    assert bus.prepare(access("grant")).changed
+    assert not bus.access.allows(ETL_WRITE)  # staged only
+    assert bus.report().staged == ["p/stage"]
+    assert bus.commit(access("grant")).changed
+    assert not bus.commit(access("grant")).changed
+    assert bus.access.allows(ETL_WRITE)
+    assert bus.report().staged == []
+    assert bus.applied == {"p/stage": 1}
+
+
+def test_a_restarted_member_learns_the_outcome_from_the_commit_alone() -> None:
+    bus = member()  # never saw the prepare
+    assert bus.commit(access("grant")).changed
+    assert bus.access.allows(ETL_WRITE)
+
+
+def test_an_aborted_prepare_is_not_committed_by_a_late_prepare() -> None:
+    bus = member()
+    bus.prepare(access("grant"))
+    bus.abort(access("grant"))
+    assert not bus.prepare(access("grant")).changed
+    assert bus.report().staged == []
+    assert not bus.access.allows(ETL_WRITE)
+
+
+def test_a_new_table_drops_grants_left_from_an_earlier_table_of_that_name() -> None:
+    bus = member()
+    bus.access.grant(ETL_WRITE)
+    bus.apply(put(new_table=True))
+    assert not bus.access.allows(ETL_WRITE)
+    bus.abort(put(new_table=True))
+    assert bus.access.allows(ETL_WRITE)
+
+
+def test_report_is_read_only() -> None:
+    bus = member()
+    bus.apply(put())
+    reply = bus.apply(BusMessage(operation_id="r", operation=ReportState()))
+    assert not reply.changed
+    assert reply.report is not None
+    assert reply.report.tables == ["sales.orders"]
+    assert reply.report.applied == {"p/refresh_cache": 1}
+
+
+PHASES = st.lists(
+    st.tuples(st.sampled_from(["prepare", "commit", "abort"]), st.sampled_from(["a", "b"])),
+    max_size=12,
+)
+
+
+@given(PHASES)
+def test_any_order_of_resends_ends_as_the_first_decision_says(
+    phases: list[tuple[str, str]],
+) -> None:
+    """Whatever arrives twice or late, an operation's first commit or abort decides it."""
+    bus = member()
+    decided: dict[str, str] = {}
+    for phase, operation in phases:
+        message = access("grant", operation_id=operation)
+        if phase == "commit" and decided.get(operation) == "abort":
+            with pytest.raises(InvalidRequest, match="was aborted"):
+                bus.commit(message)
+            continue
+        getattr(bus, phase)(message)
+        if phase in ("commit", "abort"):
+            decided.setdefault(operation, phase)
+    committed = [op for op, decision in decided.items() if decision == "commit"]
+    assert bus.access.allows(ETL_WRITE) == bool(committed)
+    assert all(bus.applied.get(op) == 1 for op in committed)
+    assert all(op not in bus.applied for op, d in decided.items() if d == "abort")
