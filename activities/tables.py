@@ -16,6 +16,7 @@ from temporalio import activity
 
 from procbus.errors import InvalidRequest
 from procbus.lakehouse import warehouse
+from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
     AccessEntry,
@@ -24,6 +25,7 @@ from procbus.lakehouse.models import (
     NamespaceDescriptor,
     NamespaceRef,
     NamespaceStep,
+    Permission,
     TableDescriptor,
     TableStep,
 )
@@ -35,9 +37,12 @@ class TableActivities:
         pool: asyncpg.Pool,
         warehouse_root: Path,
         events_topic: str | None = None,
+        access: AccessCache | None = None,
     ) -> None:
         self.catalog = Catalog(pool, events_topic)
         self.warehouse_root = warehouse_root
+        # This worker's ACL cache, kept current by the bus; empty (refusing) without a member.
+        self.access = access or AccessCache()
 
     # ---- namespaces ----
 
@@ -120,6 +125,15 @@ class TableActivities:
         table = await self.catalog.get_table(step.table.namespace, step.table.name)
         if table is None:
             raise InvalidRequest(f"table {step.table.qualified_name!r} does not exist")
+        if step.principal is not None:  # deleting a table's data is writing it
+            self.access.require(
+                AccessEntry(
+                    principal=step.principal,
+                    namespace=table.namespace,
+                    table=table.name,
+                    permission=Permission.WRITE,
+                )
+            )
         return table
 
     @activity.defn(name="remove_from_catalog")

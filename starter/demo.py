@@ -31,6 +31,7 @@ from procbus.lakehouse.models import (
     CreateNamespaceInput,
     CreateTableInput,
     DeleteNamespaceInput,
+    DeleteTableInput,
 )
 from procbus.locks import LockTable
 from procbus.procedures import ProcedureState, ProcedureStatus
@@ -48,7 +49,7 @@ from worker import build_worker
 from worker.main import bus_member
 from workflows.access import ChangeAccess
 from workflows.stack_check import StackCheck
-from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
+from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
 # It is a broadcast: the drill's own bus member refuses it, so every member is sent abort.
@@ -117,6 +118,7 @@ class DemoAccess(BaseModel):
     granted: dict[str, str] = Field(description="worker -> its outcome of the grant")
     revoked: dict[str, str] = Field(description="worker -> its outcome of the revoke")
     grants_left_on_workers: dict[str, int]
+    refused_delete_error: str
 
 
 class DemoReport(BaseModel):
@@ -646,15 +648,31 @@ class Demo:
         if any(left.values()) or not outcomes["revoke"]:
             raise ProcbusError(f"demo: the revoke left grants on the workers: {left}")
         self.say(
-            f"   on all {len(left)} workers of this demo the revoke took effect: etl may not "
-            "write (prepared everywhere first; had one failed, all would have aborted)"
+            f"   on all {len(left)} workers of this demo the revoke took effect (prepared "
+            "everywhere first; had one failed, all would have aborted)"
         )
+        refused_id = f"demo-acl-refused-delete-{self.run_id}"
+        with expected_activity_failures(), contextlib.suppress(WorkflowFailureError):
+            await self.client.execute_workflow(
+                DeleteTable.run,
+                DeleteTableInput(table=table, principal="etl"),
+                id=refused_id,
+                task_queue=self.services.task_queue,
+                static_summary=f"procbus demo: DeleteTable {table} as etl, refused",
+            )
+        refused = await procedure_status(self.client, refused_id)
+        if refused.state is not ProcedureState.ROLLED_BACK or "AccessDenied" not in (
+            refused.error or ""
+        ):
+            raise ProcbusError(f"demo: etl's DeleteTable after the revoke: {refused.state}")
+        self.say(f"   DeleteTable {table} as etl now: {refused.state.value} ({refused.error})")
         return DemoAccess(
             grant_id=ids["grant"],
             revoke_id=ids["revoke"],
             granted=outcomes["grant"],
             revoked=outcomes["revoke"],
             grants_left_on_workers=left,
+            refused_delete_error=refused.error or "",
         )
 
     async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
@@ -683,19 +701,26 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         try:
             # Our own worker too: the demo works whether or not another one is running.
             async with contextlib.AsyncExitStack() as workers:
+                # Member 1 and the demo's worker are one process: its table activities enforce
+                # member 1's ACL cache.
+                caches = [AccessCache() for _ in range(3)]
                 await workers.enter_async_context(
                     build_worker(
-                        client, pool, services.task_queue, warehouse_root=settings.warehouse_root
+                        client,
+                        pool,
+                        services.task_queue,
+                        warehouse_root=settings.warehouse_root,
+                        access=caches[0],
                     )
                 )
-                for number in (1, 2, 3):  # three bus members, as three worker processes would be
+                for number, acl in enumerate(caches, start=1):  # as three worker processes
                     member = await workers.enter_async_context(
                         bus_member(
                             client,
                             pool,
                             services.task_queue,
                             tables=DescriptorCache(),
-                            access=AccessCache(),
+                            access=acl,
                             member_id=f"demo-{demo.run_id}-{number}",
                         )
                     )

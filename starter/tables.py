@@ -118,6 +118,9 @@ def table_create(
 @table_app.command("delete")
 def table_delete(
     name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
+    principal: str | None = typer.Option(
+        None, "--as", help="Who asks: refused unless the ACL lets them write the table."
+    ),
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
@@ -125,7 +128,7 @@ def table_delete(
     """Start a DeleteTable procedure: the catalog removal is the point of no return."""
     from procbus.lakehouse.models import DeleteTableInput
 
-    request = DeleteTableInput(table=name)
+    request = DeleteTableInput(table=name, principal=principal)
     start_checked("DeleteTable", name, request, procedure_id, wait, json_output)
 
 

@@ -129,14 +129,17 @@ def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse:
     @contextlib.asynccontextmanager
     async def start(faults: str = "", cache: DescriptorCache | None = None) -> AsyncIterator[None]:
         rules = parse_faults(faults)
+        access = AccessCache()
         async with (
-            build_worker(client, pool, task_queue, warehouse_root=warehouse, faults=rules),
+            build_worker(
+                client, pool, task_queue, warehouse_root=warehouse, faults=rules, access=access
+            ),
             bus_member(
                 client,
                 pool,
                 task_queue,
                 tables=cache if cache is not None else DescriptorCache(),
-                access=AccessCache(),
+                access=access,
                 timeout_seconds=3.0,
                 faults=rules,
             ),

@@ -63,11 +63,12 @@ def activities_for(
     warehouse_root: Path,
     endpoint_allowlist: list[str],
     events_topic: str | None,
+    access: AccessCache | None,
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue).sweep_outbox,
-        *TableActivities(pool, warehouse_root, events_topic).all(),
+        *TableActivities(pool, warehouse_root, events_topic, access).all(),
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist).all(),
         *BusActivities(Membership(pool)).all(),
@@ -91,8 +92,10 @@ def build_worker(
     faults: Sequence[Fault] = (),
     endpoint_allowlist: list[str] | None = None,
     events_topic: str | None = None,
+    access: AccessCache | None = None,
 ) -> Worker:
-    """A worker with every procbus workflow and activity, its activities on `pool`."""
+    """A worker with every procbus workflow and activity, its activities on `pool`; its table
+    activities check principals against `access`, the ACL cache of this process's bus member."""
     warehouse_root.mkdir(parents=True, exist_ok=True)
     return Worker(
         client,
@@ -104,6 +107,7 @@ def build_worker(
             warehouse_root,
             endpoint_allowlist or [],
             events_topic,
+            access,
         ),
         interceptors=worker_interceptors(faults),
     )
@@ -170,6 +174,7 @@ async def serve(
                 services.task_queue,
                 warehouse_root=settings.warehouse_root,
                 faults=faults,
+                access=access,
                 endpoint_allowlist=allowlist,
                 events_topic=settings.events_topic,
             ),

@@ -237,7 +237,7 @@ def broadcast_failure(result: BroadcastResult, step: str) -> ApplicationError:
 @workflow.defn(name="Broadcast")
 class Broadcast:
     """One operation to every live member, one phase or two; the result names each member's
-    outcome. Its progress is the `status` query and the UI's current details."""
+    outcome. Its progress is the `broadcast_status` query and the UI's current details."""
 
     def __init__(self) -> None:
         self.result: BroadcastResult | None = None
@@ -264,6 +264,7 @@ class Broadcast:
     def _show(self, result: BroadcastResult) -> None:
         workflow.set_current_details(f"**{result.operation_id}** — {result.summary()}")
 
-    @workflow.query(name="status")
+    # Not "status": that name is the procedures' query, and a broadcast is not a procedure.
+    @workflow.query(name="broadcast_status")
     def status(self) -> BroadcastResult | None:
         return self.result

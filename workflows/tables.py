@@ -223,6 +223,7 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
         wanted = TableStep(
             procedure_id=procedure_id,
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
+            principal=request.principal,
         )
         table = await self.step("preflight", TableActivities.preflight_delete_table, wanted)
         fence = self.fence(table_resource(namespace, name))

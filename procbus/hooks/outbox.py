@@ -221,7 +221,8 @@ async def ensure_sweep_schedule(
     client: Client, task_queue: str, every: timedelta = SWEEP_EVERY
 ) -> None:
     """The Temporal Schedule that starts OutboxSweep every `every`: created once, kept; one
-    made with another interval (procbus used to sweep every minute) is brought to this one."""
+    made with another interval (procbus used to sweep every minute) or for another task queue
+    (the workers moved to a new one) is brought up to date."""
     spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
@@ -241,11 +242,14 @@ async def ensure_sweep_schedule(
         pass
     handle = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
     existing = await handle.describe()
-    if [interval.every for interval in existing.schedule.spec.intervals] == [every]:
+    action = existing.schedule.action
+    same_queue = isinstance(action, ScheduleActionStartWorkflow) and action.task_queue == task_queue
+    if same_queue and [interval.every for interval in existing.schedule.spec.intervals] == [every]:
         return
 
-    def new_interval(current: ScheduleUpdateInput) -> ScheduleUpdate:
+    def brought_up_to_date(current: ScheduleUpdateInput) -> ScheduleUpdate:
         current.description.schedule.spec = spec
+        current.description.schedule.action = schedule.action  # the task queue of this worker
         return ScheduleUpdate(schedule=current.description.schedule)
 
-    await handle.update(new_interval)
+    await handle.update(brought_up_to_date)

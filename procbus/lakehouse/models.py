@@ -27,6 +27,17 @@ from procbus.lakehouse.names import (
 from procbus.locks.models import Fence
 from procbus.procedures.models import ProcedureInput
 
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:\-]{0,199}$")
+
+
+def check_principal(principal: str) -> str:
+    if not _PRINCIPAL.match(principal):
+        raise InvalidRequest(
+            f"bad principal {principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
+            " (at most 200), starting with a letter or digit"
+        )
+    return principal
+
 
 class TableDescriptor(BaseModel):
     namespace: str
@@ -90,8 +101,14 @@ class CreateTableInput(ProcedureInput):
 
 class DeleteTableInput(ProcedureInput):
     table: str = Field(description="NAMESPACE.TABLE")
+    principal: str | None = Field(
+        default=None,
+        description="who asks: the worker refuses unless its ACL cache lets them write the table",
+    )
 
     def check(self) -> tuple[str, str]:
+        if self.principal is not None:
+            check_principal(self.principal)
         return parse_table_name(self.table)
 
 
@@ -125,6 +142,7 @@ class TableStep(BaseModel):
     procedure_id: str
     table: TableDescriptor
     fence: Fence | None = None
+    principal: str | None = None  # who asks, when the step checks the worker's ACL cache
 
 
 class EventStep(BaseModel):
@@ -157,9 +175,6 @@ class AccessEntry(BaseModel):
         return f"{self.principal} {self.permission.value} on {self.qualified_table}"
 
 
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:\-]{0,199}$")
-
-
 class ChangeAccessInput(ProcedureInput):
     """Grant or revoke one permission, on every worker at once (a two-phase broadcast)."""
 
@@ -169,11 +184,7 @@ class ChangeAccessInput(ProcedureInput):
     permission: str = Field(description="read or write")
 
     def check(self) -> AccessEntry:
-        if not _PRINCIPAL.match(self.principal):
-            raise InvalidRequest(
-                f"bad principal {self.principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
-                " (at most 200), starting with a letter or digit"
-            )
+        check_principal(self.principal)
         namespace, table = parse_table_name(self.table)
         try:
             permission = Permission(self.permission)

@@ -132,7 +132,7 @@ def faulty_env(state_dir: Path) -> dict[str, str]:
         dev_ui_port=str(free_port()),
         metrics_port=str(free_port()),
         # Step 3 fails; undoing step 1 fails until an operator steps in.
-        faults="CreateTable.refresh_cache:fail_before,CreateTable.create_layout.undo:fail_before",
+        faults="CreateTable.refresh_cache.apply:fail_before,CreateTable.create_layout.undo:fail_before",
     )
 
 

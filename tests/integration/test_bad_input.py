@@ -44,6 +44,8 @@ UNTOUCHED_HISTORY = [
 
 def test_every_registered_workflow_is_covered() -> None:
     assert WORKFLOW_TYPES == [
+        "Broadcast",
+        "ChangeAccess",
         "CreateNamespace",
         "CreateTable",
         "DeleteNamespace",

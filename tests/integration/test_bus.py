@@ -1,6 +1,7 @@
 """The notification bus with three `procbus worker` processes on one Temporal server: every
 member receives, a slow one gets a resend and applies once, a killed one is dropped and
-rebuilds at restart, a failed prepare aborts all, a late starter reads the ACL from the catalog.
+rebuilds at restart, a failed prepare aborts all, a late starter enforces the ACL it read from
+the catalog.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from procbus.lakehouse.models import (
     ChangeAccessInput,
     CreateNamespaceInput,
     CreateTableInput,
+    DeleteTableInput,
 )
 from procbus.procedures import ProcedureState
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import subprocess_environment, worker_process
 from workflows.access import ChangeAccess
 from workflows.bus import Broadcast
-from workflows.tables import CreateNamespace, CreateTable
+from workflows.tables import CreateNamespace, CreateTable, DeleteTable
 
 MEMBER_TIMEOUT = "3"
 
@@ -218,33 +220,52 @@ async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_al
         assert f"{procedure_id}/stage_on_workers" not in member.report.applied
 
 
-async def test_grant_and_revoke_reach_every_member_and_a_late_starter_reads_the_catalog(
+async def grant_or_revoke(client: Client, task_queue: str, action: str) -> AccessResult:
+    return await client.execute_workflow(
+        ChangeAccess.run,
+        ChangeAccessInput(action=action, principal="etl", table="sales.orders", permission="write"),
+        id=new_id(action),
+        task_queue=task_queue,
+    )
+
+
+async def delete_orders_as(client: Client, task_queue: str, principal: str) -> str:
+    procedure_id = new_id("delete")
+    with contextlib.suppress(WorkflowFailureError):
+        await client.execute_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.orders", principal=principal),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+    return procedure_id
+
+
+async def test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_the_catalog(
     client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
 ) -> None:
     entry = {"principal": "etl", "namespace": "sales", "table": "orders", "permission": "write"}
-    change = {"principal": "etl", "table": "sales.orders", "permission": "write"}
     with start_members(w1="", w2=""):
         await wait_for_members(pool, "w1", "w2")
         await create_orders(client, task_queue)
-        granted: AccessResult = await client.execute_workflow(
-            ChangeAccess.run,
-            ChangeAccessInput(action="grant", **change),
-            id=new_id("grant"),
-            task_queue=task_queue,
-        )
+        granted = await grant_or_revoke(client, task_queue, "grant")
+        refused_without_grant = await delete_orders_as(client, task_queue, "ana")
         with start_members(w3=""):  # started after the grant: reads it from the catalog
             await wait_for_members(pool, "w1", "w2", "w3")
             after_grant = await inspect(client, task_queue)
         await wait_for_members(pool, "w1", "w2")
-        revoked: AccessResult = await client.execute_workflow(
-            ChangeAccess.run,
-            ChangeAccessInput(action="revoke", **change),
-            id=new_id("revoke"),
-            task_queue=task_queue,
-        )
-        with start_members(w4=""):  # started after the revoke
-            await wait_for_members(pool, "w1", "w2", "w4")
-            after_revoke = await inspect(client, task_queue)
+        revoked = await grant_or_revoke(client, task_queue, "revoke")
+    # w4 alone serves the procedures now: whatever it enforces, it read from the catalog.
+    with start_members(w4=""):
+        await wait_for_members(pool, "w4")
+        after_revoke = await inspect(client, task_queue)
+        refused_after_revoke = await delete_orders_as(client, task_queue, "etl")
+        await grant_or_revoke(client, task_queue, "grant")
+        allowed = await delete_orders_as(client, task_queue, "etl")
+        statuses = [
+            await status_of(client, procedure_id)
+            for procedure_id in (refused_without_grant, refused_after_revoke, allowed)
+        ]
     assert [(m.member_id, m.outcome) for m in granted.members] == [
         ("w1", MemberOutcome.COMMITTED),
         ("w2", MemberOutcome.COMMITTED),
@@ -258,9 +279,10 @@ async def test_grant_and_revoke_reach_every_member_and_a_late_starter_reads_the_
         "w2": [entry],
         "w3": [entry],
     }
-    assert {m.member_id: m.report.access for m in after_revoke.members if m.report} == {
-        "w1": [],
-        "w2": [],
-        "w4": [],
-    }
-    assert await Catalog(pool).list_access() == []
+    assert {m.member_id: m.report.access for m in after_revoke.members if m.report} == {"w4": []}
+    for refused, who in zip(statuses[:2], ("ana", "etl"), strict=True):
+        assert refused.state is ProcedureState.ROLLED_BACK
+        assert refused.error == f"AccessDenied: {who!r} may not write 'sales.orders'"
+    assert statuses[2].state is ProcedureState.SUCCEEDED
+    assert await Catalog(pool).list_tables() == []
+    assert await Catalog(pool).list_access() == []  # the table took its grants with it

@@ -72,3 +72,19 @@ async def test_a_sweep_schedule_of_every_minute_becomes_hourly(
     finally:
         with contextlib.suppress(RPCError):
             await schedule.delete()
+
+
+async def test_a_sweep_schedule_of_another_task_queue_moves_to_this_one(
+    client: Client, task_queue: str
+) -> None:
+    schedule = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
+    with contextlib.suppress(RPCError):
+        await schedule.delete()
+    try:
+        await ensure_sweep_schedule(client, f"{task_queue}-old")  # workers that moved on since
+        await ensure_sweep_schedule(client, task_queue)
+        action = (await schedule.describe()).schedule.action
+        assert isinstance(action, ScheduleActionStartWorkflow) and action.task_queue == task_queue
+    finally:
+        with contextlib.suppress(RPCError):
+            await schedule.delete()
