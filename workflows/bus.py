@@ -205,8 +205,9 @@ class Broadcaster:
                 if roll_forward:
                     into.error = _error_text(error)
                     self.on_change(self.result)
-                    wait = min(self.answer_timeout * into.sends, ROLL_FORWARD_MAX_WAIT)
-                    await workflow.sleep(wait, summary=f"before sending {phase.value} again")
+                    if not unanswered:  # it refused: give it time before asking again
+                        wait = min(self.answer_timeout * into.sends, ROLL_FORWARD_MAX_WAIT)
+                        await workflow.sleep(wait, summary=f"before sending {phase.value} again")
                     continue
                 if unanswered and into.sends < self.max_sends:
                     continue  # resend: the member is alive, maybe slow

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from urllib.parse import quote
@@ -79,6 +80,8 @@ def test_the_ui_shows_procedures_their_steps_and_the_schedules(
     page.goto(f"{ui}/namespaces/default/workflows/{table_id}")
     expect(page.get_by_text("add sales.orders to the catalog").first).to_be_visible()
     expect(page.get_by_text("record TableCreated for delivery").first).to_be_visible()
+    # refresh_cache is a broadcast: one send per worker, named for the worker it went to.
+    expect(page.get_by_text(re.compile(r"apply put_descriptor on \S+")).first).to_be_visible()
     page.get_by_text("User Metadata").click()
     # Summary and current details are markdown, each rendered in its own frame.
     summary, details = page.frame_locator("iframe").first, page.frame_locator("iframe").last
