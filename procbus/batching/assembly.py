@@ -24,6 +24,7 @@ Pure and deterministic: the same queue gives the same batch, in the same order.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -124,9 +125,14 @@ class _Cut:
         )
 
     def take(self, position: int) -> bool:
-        """Send this event and what it needs, if all of it can go."""
+        """Send this event and what it needs, if all of it can go.
+
+        Every event before `position` is decided already (sent, or blocked, and then its key is
+        blocked from there on), so of a key only the events between `position` and the one
+        pulled in need a look."""
         needed = {position}
         stack = [position]
+        expanded: set[str] = set()
         while stack:
             current = stack.pop()
             if self.bad(current):
@@ -136,10 +142,12 @@ class _Cut:
                 return False
             event = self.scan.queue[current]
             more: list[int] = []
-            if event.txn_id is not None:
+            if event.txn_id is not None and event.txn_id not in expanded:
+                expanded.add(event.txn_id)
                 more += self.scan.txns[event.txn_id].positions
-            if event.key is not None:
-                more += [p for p in self.scan.positions_of_key[event.key] if p < current]
+            if event.key is not None and current > position:
+                of_key = self.scan.positions_of_key[event.key]
+                more += of_key[bisect_right(of_key, position) : bisect_left(of_key, current)]
             for other in more:
                 if other not in self.sent and other not in needed:
                     needed.add(other)
