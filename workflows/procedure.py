@@ -506,7 +506,7 @@ class Procedure(Generic[InputT, ResultT]):
             undo=undo,
             sent=self._bus_sends,
             result=result,
-            on_change=lambda _: self._set_state(self.status.state),
+            on_change=lambda _: self._show_details(),
         )
 
     async def _bus_step(
@@ -655,17 +655,25 @@ class Procedure(Generic[InputT, ResultT]):
         workflow.metric_meter().create_counter(
             PROCEDURE_STATES, "procedures entering each state"
         ).add(1, {"state": state.value})
-        running = f", running {self.status.step_running}" if self.status.step_running else ""
-        broadcast = self.status.broadcasts.get(self.status.step_running or "")
-        if broadcast is not None:
-            running += f" ({broadcast.summary()})"
+        self._show_details()
+
+    def _show_details(self) -> None:
+        """The current details line of the Temporal UI: state, steps, what it runs or waits for,
+        and each broadcast's outcome at every worker."""
+        status = self.status
+        running = f", running {status.step_running}" if status.step_running else ""
         waiting = (
-            f", waiting for {'; '.join(self.status.waiting_for)}"
-            if state is ProcedureState.WAITING
+            f", waiting for {'; '.join(status.waiting_for)}"
+            if status.state is ProcedureState.WAITING
             else ""
         )
+        broadcasts = "".join(
+            f"\n\n{step} on the workers: {result.summary()}"
+            for step, result in status.broadcasts.items()
+        )
         workflow.set_current_details(
-            f"**{state.value}** — {len(self.status.steps_done)} steps done{running}{waiting}"
+            f"**{status.state.value}** — {len(status.steps_done)} steps done{running}{waiting}"
+            + broadcasts
         )
 
     # ---- queries, updates and signals, on every procedure ----

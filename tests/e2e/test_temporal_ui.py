@@ -88,6 +88,9 @@ def test_the_ui_shows_procedures_their_steps_and_the_schedules(
     expect(summary.get_by_text("CreateTable sales.orders")).to_be_visible()
     expect(details.get_by_text("SUCCEEDED")).to_be_visible()
     expect(details.get_by_text("5 steps done")).to_be_visible()
+    expect(
+        details.get_by_text(re.compile(r"refresh_cache on the workers: \S+ applied"))
+    ).to_be_visible()
 
     # The Schedules page lists procbus's schedule, hourly.
     page.goto(f"{ui}/namespaces/default/schedules")
