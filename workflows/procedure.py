@@ -398,22 +398,17 @@ class Procedure(Generic[InputT, ResultT]):
             self._carried_steps.discard(name)
             stored = self._kept.results.get(name)
             return TypeAdapter(result_type).validate_python(stored) if result_type else stored
-        if name in self.status.steps_done or name == self.status.step_running:
-            raise ValueError(f"step {name!r} ran already: step names must be unique")
-        self._stop_if_rolling_back()
-        self._continue_as_new_if_due()
         past_pivot = self.status.pivot_step is not None
-        if undo is not None:
-            if past_pivot:
-                raise ValueError(f"step {name!r} has an undo but runs after the pivot")
-            self._kept.compensations.append(
-                Compensation(
-                    step=name,
-                    activity=activity_name(undo),
-                    arg=to_jsonable_python(arg if undo_arg is None else undo_arg),
-                )
-            )
-        self.status.step_running = name
+        self._begin_step(
+            name,
+            None
+            if undo is None
+            else Compensation(
+                step=name,
+                activity=activity_name(undo),
+                arg=to_jsonable_python(arg if undo_arg is None else undo_arg),
+            ),
+        )
         attempt = 1
         while True:
             try:
@@ -442,6 +437,22 @@ class Procedure(Generic[InputT, ResultT]):
         if self.status.state is ProcedureState.ROLLING_FORWARD:
             self.status.error = None
             self._set_state(ProcedureState.RUNNING)
+        self._end_step(name, result, pivot=pivot)
+        return result
+
+    def _begin_step(self, name: str, undo: Compensation | None) -> None:
+        """A step starts: its name is new, no rollback was asked for, its undo is stacked."""
+        if name in self.status.steps_done or name == self.status.step_running:
+            raise ValueError(f"step {name!r} ran already: step names must be unique")
+        self._stop_if_rolling_back()
+        self._continue_as_new_if_due()
+        if undo is not None:
+            if self.status.pivot_step is not None:
+                raise ValueError(f"step {name!r} has an undo but runs after the pivot")
+            self._kept.compensations.append(undo)
+        self.status.step_running = name
+
+    def _end_step(self, name: str, result: Any, *, pivot: bool = False) -> None:
         self.status.step_running = None
         self.status.steps_done.append(name)
         self._kept.results[name] = to_jsonable_python(result)
@@ -449,7 +460,6 @@ class Procedure(Generic[InputT, ResultT]):
             self.status.pivot_step = name
             self._kept.compensations.clear()  # nothing before the pivot is ever undone now
         self._stop_if_rolling_back()
-        return result
 
     # ---- broadcasts to every worker (procbus.bus) ----
 
@@ -520,23 +530,12 @@ class Procedure(Generic[InputT, ResultT]):
         if name in self._carried_steps:  # done in an earlier run, before continue-as-new
             self._carried_steps.discard(name)
             return BroadcastResult.model_validate(self._kept.results[name])
-        if name in self.status.steps_done or name == self.status.step_running:
-            raise ValueError(f"step {name!r} ran already: step names must be unique")
-        self._stop_if_rolling_back()
-        self._continue_as_new_if_due()
-        if compensation is not None:
-            if self.status.pivot_step is not None:
-                raise ValueError(f"step {name!r} has an undo but runs after the pivot")
-            self._kept.compensations.append(compensation)
-        self.status.step_running = name
+        self._begin_step(name, compensation)
         try:
             result = await run(self._broadcaster(name, message))
         except BroadcastFailed as failed:
             raise broadcast_failure(failed.result, name) from None
-        self.status.step_running = None
-        self.status.steps_done.append(name)
-        self._kept.results[name] = to_jsonable_python(result)
-        self._stop_if_rolling_back()
+        self._end_step(name, result)
         return result
 
     def _stop_if_rolling_back(self) -> None:
