@@ -1,0 +1,219 @@
+"""Where a Spark job runs, behind one small interface: submit, progress, cancel, reattach,
+result. Status comes from Spark's own APIs (here the status tracker), never from its logs.
+
+`LocalBackend` runs jobs in this process's session (`local[*]` by default): each job in its own
+thread under a job group named for the job's business key, so its progress is read and it is
+cancelled by that group. A job submitted again under a key that still runs is reattached: the
+same run, not a second copy (only within this process: after a worker restart a local job is
+gone and is submitted again). The cluster backends (a standalone master's REST submission API,
+Spark Connect) implement the same interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pydantic import BaseModel
+
+from procbus.errors import ProcbusError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SparkJob = Callable[["SparkSession"], Any]
+
+
+class JobPhase(StrEnum):
+    SUBMITTED = "submitted"  # accepted, no Spark job started yet
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED)
+
+
+class JobProgress(BaseModel):
+    """What a person watching a job wants to see: its phase and how far its Spark jobs,
+    stages and tasks are (done of total, as far as Spark has planned them)."""
+
+    job_key: str
+    phase: JobPhase
+    jobs_done: int = 0
+    jobs_total: int = 0
+    stages_done: int = 0
+    stages_total: int = 0
+    tasks_done: int = 0
+    tasks_total: int = 0
+    error: str | None = None
+
+    def line(self) -> str:
+        text = (
+            f"{self.phase.value}: jobs {self.jobs_done}/{self.jobs_total}, stages "
+            f"{self.stages_done}/{self.stages_total}, tasks {self.tasks_done}/{self.tasks_total}"
+        )
+        return f"{text}: {self.error}" if self.error else text
+
+
+class SparkJobFailed(ProcbusError):
+    """The Spark job failed; the message is Spark's own, without the JVM stack."""
+
+
+class SparkJobCancelled(ProcbusError):
+    """The Spark job was cancelled before it finished."""
+
+
+class JobHandle(BaseModel):
+    job_key: str
+    group: str  # the Spark job group (local) or submission ID (cluster) that names the run
+
+
+class SparkBackend(Protocol):
+    async def submit(self, job_key: str, job: SparkJob) -> JobHandle: ...
+
+    async def reattach(self, job_key: str) -> JobHandle | None: ...
+
+    async def progress(self, handle: JobHandle) -> JobProgress: ...
+
+    async def cancel(self, handle: JobHandle) -> None: ...
+
+    async def result(self, handle: JobHandle) -> Any: ...
+
+
+def spark_error_text(error: BaseException) -> str:
+    """Spark's own message for a failed job, without the JVM's stack: its first line, or, for
+    an exception raised in a Python worker (a UDF), the line that names that exception."""
+    from pyspark.errors import PySparkException
+
+    if isinstance(error, PySparkException):
+        text = error.getMessage() if hasattr(error, "getMessage") else str(error)
+    else:
+        text = str(error)
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(("\tat ", "JVM stacktrace:")) or line.strip().startswith("at org."):
+            break  # the JVM's stack from here on
+        if line.strip():
+            lines.append(line.rstrip())
+    if not lines:
+        return type(error).__name__
+    if any("Traceback (most recent call last)" in line for line in lines):
+        # "ValueError: row 3 has no amount", the last line of the worker's traceback.
+        raised = next(line for line in reversed(lines) if not line.startswith(" "))
+        return f"{lines[0].split(' ', 1)[0]} {raised.strip()}"
+    return lines[0]
+
+
+@dataclass
+class _LocalRun:
+    handle: JobHandle
+    future: Future[Any] = field(default_factory=Future)
+    cancelled: bool = False
+
+
+class LocalBackend:
+    """Jobs in this process's Spark session, one thread each, named by a job group."""
+
+    def __init__(self, session: SparkSession) -> None:
+        self.session = session
+        self._runs: dict[str, _LocalRun] = {}
+        self._lock = threading.Lock()
+
+    async def submit(self, job_key: str, job: SparkJob) -> JobHandle:
+        with self._lock:
+            running = self._runs.get(job_key)
+            if running is not None and not running.future.done():
+                return running.handle  # the same run: never a second copy of one job
+            run = _LocalRun(JobHandle(job_key=job_key, group=f"procbus-{uuid.uuid4().hex}"))
+            self._runs[job_key] = run
+        thread = threading.Thread(
+            target=self._run, args=(run, job), name=f"spark-job-{job_key}", daemon=True
+        )
+        thread.start()
+        return run.handle
+
+    def _run(self, run: _LocalRun, job: SparkJob) -> None:
+        context = self.session.sparkContext
+        # Per thread: every Spark job this thread starts belongs to the group.
+        context.setJobGroup(run.handle.group, run.handle.job_key, interruptOnCancel=True)
+        try:
+            run.future.set_result(job(self.session))
+        except BaseException as error:  # handed to whoever waits for the result
+            run.future.set_exception(error)
+
+    async def reattach(self, job_key: str) -> JobHandle | None:
+        with self._lock:
+            run = self._runs.get(job_key)
+        return run.handle if run is not None and not run.future.done() else None
+
+    def _run_of(self, handle: JobHandle) -> _LocalRun:
+        run = self._runs.get(handle.job_key)
+        if run is None or run.handle.group != handle.group:
+            raise ProcbusError(f"no Spark job {handle.job_key!r} runs in this process")
+        return run
+
+    async def progress(self, handle: JobHandle) -> JobProgress:
+        run = self._run_of(handle)
+        tracker = self.session.sparkContext.statusTracker()
+        progress = JobProgress(job_key=handle.job_key, phase=JobPhase.SUBMITTED)
+        for job_id in tracker.getJobIdsForGroup(handle.group):
+            info = tracker.getJobInfo(job_id)
+            if info is None:
+                continue
+            progress.jobs_total += 1
+            progress.jobs_done += info.status == "SUCCEEDED"
+            for stage_id in info.stageIds:
+                stage = tracker.getStageInfo(stage_id)
+                if stage is None:  # planned, not started (or skipped)
+                    continue
+                progress.stages_total += 1
+                progress.stages_done += stage.numCompletedTasks >= stage.numTasks > 0
+                progress.tasks_total += stage.numTasks
+                progress.tasks_done += stage.numCompletedTasks
+        if progress.jobs_total:
+            progress.phase = JobPhase.RUNNING
+        if run.future.done():
+            error = run.future.exception()
+            if run.cancelled:
+                progress.phase = JobPhase.CANCELLED
+            elif error is not None:
+                progress.phase, progress.error = JobPhase.FAILED, spark_error_text(error)
+            else:
+                progress.phase = JobPhase.SUCCEEDED
+        return progress
+
+    async def cancel(self, handle: JobHandle) -> None:
+        """Cancel the job's Spark jobs and wait until its thread has stopped."""
+        run = self._run_of(handle)
+        if run.future.done():
+            return
+        run.cancelled = True
+        self.session.sparkContext.cancelJobGroup(handle.group)
+        # The job's Spark job fails as cancelled, and the job function with it.
+        with contextlib.suppress(BaseException):
+            await asyncio.wrap_future(run.future)
+
+    async def result(self, handle: JobHandle) -> Any:
+        """The job function's result, once it ends; SparkJobFailed with Spark's message, or
+        SparkJobCancelled."""
+        run = self._run_of(handle)
+        try:
+            return await asyncio.wrap_future(run.future)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            if run.cancelled:
+                raise SparkJobCancelled(f"Spark job {handle.job_key!r} was cancelled") from None
+            raise SparkJobFailed(
+                f"Spark job {handle.job_key!r} failed: {spark_error_text(error)}"
+            ) from None
