@@ -39,10 +39,10 @@ ROLL_FORWARD_MAX_WAIT = timedelta(seconds=30)
 
 
 class Phase(StrEnum):
-    APPLY = "apply"
-    PREPARE = "prepare"
-    COMMIT = "commit"
-    ABORT = "abort"
+    APPLY = "apply"  # one phase: change the member's state now
+    PREPARE = "prepare"  # two phases, first: stage the change, apply nothing yet
+    COMMIT = "commit"  # two phases, second: apply it (staged or not: it carries the change)
+    ABORT = "abort"  # drop a stage, undo a one-phase apply; the operation stays decided
 
     @property
     def activity(self) -> str:

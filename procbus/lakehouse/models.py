@@ -155,8 +155,8 @@ class EventStep(BaseModel):
 
 
 class Permission(StrEnum):
-    READ = "read"
-    WRITE = "write"
+    READ = "read"  # read the table's data
+    WRITE = "write"  # change the table's data: load, compact, delete it
 
 
 class AccessEntry(BaseModel):
