@@ -8,6 +8,7 @@ from procbus.spark.backends import (
     SparkBackend,
     SparkJobCancelled,
     SparkJobFailed,
+    run_watched,
 )
 from procbus.spark.session import JAVA_HINT, find_java, spark_session
 
@@ -21,5 +22,6 @@ __all__ = [
     "SparkJobCancelled",
     "SparkJobFailed",
     "find_java",
+    "run_watched",
     "spark_session",
 ]

@@ -143,6 +143,8 @@ class LocalBackend:
         return run.handle
 
     def _run(self, run: _LocalRun, job: SparkJob) -> None:
+        # Running: a caller that stops waiting can no longer cancel the future, only the job.
+        run.future.set_running_or_notify_cancel()
         context = self.session.sparkContext
         # Per thread: every Spark job this thread starts belongs to the group.
         context.setJobGroup(run.handle.group, run.handle.job_key, interruptOnCancel=True)
@@ -208,7 +210,8 @@ class LocalBackend:
         SparkJobCancelled."""
         run = self._run_of(handle)
         try:
-            return await asyncio.wrap_future(run.future)
+            # Shielded: a waiter that is cancelled stops waiting; the job is `cancel`'s to stop.
+            return await asyncio.shield(asyncio.wrap_future(run.future))
         except asyncio.CancelledError:
             raise
         except BaseException as error:
@@ -217,3 +220,28 @@ class LocalBackend:
             raise SparkJobFailed(
                 f"Spark job {handle.job_key!r} failed: {spark_error_text(error)}"
             ) from None
+
+
+async def run_watched(
+    backend: SparkBackend,
+    job_key: str,
+    job: SparkJob,
+    report: Callable[[JobProgress], None],
+    *,
+    every_seconds: float = 2.0,
+) -> Any:
+    """Run a job to its end, reporting its progress every `every_seconds` (an activity hands
+    in its heartbeat). A job of this key that still runs is reattached, not started again. If
+    the caller is cancelled (the workflow was), the Spark job is cancelled and waited for."""
+    handle = await backend.reattach(job_key) or await backend.submit(job_key, job)
+    waiting = asyncio.ensure_future(backend.result(handle))
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=every_seconds)
+            report(await backend.progress(handle))
+            if done:
+                return waiting.result()
+    except asyncio.CancelledError:
+        waiting.cancel()
+        await backend.cancel(handle)
+        raise

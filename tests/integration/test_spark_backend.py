@@ -16,6 +16,7 @@ from procbus.spark.backends import (
     LocalBackend,
     SparkJobCancelled,
     SparkJobFailed,
+    run_watched,
 )
 
 
@@ -98,3 +99,37 @@ async def test_a_failing_udf_fails_with_its_own_message(spark: Any) -> None:
     assert "\n" not in message and "at org.apache" not in message and "py4j" not in message
     progress = await backend.progress(handle)
     assert progress.phase is JobPhase.FAILED and progress.error
+
+
+async def test_a_watched_job_reports_as_it_runs_and_is_cancelled_with_its_caller(
+    spark: Any,
+) -> None:
+    backend = LocalBackend(spark)
+    reports: list[JobProgress] = []
+    result = await run_watched(
+        backend,
+        f"watched-{uuid.uuid4().hex[:6]}",
+        slow_count(0.4),
+        reports.append,
+        every_seconds=0.2,
+    )
+    assert result == 8
+    assert len(reports) >= 3
+    assert reports[-1].phase is JobPhase.SUCCEEDED
+
+    key = f"watched-long-{uuid.uuid4().hex[:6]}"
+    long_reports: list[JobProgress] = []
+    caller = asyncio.create_task(
+        run_watched(backend, key, slow_count(30.0, tasks=2), long_reports.append, every_seconds=0.2)
+    )
+    async with asyncio.timeout(30):
+        while not long_reports or long_reports[-1].phase is not JobPhase.RUNNING:
+            await asyncio.sleep(0.1)
+    handle = await backend.reattach(key)
+    assert handle is not None
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    # The Spark job went with it, at once: nothing of it runs, nothing to reattach to.
+    assert (await backend.progress(handle)).phase is JobPhase.CANCELLED
+    assert await backend.reattach(key) is None
