@@ -13,7 +13,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 import pytest
@@ -166,7 +166,7 @@ async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
             while True:
                 status = await status_of(client, procedure_id)
                 cached = status.broadcasts.get("refresh_cache")
-                if cached and [m.outcome for m in cached.members].count("applied") == 2:
+                if cached and [m.outcome for m in cached.members].count(MemberOutcome.APPLIED) == 2:
                     break
                 await asyncio.sleep(0.1)
         os.kill(running["w3"].pid, signal.SIGKILL)
@@ -220,7 +220,9 @@ async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_al
         assert f"{procedure_id}/stage_on_workers" not in member.report.applied
 
 
-async def grant_or_revoke(client: Client, task_queue: str, action: str) -> AccessResult:
+async def grant_or_revoke(
+    client: Client, task_queue: str, action: Literal["grant", "revoke"]
+) -> AccessResult:
     return await client.execute_workflow(
         ChangeAccess.run,
         ChangeAccessInput(action=action, principal="etl", table="sales.orders", permission="write"),
@@ -286,3 +288,54 @@ async def test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_t
     assert statuses[2].state is ProcedureState.SUCCEEDED
     assert await Catalog(pool).list_tables() == []
     assert await Catalog(pool).list_access() == []  # the table took its grants with it
+
+
+async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    # The catalog write (the decision) is slow, so w2 can be restarted while it runs.
+    slow_decision = "ChangeAccess.record_in_catalog:delay=4"
+    with start_members(w1=slow_decision, w3=slow_decision):
+        with start_members(w2=slow_decision) as first_w2:
+            await wait_for_members(pool, "w1", "w2", "w3")
+            await create_orders(client, task_queue)
+            procedure_id = new_id("grant")
+            handle = await client.start_workflow(
+                ChangeAccess.run,
+                ChangeAccessInput(
+                    action="grant",
+                    principal="etl",
+                    table="sales.orders",
+                    permission="write",
+                    step_timeout_seconds=10,
+                ),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+            async with asyncio.timeout(60):
+                while (await status_of(client, procedure_id)).step_running != "record_in_catalog":
+                    await asyncio.sleep(0.05)
+            os.kill(first_w2["w2"].pid, signal.SIGKILL)  # it had staged the grant
+        with start_members(w2=slow_decision):  # the same ID: the commit finds its queue
+            result: AccessResult = await handle.result()
+            report = await inspect(client, task_queue)
+            status = await status_of(client, procedure_id)
+    assert outcomes(status.broadcasts["stage_on_workers"]) == {
+        m: MemberOutcome.PREPARED for m in ("w1", "w2", "w3")
+    }
+    assert [(m.member_id, m.outcome) for m in result.members] == [
+        ("w1", MemberOutcome.COMMITTED),
+        ("w2", MemberOutcome.COMMITTED),
+        ("w3", MemberOutcome.COMMITTED),
+    ]
+    entry = {"principal": "etl", "namespace": "sales", "table": "orders", "permission": "write"}
+    assert {m.member_id: m.report.access for m in report.members if m.report} == {
+        "w1": [entry],
+        "w2": [entry],
+        "w3": [entry],
+    }
+    # The new w2 started before the decision was in the catalog: it learned it from the commit.
+    granted_at = await pool.fetchval('SELECT "granted_at" FROM "procbus_acl"')
+    new_w2 = next(m.report for m in report.members if m.member_id == "w2")
+    assert new_w2 is not None and new_w2.started_at < granted_at
+    assert new_w2.applied == {f"{procedure_id}/stage_on_workers": 1}
