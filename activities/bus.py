@@ -45,7 +45,7 @@ class BusActivities:
 
     @activity.defn(name="list_bus_members")
     async def list_members(self, request: ListMembers) -> MemberList:
-        return MemberList(members=await self.membership.members(live_only=request.live_only))
+        return MemberList(members=await self.membership.members())
 
     def all(self) -> list[Callable[..., object]]:
         return [self.list_members]

@@ -121,11 +121,9 @@ class Settings(BaseSettings):
     @field_validator("worker_id")
     @classmethod
     def _worker_id(cls, value: str | None) -> str | None:
-        if not value:
-            return None
-        if not _NAME.match(value) or len(value) > 100:
-            raise ValueError(f"expected letters, digits, '_', '.', '-' (1-100), got {value!r}")
-        return value
+        from procbus.bus.names import check_member_id
+
+        return check_member_id(value) if value else None
 
     @field_validator("temporal_namespace", "task_queue")
     @classmethod

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.bus.outcomes import BroadcastResult, MemberOutcome, MemberResult
     from procbus.errors import ErrorType
     from procbus.procedures.ids import StepActivityId, member_activity_id
+    from procbus.temporal.errors import failure_text
 
 MEMBERS_TIMEOUT = timedelta(seconds=30)
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=30)
@@ -72,14 +73,6 @@ def bus_activity_id(step: str, phase: Phase, member_id: str, send: int, undo: bo
     it) with the member it went to."""
     step_id = StepActivityId(step=f"{step}.{phase.value}", undo=undo, attempt=send)
     return member_activity_id(step_id, member_id)
-
-
-def _error_text(error: BaseException) -> str:
-    while isinstance(error, ActivityError) and error.cause is not None:
-        error = error.cause
-    if isinstance(error, ApplicationError) and error.type:
-        return f"{error.type}: {error.message}"
-    return str(error)
 
 
 class Broadcaster:
@@ -199,11 +192,11 @@ class Broadcaster:
             except ActivityError as error:
                 unanswered = isinstance(error.cause, ActivityTimeout)
                 if not await self._still_member(member.member_id):
-                    into.outcome, into.error = MemberOutcome.DROPPED, _error_text(error)
+                    into.outcome, into.error = MemberOutcome.DROPPED, failure_text(error)
                     self.on_change(self.result)
                     return
                 if roll_forward:
-                    into.error = _error_text(error)
+                    into.error = failure_text(error)
                     self.on_change(self.result)
                     if not unanswered:  # it refused: give it time before asking again
                         wait = min(self.answer_timeout * into.sends, ROLL_FORWARD_MAX_WAIT)
@@ -213,7 +206,7 @@ class Broadcaster:
                     continue  # resend: the member is alive, maybe slow
                 into.outcome = MemberOutcome.FAILED
                 into.error = (
-                    f"no answer after {into.sends} sends" if unanswered else _error_text(error)
+                    f"no answer after {into.sends} sends" if unanswered else failure_text(error)
                 )
                 self.on_change(self.result)
                 return

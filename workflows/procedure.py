@@ -37,8 +37,6 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
-    ChildWorkflowError,
-    FailureError,
 )
 from temporalio.workflow import ActivityCancellationType
 
@@ -62,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
         SkippedCompensation,
         SkipRequest,
     )
-    from procbus.temporal.errors import application_error
+    from procbus.temporal.errors import application_error, failure_text
     from procbus.temporal.metrics import PROCEDURE_STATES
     from procbus.temporal.search_attributes import (
         PROCEDURE_STATE,
@@ -97,21 +95,6 @@ def activity_name(action: Callable[..., Any] | str) -> str:
 def invalid_input(message: str) -> ApplicationError:
     """Refuse a procedure's input before any step ran: it fails at once, nothing to undo."""
     return application_error(ErrorType.INVALID_PROCEDURE_INPUT, message)
-
-
-def _error_text(error: BaseException) -> str:
-    """The root cause of a step's failure, as a person would want to read it."""
-    while isinstance(error, ActivityError | ChildWorkflowError) and error.cause is not None:
-        error = error.cause
-    if (
-        isinstance(error, ApplicationError)
-        and error.type
-        and error.type != ErrorType.PROCEDURE_ROLLED_BACK
-    ):
-        return f"{error.type}: {error.message}"
-    if isinstance(error, FailureError):
-        return error.message
-    return f"{type(error).__name__}: {error}"
 
 
 class Procedure(Generic[InputT, ResultT]):
@@ -295,7 +278,7 @@ class Procedure(Generic[InputT, ResultT]):
             await workflow.sleep(timedelta(milliseconds=1), summary="after the update")
 
     def _locks_lost(self, error: BaseException) -> None:
-        self.status.error = _error_text(error)
+        self.status.error = failure_text(error)
         self._request_rollback("its locks were lost")
 
     def _time_left(self) -> timedelta | None:
@@ -337,7 +320,7 @@ class Procedure(Generic[InputT, ResultT]):
                 # The step ended because we cancelled it: a requested rollback, not a failure.
                 await self._roll_back_on_request()
             # Includes bugs in steps(): a half-done procedure is worse than a rolled-back one.
-            self.status.error = _error_text(error)
+            self.status.error = failure_text(error)
             if self.status.pivot_step is not None:
                 self._set_state(ProcedureState.FAILED)
                 raise self._failure(
@@ -429,7 +412,7 @@ class Procedure(Generic[InputT, ResultT]):
                 if not past_pivot or isinstance(error.cause, CancelledError):
                     raise
                 # Past the point of no return there is no way back: try again until it works.
-                self.status.error = _error_text(error)
+                self.status.error = failure_text(error)
                 self._set_state(ProcedureState.ROLLING_FORWARD)
                 wait = min(ROLL_FORWARD_FIRST_WAIT * 2 ** (attempt - 1), ROLL_FORWARD_MAX_WAIT)
                 await workflow.sleep(wait)
@@ -596,7 +579,7 @@ class Procedure(Generic[InputT, ResultT]):
             except (ActivityError, BroadcastFailed) as error:
                 # Never drop an undo: park until an operator says retry or skip.
                 self.status.stuck_step = label
-                self.status.stuck_error = _error_text(error)
+                self.status.stuck_error = failure_text(error)
                 self._set_state(ProcedureState.STUCK)
                 await workflow.wait_condition(lambda: self._operator_decision is not None)
                 decision, self._operator_decision = self._operator_decision, None
@@ -605,7 +588,7 @@ class Procedure(Generic[InputT, ResultT]):
                 if isinstance(decision, SkipRequest):
                     self.status.compensations_skipped.append(
                         SkippedCompensation(
-                            step=label, reason=decision.reason, error=_error_text(error)
+                            step=label, reason=decision.reason, error=failure_text(error)
                         )
                     )
                     self._set_state(ProcedureState.ROLLING_BACK)

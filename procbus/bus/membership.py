@@ -13,7 +13,8 @@ from datetime import datetime
 
 import asyncpg
 
-from procbus.bus.models import Member, check_member_id
+from procbus.bus.models import Member
+from procbus.bus.names import check_member_id
 from procbus.db.queries import load_queries
 
 log = logging.getLogger(__name__)
@@ -41,14 +42,17 @@ class Membership:
         self.pid = os.getpid()
 
     async def join(self, member_id: str, task_queue: str, timeout_seconds: float) -> datetime:
-        started_at: datetime = await self.pool.fetchval(
-            self.queries["join"],
-            check_member_id(member_id),
-            task_queue,
-            self.host,
-            self.pid,
-            timeout_seconds,
-        )
+        async with self.pool.acquire() as connection:
+            # Joining is when the table is tidied: listing it (every broadcast) writes nothing.
+            await connection.execute(self.queries["forget_long_gone"])
+            started_at: datetime = await connection.fetchval(
+                self.queries["join"],
+                check_member_id(member_id),
+                task_queue,
+                self.host,
+                self.pid,
+                timeout_seconds,
+            )
         return started_at
 
     async def heartbeat(self, member_id: str) -> bool:
@@ -62,9 +66,7 @@ class Membership:
         await self.pool.execute(self.queries["leave"], member_id, self.pid, self.host)
 
     async def members(self, *, live_only: bool = True) -> list[Member]:
-        async with self.pool.acquire() as connection:
-            await connection.execute(self.queries["forget_long_gone"])
-            rows = await connection.fetch(self.queries["list_members"])
+        rows = await self.pool.fetch(self.queries["list_members"])
         members = [Member.model_validate(dict(row)) for row in rows]
         return [m for m in members if m.live] if live_only else members
 

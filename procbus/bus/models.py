@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -11,18 +10,6 @@ from pydantic import BaseModel, Field
 from procbus.bus.outcomes import MemberReport
 from procbus.lakehouse.models import AccessEntry, TableDescriptor
 from procbus.temporal.payloads import WorkflowInput
-
-MEMBER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
-
-
-def check_member_id(member_id: str) -> str:
-    if not MEMBER_ID.match(member_id):
-        raise ValueError(
-            f"bad worker ID {member_id!r}: use letters, digits, '_', '.', '-' (at most 100), "
-            "starting with a letter or digit"
-        )
-    return member_id
-
 
 # ---- operations a member applies ----
 
@@ -90,7 +77,7 @@ class Member(BaseModel):
 
 
 class ListMembers(BaseModel):
-    live_only: bool = True
+    """The coordinator's question: which members are live now (no options yet)."""
 
 
 class MemberList(BaseModel):

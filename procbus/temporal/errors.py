@@ -15,7 +15,7 @@ import inspect
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError, FailureError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -31,6 +31,21 @@ from procbus.errors import ErrorType, ProcbusError
 def application_error(kind: ErrorType, message: str) -> ApplicationError:
     """The ApplicationError of a procbus error type, retryable exactly when the type is."""
     return ApplicationError(message, type=str(kind), non_retryable=not kind.retryable)
+
+
+def failure_text(error: BaseException) -> str:
+    """The root cause of a failed activity or child, as a person would want to read it."""
+    while isinstance(error, ActivityError | ChildWorkflowError) and error.cause is not None:
+        error = error.cause
+    if (
+        isinstance(error, ApplicationError)
+        and error.type
+        and error.type != ErrorType.PROCEDURE_ROLLED_BACK
+    ):
+        return f"{error.type}: {error.message}"
+    if isinstance(error, FailureError):
+        return error.message
+    return f"{type(error).__name__}: {error}"
 
 
 class ProcbusErrorInterceptor(Interceptor):

@@ -26,16 +26,15 @@ from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
     AccessResult,
     ChangeAccessInput,
-    CreateNamespaceInput,
     CreateTableInput,
     DeleteTableInput,
 )
 from procbus.procedures import ProcedureState
-from tests.integration.test_table_procedures import new_id, status_of
+from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import subprocess_environment, worker_process
 from workflows.access import ChangeAccess
 from workflows.bus import Broadcast
-from workflows.tables import CreateNamespace, CreateTable, DeleteTable
+from workflows.tables import CreateTable, DeleteTable
 
 MEMBER_TIMEOUT = "3"
 
@@ -85,12 +84,7 @@ async def inspect(client: Client, task_queue: str) -> BroadcastResult:
 
 
 async def create_orders(client: Client, task_queue: str, **options: Any) -> str:
-    await client.execute_workflow(
-        CreateNamespace.run,
-        CreateNamespaceInput(namespace="sales"),
-        id=new_id("ns"),
-        task_queue=task_queue,
-    )
+    await create_namespace(client, task_queue)
     procedure_id = new_id("create")
     await client.execute_workflow(
         CreateTable.run,
@@ -149,12 +143,7 @@ async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
 ) -> None:
     with start_members(w1="", w2="", w3="CreateTable.refresh_cache.apply:delay=600") as running:
         await wait_for_members(pool, "w1", "w2", "w3")
-        await client.execute_workflow(
-            CreateNamespace.run,
-            CreateNamespaceInput(namespace="sales"),
-            id=new_id("ns"),
-            task_queue=task_queue,
-        )
+        await create_namespace(client, task_queue)
         procedure_id = new_id("create")
         handle = await client.start_workflow(
             CreateTable.run,
