@@ -28,6 +28,10 @@ class ErrorType(StrEnum):
     INJECTED_FAULT = "InjectedFault"  # PROCBUS_FAULTS made a step fail (drills and tests)
     BROADCAST_FAILED = "BroadcastFailed"  # a bus member refused or never answered: all aborted
     ACCESS_DENIED = "AccessDenied"  # the principal lacks the permission on this worker's ACL
+    SPARK_JOB_FAILED = "SparkJobFailed"  # Spark's own message; Spark retried its tasks already
+    SPARK_JOB_CANCELLED = "SparkJobCancelled"  # the job was cancelled before it finished
+    ATTEMPT_FENCED_OUT = "AttemptFencedOut"  # a newer attempt of the same job took over
+    SNAPSHOT_CONFLICT = "SnapshotConflict"  # a file a commit replaces is no longer live
 
     @property
     def retryable(self) -> bool:
@@ -107,6 +111,31 @@ class ReservationExpired(ProcbusError):
     """A reservation was committed after it ran out: its capacity is back, nothing was queued."""
 
     error_type = ErrorType.RESERVATION_EXPIRED
+
+
+class SparkJobFailed(ProcbusError):
+    """The Spark job failed; the message is Spark's own, without the JVM stack."""
+
+    error_type = ErrorType.SPARK_JOB_FAILED
+
+
+class SparkJobCancelled(ProcbusError):
+    """The Spark job was cancelled before it finished."""
+
+    error_type = ErrorType.SPARK_JOB_CANCELLED
+
+
+class AttemptFencedOut(ProcbusError):
+    """A job attempt tried to commit (or stage) after a newer attempt of the same job began: a
+    zombie, whose output is discarded."""
+
+    error_type = ErrorType.ATTEMPT_FENCED_OUT
+
+
+class SnapshotConflict(ProcbusError):
+    """A commit would replace files that a concurrent commit already replaced or removed."""
+
+    error_type = ErrorType.SNAPSHOT_CONFLICT
 
 
 def validation_findings(error: ValidationError) -> str:

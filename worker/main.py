@@ -19,6 +19,7 @@ from temporalio.worker import Interceptor, Worker
 from activities.bus import BusActivities, MemberActivities
 from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
+from activities.spark import SparkActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
@@ -39,6 +40,7 @@ from procbus.temporal.metrics import OutboxMetrics
 from procbus.topics.queue import Topics
 from workflows.access import ChangeAccess
 from workflows.bus import Broadcast
+from workflows.data import CompactTable, LoadTable
 from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
@@ -54,6 +56,8 @@ WORKFLOWS: Sequence[type] = (
     TopicDelivery,
     Broadcast,
     ChangeAccess,
+    LoadTable,
+    CompactTable,
 )
 
 
@@ -64,6 +68,7 @@ def activities_for(
     endpoint_allowlist: list[str],
     events_topic: str | None,
     access: AccessCache | None,
+    spark: SparkActivities,
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
@@ -72,6 +77,7 @@ def activities_for(
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist).all(),
         *BusActivities(Membership(pool)).all(),
+        *spark.all(),
     ]
 
 
@@ -93,10 +99,21 @@ def build_worker(
     endpoint_allowlist: list[str] | None = None,
     events_topic: str | None = None,
     access: AccessCache | None = None,
+    spark_master: str = "local[*]",
+    spark_progress_seconds: float = 2.0,
+    worker_id: str | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
-    activities check principals against `access`, the ACL cache of this process's bus member."""
+    activities check principals against `access`, the ACL cache of this process's bus member.
+    Spark starts on `spark_master` when the first Spark job runs."""
     warehouse_root.mkdir(parents=True, exist_ok=True)
+    spark = SparkActivities(
+        pool,
+        warehouse_root,
+        spark_master,
+        worker_id=worker_id,
+        progress_every_seconds=spark_progress_seconds,
+    )
     return Worker(
         client,
         task_queue=task_queue,
@@ -108,6 +125,7 @@ def build_worker(
             endpoint_allowlist or [],
             events_topic,
             access,
+            spark,
         ),
         interceptors=worker_interceptors(faults),
     )
@@ -177,6 +195,8 @@ async def serve(
                 access=access,
                 endpoint_allowlist=allowlist,
                 events_topic=settings.events_topic,
+                spark_master=settings.spark_master,
+                worker_id=settings.worker_id,
             ),
             bus_member(
                 client,

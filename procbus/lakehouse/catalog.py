@@ -7,13 +7,14 @@ what its procedure made, and a write that carries a fence is refused once its lo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import asyncpg
 
 from procbus.db.queries import load_queries
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, SnapshotConflict
+from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.names import Column
 from procbus.locks.models import Fence
@@ -22,6 +23,8 @@ from procbus.topics.models import Event
 from procbus.topics.queue import publish_in_transaction
 
 QUERIES = "procbus.lakehouse"
+# A compare-and-set that lost to another commit is tried again on the new snapshot this often.
+MAX_SWAP_TRIES = 20
 
 
 def _table(row: asyncpg.Record) -> TableDescriptor:
@@ -254,6 +257,114 @@ class Catalog:
             | payload,
         )
         await publish_in_transaction(connection, self.events_topic, event)
+
+    async def table_files(
+        self, namespace: str, name: str, snapshot_id: int | None = None
+    ) -> TableFiles:
+        """One snapshot of a table whole (the current one by default), read in one transaction
+        so a commit in between cannot mix two snapshots."""
+        async with (
+            self.pool.acquire() as connection,
+            connection.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            row = await connection.fetchrow(self.queries["get_table"], namespace, name)
+            if row is None:
+                raise InvalidRequest(f"table {namespace}.{name} does not exist")
+            current = await connection.fetchval(self.queries["current_snapshot"], namespace, name)
+            wanted = current if snapshot_id is None else snapshot_id
+            if snapshot_id is not None and (current is None or not 0 < snapshot_id <= current):
+                raise InvalidRequest(
+                    f"table {namespace}.{name} has no snapshot {snapshot_id} (current: {current})"
+                )
+            files = (
+                []
+                if wanted is None
+                else await connection.fetch(
+                    self.queries["files_in_snapshot"], namespace, name, wanted
+                )
+            )
+        return TableFiles(
+            table=_table(row),
+            snapshot_id=wanted,
+            files=[DataFile.model_validate(dict(file)) for file in files],
+        )
+
+    async def list_snapshots(self, namespace: str, name: str) -> list[Snapshot]:
+        if await self.get_table(namespace, name) is None:
+            raise InvalidRequest(f"table {namespace}.{name} does not exist")
+        rows = await self.pool.fetch(self.queries["list_snapshots"], namespace, name)
+        return [Snapshot.model_validate(dict(row)) for row in rows]
+
+    async def files_removed_by(self, namespace: str, name: str, snapshot_id: int) -> list[str]:
+        rows = await self.pool.fetch(self.queries["removed_files_of"], namespace, name, snapshot_id)
+        return [row["path"] for row in rows]
+
+    async def swap_snapshot(
+        self,
+        connection: asyncpg.Connection,
+        namespace: str,
+        table: str,
+        operation: SnapshotOperation,
+        job_key: str,
+        procedure_id: str,
+        adds: list[DataFile],
+        removes: Sequence[DataFile],
+    ) -> int:
+        """Inside the caller's transaction: a new snapshot adding `adds` and removing `removes`,
+        by compare-and-set of the table's current one (tried again on the new one when another
+        commit won: adding files never conflicts). SnapshotConflict if a file to remove is no
+        longer live; the new snapshot's ID."""
+        queries = self.queries
+        for _ in range(MAX_SWAP_TRIES):
+            exists = await connection.fetchrow(queries["current_snapshot"], namespace, table)
+            if exists is None:
+                raise InvalidRequest(f"table {namespace}.{table} does not exist")
+            head: int | None = exists["current_snapshot"]
+            new_id = (head or 0) + 1
+            # Swapped, the table's row stays locked until commit: no other commit slips in.
+            if await connection.fetchval(queries["swap_snapshot"], namespace, table, head, new_id):
+                break
+        else:
+            raise SnapshotConflict(f"{namespace}.{table}: the snapshot kept moving; try again")
+        removed_paths = [file.path for file in removes]
+        if removed_paths:
+            live = {
+                row["path"]
+                for row in await connection.fetch(
+                    queries["live_files_among"], namespace, table, removed_paths
+                )
+            }
+            gone = [path for path in removed_paths if path not in live]
+            if gone:
+                raise SnapshotConflict(
+                    f"{namespace}.{table}: {len(gone)} of the {len(removed_paths)} files this "
+                    f"commit replaces are no longer live (first: {gone[0]}); nothing committed"
+                )
+            await connection.execute(
+                queries["remove_files"], namespace, table, new_id, removed_paths
+            )
+        await connection.execute(
+            queries["insert_files"],
+            namespace,
+            table,
+            new_id,
+            [file.model_dump() for file in adds],  # the pool's jsonb codec encodes it
+        )
+        await connection.execute(
+            queries["insert_snapshot"],
+            namespace,
+            table,
+            new_id,
+            head,
+            operation.value,
+            job_key,
+            procedure_id,
+            len(adds),
+            len(removes),
+            sum(file.records for file in adds),
+            sum(file.records for file in removes),
+        )
+        return new_id
 
     async def list_events(self) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(self.queries["list_events"])

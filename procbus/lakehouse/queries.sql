@@ -91,3 +91,52 @@ ON CONFLICT DO NOTHING;
 -- name: revoke_access
 DELETE FROM "procbus_acl"
 WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = $4;
+
+-- name: current_snapshot
+SELECT "current_snapshot" FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
+
+-- name: swap_snapshot
+-- The compare-and-set: no row when another commit moved the table's snapshot meanwhile.
+UPDATE "procbus_tables" SET "current_snapshot" = $4
+WHERE "namespace" = $1 AND "name" = $2 AND "current_snapshot" IS NOT DISTINCT FROM $3
+RETURNING "current_snapshot";
+
+-- name: live_files_among
+SELECT "path" FROM "procbus_table_files"
+WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY($3::text[])
+  AND "removed_in" IS NULL;
+
+-- name: insert_snapshot
+INSERT INTO "procbus_snapshots"
+    ("namespace", "table_name", "snapshot_id", "parent_id", "operation", "job_key",
+     "procedure_id", "files_added", "files_removed", "records_added", "records_removed")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
+
+-- name: insert_files
+INSERT INTO "procbus_table_files"
+    ("namespace", "table_name", "path", "partition", "records", "bytes", "added_in")
+SELECT $1, $2, file."path", file."partition", file."records", file."bytes", $3
+FROM jsonb_to_recordset($4::jsonb)
+    AS file("path" text, "partition" jsonb, "records" bigint, "bytes" bigint);
+
+-- name: remove_files
+UPDATE "procbus_table_files" SET "removed_in" = $3
+WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY($4::text[]);
+
+-- name: files_in_snapshot
+SELECT "path", "partition", "records", "bytes" FROM "procbus_table_files"
+WHERE "namespace" = $1 AND "table_name" = $2
+  AND "added_in" <= $3 AND ("removed_in" IS NULL OR "removed_in" > $3)
+ORDER BY "path";
+
+-- name: list_snapshots
+SELECT "snapshot_id", "parent_id", "operation", "job_key", "procedure_id", "files_added",
+       "files_removed", "records_added", "records_removed", "committed_at"
+FROM "procbus_snapshots" WHERE "namespace" = $1 AND "table_name" = $2
+ORDER BY "snapshot_id" DESC;
+
+-- name: removed_files_of
+-- Files a snapshot replaced: deleted from disk once it committed (no snapshot reads them again
+-- once expired; procbus keeps no time travel to them past the commit).
+SELECT "path" FROM "procbus_table_files"
+WHERE "namespace" = $1 AND "table_name" = $2 AND "removed_in" = $3;

@@ -1,14 +1,14 @@
 """Spark for procbus jobs: local[*] on loopback by default, a cluster by URL."""
 
+from procbus.errors import SparkJobCancelled, SparkJobFailed
 from procbus.spark.backends import (
     JobHandle,
     JobPhase,
     JobProgress,
     LocalBackend,
     SparkBackend,
-    SparkJobCancelled,
-    SparkJobFailed,
     run_watched,
+    watch,
 )
 from procbus.spark.session import JAVA_HINT, find_java, spark_session
 
@@ -24,4 +24,5 @@ __all__ = [
     "find_java",
     "run_watched",
     "spark_session",
+    "watch",
 ]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
-from procbus.errors import ProcbusError
+from procbus.errors import ProcbusError, SparkJobCancelled, SparkJobFailed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,6 +55,9 @@ class JobProgress(BaseModel):
     stages_total: int = 0
     tasks_done: int = 0
     tasks_total: int = 0
+    # Known once the job's output is written.
+    records_written: int | None = None
+    bytes_written: int | None = None
     error: str | None = None
 
     def line(self) -> str:
@@ -62,24 +65,21 @@ class JobProgress(BaseModel):
             f"{self.phase.value}: jobs {self.jobs_done}/{self.jobs_total}, stages "
             f"{self.stages_done}/{self.stages_total}, tasks {self.tasks_done}/{self.tasks_total}"
         )
+        if self.records_written is not None:
+            text += f", {self.records_written} rows, {self.bytes_written} bytes written"
         return f"{text}: {self.error}" if self.error else text
-
-
-class SparkJobFailed(ProcbusError):
-    """The Spark job failed; the message is Spark's own, without the JVM stack."""
-
-
-class SparkJobCancelled(ProcbusError):
-    """The Spark job was cancelled before it finished."""
 
 
 class JobHandle(BaseModel):
     job_key: str
+    attempt_token: str  # the ledger's attempt this run belongs to
     group: str  # the Spark job group (local) or submission ID (cluster) that names the run
 
 
 class SparkBackend(Protocol):
-    async def submit(self, job_key: str, job: SparkJob) -> JobHandle: ...
+    async def submit(
+        self, job_key: str, job: SparkJob, attempt_token: str | None = None
+    ) -> JobHandle: ...
 
     async def reattach(self, job_key: str) -> JobHandle | None: ...
 
@@ -129,12 +129,17 @@ class LocalBackend:
         self._runs: dict[str, _LocalRun] = {}
         self._lock = threading.Lock()
 
-    async def submit(self, job_key: str, job: SparkJob) -> JobHandle:
+    async def submit(
+        self, job_key: str, job: SparkJob, attempt_token: str | None = None
+    ) -> JobHandle:
         with self._lock:
             running = self._runs.get(job_key)
             if running is not None and not running.future.done():
                 return running.handle  # the same run: never a second copy of one job
-            run = _LocalRun(JobHandle(job_key=job_key, group=f"procbus-{uuid.uuid4().hex}"))
+            token = attempt_token or uuid.uuid4().hex
+            run = _LocalRun(
+                JobHandle(job_key=job_key, attempt_token=token, group=f"procbus-{token}")
+            )
             self._runs[job_key] = run
         thread = threading.Thread(
             target=self._run, args=(run, job), name=f"spark-job-{job_key}", daemon=True
@@ -217,6 +222,8 @@ class LocalBackend:
         except BaseException as error:
             if run.cancelled:
                 raise SparkJobCancelled(f"Spark job {handle.job_key!r} was cancelled") from None
+            if isinstance(error, ProcbusError):
+                raise error from None  # the job's own verdict, e.g. input that does not fit
             raise SparkJobFailed(
                 f"Spark job {handle.job_key!r} failed: {spark_error_text(error)}"
             ) from None
@@ -230,10 +237,22 @@ async def run_watched(
     *,
     every_seconds: float = 2.0,
 ) -> Any:
-    """Run a job to its end, reporting its progress every `every_seconds` (an activity hands
-    in its heartbeat). A job of this key that still runs is reattached, not started again. If
-    the caller is cancelled (the workflow was), the Spark job is cancelled and waited for."""
+    """Run a job to its end (see `watch`); a job of this key that still runs is reattached, not
+    started again."""
     handle = await backend.reattach(job_key) or await backend.submit(job_key, job)
+    return await watch(backend, handle, report, every_seconds=every_seconds)
+
+
+async def watch(
+    backend: SparkBackend,
+    handle: JobHandle,
+    report: Callable[[JobProgress], None],
+    *,
+    every_seconds: float = 2.0,
+) -> Any:
+    """Wait for a submitted job's result, reporting its progress every `every_seconds` (an
+    activity hands in its heartbeat). If the caller is cancelled (the workflow was), the Spark
+    job is cancelled and waited for."""
     waiting = asyncio.ensure_future(backend.result(handle))
     try:
         while True:

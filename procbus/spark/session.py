@@ -51,6 +51,8 @@ def spark_session(master: str, warehouse: Path, app_name: str = "procbus") -> Sp
             .config("spark.sql.session.timeZone", "UTC")
             # Small jobs on 2 cores: the default 200 shuffle partitions only add overhead.
             .config("spark.sql.shuffle.partitions", "4")
+            # Standard Parquet timestamps (not INT96), so any Parquet reader reads the tables.
+            .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         )
         if master.startswith("sc://"):
             builder = builder.remote(master)

@@ -46,10 +46,12 @@ def test_every_registered_workflow_is_covered() -> None:
     assert WORKFLOW_TYPES == [
         "Broadcast",
         "ChangeAccess",
+        "CompactTable",
         "CreateNamespace",
         "CreateTable",
         "DeleteNamespace",
         "DeleteTable",
+        "LoadTable",
         "OutboxSweep",
         "StackCheck",
         "TopicDelivery",

@@ -44,6 +44,7 @@ def test_every_mechanism_keeps_its_sql_beside_its_code() -> None:
         "procbus.hooks",
         "procbus.lakehouse",
         "procbus.locks",
+        "procbus.spark",
         "procbus.stack",
         "procbus.topics",
     ]

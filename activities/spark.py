@@ -1,0 +1,293 @@
+"""Activities of the table data procedures (LoadTable, CompactTable): Spark jobs run as long,
+heartbeating activities, and their fenced commits.
+
+A job activity heartbeats the job's progress (the Temporal UI shows it as the pending
+activity's details, `procbus ... --wait` as a progress bar); when its procedure is cancelled the
+Spark job is cancelled and waited for, and the attempt's files are removed. Its output stays in
+the attempt's staging folder; the commit step makes it visible by one catalog commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg
+from temporalio import activity
+
+from procbus.bus.membership import default_member_id
+from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import (
+    CommitStep,
+    CompactStep,
+    DataFile,
+    DataResult,
+    LoadStep,
+    SparkJobStep,
+    StagedOutput,
+    parse_partition,
+    partition_matches,
+)
+from procbus.lakehouse.models import TableDescriptor
+from procbus.spark import jobs, staging
+from procbus.spark.backends import (
+    JobHandle,
+    JobPhase,
+    JobProgress,
+    LocalBackend,
+    SparkBackend,
+    SparkJob,
+    watch,
+)
+from procbus.spark.ledger import JobLedger, JobRecord, JobState
+from procbus.spark.session import spark_session
+
+# A compaction rewrites a partition's files smaller than this share of the target size.
+SMALL_FILE_SHARE = 0.75
+
+
+class SparkActivities:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        warehouse_root: Path,
+        spark_master: str = "local[*]",
+        *,
+        worker_id: str | None = None,
+        progress_every_seconds: float = 2.0,
+        backend: SparkBackend | None = None,
+    ) -> None:
+        self.catalog = Catalog(pool)
+        self.ledger = JobLedger(pool)
+        self.warehouse_root = warehouse_root
+        self.spark_master = spark_master
+        self.worker_id = worker_id or default_member_id()
+        self.progress_every_seconds = progress_every_seconds
+        self._backend = backend
+        self._backend_lock = asyncio.Lock()
+
+    async def backend(self) -> SparkBackend:
+        """The Spark backend, started on first use (a Spark session takes seconds to start)."""
+        async with self._backend_lock:
+            if self._backend is None:
+                session = await asyncio.to_thread(
+                    spark_session, self.spark_master, self.warehouse_root
+                )
+                self._backend = LocalBackend(session)
+            return self._backend
+
+    # ---- preflight and plans ----
+
+    async def _table(self, table: TableDescriptor) -> TableDescriptor:
+        found = await self.catalog.get_table(table.namespace, table.name)
+        if found is None:
+            raise InvalidRequest(f"table {table.qualified_name} does not exist")
+        return found
+
+    @activity.defn(name="preflight_load_table")
+    async def preflight_load_table(self, step: LoadStep) -> TableDescriptor:
+        table = await self._table(step.table)
+        if not await asyncio.to_thread(Path(step.source).exists):
+            raise InvalidRequest(f"the source {step.source} does not exist on this worker")
+        return table
+
+    @activity.defn(name="plan_compaction")
+    async def plan_compaction(self, step: CompactStep) -> CompactStep:
+        """The files to rewrite: per partition in scope, its files below SMALL_FILE_SHARE of
+        the target size, when it has at least two of them."""
+        table = await self._table(step.table)
+        scopes = [parse_partition(table, spec) for spec in step.plan.partitions]
+        current = await self.catalog.table_files(table.namespace, table.name)
+        by_partition: dict[tuple[tuple[str, str], ...], list[DataFile]] = {}
+        for file in current.files:
+            if scopes and not any(partition_matches(file.partition, scope) for scope in scopes):
+                continue
+            if file.bytes < step.plan.target_file_size * SMALL_FILE_SHARE:
+                by_partition.setdefault(tuple(sorted(file.partition.items())), []).append(file)
+        inputs = [file for files in by_partition.values() if len(files) > 1 for file in files]
+        plan = step.plan.model_copy(update={"base_snapshot": current.snapshot_id, "inputs": inputs})
+        return step.model_copy(update={"table": table, "plan": plan})
+
+    # ---- the jobs ----
+
+    @activity.defn(name="run_load_job")
+    async def run_load_job(self, step: LoadStep) -> StagedOutput:
+        def job(output: Path) -> SparkJob:
+            return lambda spark: jobs.load(spark, step.table, step.source, step.format, output)
+
+        return await self._run_job(step, job)
+
+    @activity.defn(name="run_compaction_job")
+    async def run_compaction_job(self, step: CompactStep) -> StagedOutput:
+        folder = Path(step.table.location)
+
+        def job(output: Path) -> SparkJob:
+            return lambda spark: jobs.compact(
+                spark, step.table, folder, step.plan.inputs, step.plan.target_file_size, output
+            )
+
+        return await self._run_job(step, job)
+
+    async def _run_job(
+        self, step: SparkJobStep, make_job: Callable[[Path], SparkJob]
+    ) -> StagedOutput:
+        backend = await self.backend()
+        folder = Path(step.table.location)
+        handle = await backend.reattach(step.job_key)
+        if handle is not None and not await self.ledger.is_current(
+            step.job_key, handle.attempt_token
+        ):
+            await backend.cancel(handle)  # a run that a newer attempt fenced out
+            handle = None
+        if handle is None:
+            begun = await self.ledger.begin_attempt(
+                step.job_key,
+                step.procedure_id,
+                step.table.namespace,
+                step.table.name,
+                self.worker_id,
+            )
+            if isinstance(begun, JobRecord):  # committed already: nothing runs again
+                return StagedOutput(
+                    job_key=step.job_key, attempt_token=begun.attempt_token, files=[]
+                )
+            token = begun.attempt_token
+            # Earlier attempts are fenced out now; what a dead one left is removed.
+            for earlier in await self.ledger.attempt_tokens(step.job_key):
+                if earlier != token:
+                    await asyncio.to_thread(staging.discard_attempt, folder, earlier)
+            handle = await backend.submit(
+                step.job_key, make_job(staging.staging_folder(folder, token)), token
+            )
+        return await self._finish(backend, handle, step, folder)
+
+    async def _finish(
+        self, backend: SparkBackend, handle: JobHandle, step: SparkJobStep, folder: Path
+    ) -> StagedOutput:
+        token = handle.attempt_token
+        last = JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED)
+
+        def report(progress: JobProgress) -> None:
+            nonlocal last
+            last = progress
+            activity.heartbeat(progress.model_dump(mode="json"))
+
+        try:
+            await watch(backend, handle, report, every_seconds=self.progress_every_seconds)
+        except asyncio.CancelledError:
+            await self._abandon(step, folder, token, JobState.CANCELLED, "cancelled")
+            raise
+        except ProcbusError as error:
+            await self._abandon(step, folder, token, JobState.FAILED, str(error))
+            raise
+        files = await asyncio.to_thread(staging.collect_output, folder, token)
+        try:
+            await self.ledger.set_state(step.job_key, token, JobState.STAGED)
+        except AttemptFencedOut:
+            await asyncio.to_thread(staging.discard_attempt, folder, token)
+            raise
+        output = StagedOutput(job_key=step.job_key, attempt_token=token, files=files)
+        report(
+            last.model_copy(
+                update={
+                    "records_written": output.records,
+                    "bytes_written": sum(file.bytes for file in files),
+                }
+            )
+        )
+        return output
+
+    async def _abandon(
+        self, step: SparkJobStep, folder: Path, token: str, state: JobState, error: str
+    ) -> None:
+        """A failed or cancelled attempt: marked in the ledger, its files removed."""
+        with contextlib.suppress(AttemptFencedOut):
+            await self.ledger.set_state(step.job_key, token, state, error)
+        await asyncio.to_thread(staging.discard_attempt, folder, token)
+
+    @activity.defn(name="discard_job_output")
+    async def discard_job_output(self, step: SparkJobStep) -> None:
+        """Undo of a job step: the job, if it still runs here, is cancelled; every attempt's
+        files are removed, and the ledger fences out any attempt still running elsewhere."""
+        await self.ledger.give_up(step.job_key, JobState.CANCELLED, "its procedure rolled back")
+        backend = await self.backend()
+        handle = await backend.reattach(step.job_key)
+        if handle is not None:
+            await backend.cancel(handle)
+        record = await self.ledger.get(step.job_key)
+        if record is not None and record.state is JobState.COMMITTED:
+            return  # past the commit the output is the table's: never removed by an undo
+        folder = Path(step.table.location)
+        for token in await self.ledger.attempt_tokens(step.job_key):
+            await asyncio.to_thread(staging.discard_attempt, folder, token)
+
+    # ---- the commit ----
+
+    @activity.defn(name="commit_job_output")
+    async def commit_job_output(self, step: CommitStep) -> DataResult:
+        """Make the staged output visible in one catalog commit (the procedure's pivot).
+
+        A retry after an unknown outcome looks the job up first: committed by this attempt, it
+        returns that snapshot and touches no file. Refused for certain (a zombie attempt, a
+        lost lock, a conflict), this attempt's files are removed.
+        """
+        output = step.output
+        folder = Path(step.table.location)
+        record = await self.ledger.get(output.job_key)
+        if record is not None and record.state is JobState.COMMITTED:
+            if record.attempt_token != output.attempt_token:
+                raise AttemptFencedOut(
+                    f"job {output.job_key!r} was committed by another attempt "
+                    f"({record.attempt_token})"
+                )
+            return self._result(step, record.snapshot_id)
+        await asyncio.to_thread(staging.publish_files, folder, output.attempt_token, output.files)
+        try:
+            snapshot_id = await self.ledger.commit(
+                output.job_key,
+                output.attempt_token,
+                namespace=step.table.namespace,
+                table=step.table.name,
+                operation=step.operation,
+                procedure_id=step.procedure_id,
+                adds=output.files,
+                removes=step.removes,
+                fences=step.fences,
+            )
+        except ProcbusError:
+            # Refused for certain: nothing was committed, and this attempt never will be.
+            await asyncio.to_thread(staging.discard_attempt, folder, output.attempt_token)
+            raise
+        await asyncio.to_thread(staging.remove_staging, folder, output.attempt_token)
+        return self._result(step, snapshot_id)
+
+    @staticmethod
+    def _result(step: CommitStep, snapshot_id: int | None) -> DataResult:
+        return DataResult(
+            table=step.table.qualified_name,
+            snapshot_id=snapshot_id,
+            files_added=len(step.output.files),
+            files_removed=len(step.removes),
+            records=step.output.records,
+        )
+
+    @activity.defn(name="delete_replaced_files")
+    async def delete_replaced_files(self, step: CommitStep) -> int:
+        """After a compaction's commit: its input files are no longer in the current snapshot,
+        so they are deleted (roll-forward: retried until done)."""
+        paths = [file.path for file in step.removes]
+        return await asyncio.to_thread(staging.delete_files, Path(step.table.location), paths)
+
+    def all(self) -> list[Callable[..., object]]:
+        return [
+            self.preflight_load_table,
+            self.plan_compaction,
+            self.run_load_job,
+            self.run_compaction_job,
+            self.discard_job_output,
+            self.commit_job_output,
+            self.delete_replaced_files,
+        ]

@@ -1,0 +1,162 @@
+"""The Spark work itself, as plain functions of a SparkSession: load, compact, read. The
+procedures run them as watched jobs; the benchmarks call the same functions directly.
+
+A load checks the input against the table's schema in the same pass that writes it (Spark's
+`observe`), so a bad value costs no second scan; a bad file fails with an error that names the
+column and shows a value, and its output is discarded by the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from procbus.errors import InvalidRequest
+from procbus.lakehouse.data import DataFile, InputFormat
+from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.warehouse import DATA_FOLDER
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+def schema_ddl(table: TableDescriptor) -> str:
+    """'id bigint, amount double': the table's schema as Spark DDL."""
+    return ", ".join(f"`{column.name}` {column.type}" for column in table.columns)
+
+
+def read_input(spark: SparkSession, source: str, input_format: InputFormat) -> DataFrame:
+    if not Path(source).exists():
+        raise InvalidRequest(f"the source {source} does not exist")
+    reader = spark.read
+    if input_format is InputFormat.CSV:
+        # Every column as text: the schema check below casts it and names what does not fit.
+        return reader.option("header", True).option("mode", "FAILFAST").csv(source)
+    if input_format is InputFormat.JSON:
+        return reader.option("mode", "FAILFAST").json(source)
+    return reader.parquet(source)
+
+
+def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list[Column]]:
+    """The input cast to the table's schema, and per column a count of values that did not fit
+    (present in the input, null after the cast). Missing or extra columns: InvalidRequest."""
+    from pyspark.sql import functions
+
+    given = {name.lower(): name for name in frame.columns}
+    wanted = [column.name for column in table.columns]
+    missing = [name for name in wanted if name not in given]
+    extra = [given[name] for name in given if name not in wanted]
+    if missing or extra:
+        said = []
+        if missing:
+            said.append(f"missing column(s) {', '.join(missing)}")
+        if extra:
+            said.append(f"unknown column(s) {', '.join(extra)}")
+        raise InvalidRequest(
+            f"the input does not fit {table.qualified_name} ({schema_ddl(table)}): "
+            f"{'; '.join(said)}"
+        )
+    casts: list[Column] = []
+    misfits: list[Column] = []
+    for column in table.columns:
+        source = functions.col(f"`{given[column.name]}`")
+        cast = source.try_cast(column.type)  # null where it does not fit (ANSI cast throws)
+        casts.append(cast.alias(column.name))
+        # On the conformed frame: its `name` is the cast value, `__in_name` the input's.
+        given_value, cast_value = functions.col(f"__in_{column.name}"), functions.col(column.name)
+        misfits.append(
+            functions.sum(
+                functions.when(given_value.isNotNull() & cast_value.isNull(), 1).otherwise(0)
+            ).alias(column.name)
+        )
+    return frame.select(
+        *casts, *(functions.col(f"`{given[c]}`").alias(f"__in_{c}") for c in wanted)
+    ), misfits
+
+
+def misfit_error(
+    table: TableDescriptor, frame: DataFrame, counts: dict[str, Any]
+) -> InvalidRequest:
+    """The error for values that do not fit: the first column with any, how many, and one."""
+    from pyspark.sql import functions
+
+    column = next(c for c in table.columns if counts.get(c.name))
+    example = (
+        frame.where(
+            functions.col(f"__in_{column.name}").isNotNull() & functions.col(column.name).isNull()
+        )
+        .select(f"__in_{column.name}")
+        .first()
+    )
+    shown = f", e.g. {example[0]!r}" if example is not None else ""
+    others = [c.name for c in table.columns if counts.get(c.name) and c.name != column.name]
+    also = f" (also in {', '.join(others)})" if others else ""
+    return InvalidRequest(
+        f"column {column.name!r} of {table.qualified_name} is {column.type}: "
+        f"{counts[column.name]} value(s) of the input do not fit{shown}{also}; nothing was loaded"
+    )
+
+
+def load(
+    spark: SparkSession,
+    table: TableDescriptor,
+    source: str,
+    input_format: InputFormat,
+    output: Path,
+) -> None:
+    """Write the input, cast to the table's schema and partitioned as the table is, as Parquet
+    into `output`. InvalidRequest if any value does not fit."""
+    from pyspark.sql import Observation
+
+    frame, misfits = conformed(table, read_input(spark, source, input_format))
+    check = Observation("schema check")
+    counted = frame.observe(check, *misfits)
+    writer = counted.select(*(column.name for column in table.columns)).write.mode("errorifexists")
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.parquet(str(output))
+    counts = check.get
+    if any(counts.values()):
+        raise misfit_error(table, frame, counts)
+
+
+def read_files(
+    spark: SparkSession, table: TableDescriptor, folder: Path, files: list[DataFile]
+) -> DataFrame:
+    """The rows of the given files of a table, partition columns from their folders."""
+    data = folder / DATA_FOLDER
+    if not files:
+        return spark.createDataFrame([], schema_ddl(table))
+    frame = (
+        spark.read.schema(schema_ddl(table))
+        .option("basePath", str(data))
+        .parquet(*(str(folder / file.path) for file in files))
+    )
+    return frame.select(*(column.name for column in table.columns))
+
+
+def compact(
+    spark: SparkSession,
+    table: TableDescriptor,
+    folder: Path,
+    inputs: list[DataFile],
+    target_file_size: int,
+    output: Path,
+) -> None:
+    """Rewrite `inputs` into files near `target_file_size`: per partition, its rows in as few
+    files as that size allows (records per file from the inputs' bytes per record)."""
+    frame = read_files(spark, table, folder, inputs)
+    total_bytes = sum(file.bytes for file in inputs)
+    total_records = sum(file.records for file in inputs)
+    records_per_file = max(1, int(target_file_size / max(total_bytes / max(total_records, 1), 1)))
+    tasks = max(1, math.ceil(total_bytes / target_file_size))
+    if table.partition_by:
+        # One task per partition value, so each partition's rows land in one run of files.
+        frame = frame.repartition(tasks, *table.partition_by)
+    else:
+        frame = frame.repartition(tasks)
+    writer = frame.write.mode("errorifexists").option("maxRecordsPerFile", records_per_file)
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.parquet(str(output))

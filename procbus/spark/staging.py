@@ -1,0 +1,99 @@
+"""Where a job attempt's output lives before and after its commit, under the table's folder:
+
+    <table>/_staging/<attempt token>/<col=value>/part-....parquet     written by the Spark job
+    <table>/data/<col=value>/<attempt token>-part-....parquet         moved there to commit
+
+Every attempt writes to its own staging folder (Spark's committer keeps `_temporary` inside the
+output folder, so two attempts must never share one). Files under data/ are visible only once a
+catalog snapshot lists them; a file there whose attempt never committed is removed by name (its
+token prefix) when that attempt is discarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import unquote
+
+from procbus.lakehouse.data import DataFile
+from procbus.lakehouse.warehouse import DATA_FOLDER
+
+STAGING_FOLDER = "_staging"
+
+
+def staging_folder(table_folder: Path, attempt_token: str) -> Path:
+    return table_folder / STAGING_FOLDER / attempt_token
+
+
+def collect_output(table_folder: Path, attempt_token: str) -> list[DataFile]:
+    """The Parquet files an attempt wrote, as they will be named in the catalog: partition from
+    the Hive folder names, rows from each file's footer, bytes from the file."""
+    import pyarrow.parquet as parquet
+
+    staging = staging_folder(table_folder, attempt_token)
+    files: list[DataFile] = []
+    for written in sorted(staging.rglob("*.parquet")):
+        relative = written.relative_to(staging)
+        partition = dict(
+            (unquote(name), unquote(value))
+            for name, _, value in (part.partition("=") for part in relative.parts[:-1])
+        )
+        final = Path(DATA_FOLDER, *relative.parts[:-1], f"{attempt_token}-{relative.name}")
+        files.append(
+            DataFile(
+                path=final.as_posix(),
+                partition=partition,
+                records=parquet.ParquetFile(written).metadata.num_rows,
+                bytes=written.stat().st_size,
+            )
+        )
+    return files
+
+
+def publish_files(table_folder: Path, attempt_token: str, files: list[DataFile]) -> None:
+    """Move staged files to their names under data/ (still invisible: no snapshot lists them).
+    Idempotent: a file moved by an earlier try is left as it is."""
+    staging = staging_folder(table_folder, attempt_token)
+    for file in files:
+        final = table_folder / file.path
+        relative = Path(file.path).relative_to(DATA_FOLDER)
+        staged = staging / relative.parent / relative.name.removeprefix(f"{attempt_token}-")
+        if staged.exists():
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staged, final)
+        elif not final.exists():
+            raise FileNotFoundError(f"staged file {staged} is gone and was never moved to {final}")
+
+
+def remove_staging(table_folder: Path, attempt_token: str) -> None:
+    shutil.rmtree(staging_folder(table_folder, attempt_token), ignore_errors=True)
+    with contextlib.suppress(OSError):  # other attempts' folders may remain
+        (table_folder / STAGING_FOLDER).rmdir()
+
+
+def discard_attempt(table_folder: Path, attempt_token: str) -> int:
+    """Remove everything an uncommitted attempt wrote: its staging folder and any of its files
+    already moved under data/. The number of files removed from data/."""
+    remove_staging(table_folder, attempt_token)
+    removed = 0
+    data = table_folder / DATA_FOLDER
+    if data.exists():
+        for moved in data.rglob(f"{attempt_token}-*"):
+            moved.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def delete_files(table_folder: Path, paths: list[str]) -> int:
+    """Delete replaced files (a retry finds some gone already); the number deleted now."""
+    deleted = 0
+    for path in paths:
+        target = table_folder / path
+        if target.exists():
+            target.unlink()
+            deleted += 1
+        with contextlib.suppress(OSError):  # an emptied partition folder goes too
+            target.parent.rmdir()
+    return deleted

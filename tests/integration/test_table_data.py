@@ -1,0 +1,448 @@
+"""Table data on the local Spark backend: LoadTable and CompactTable as procedures, snapshots
+read through the catalog, the job ledger's fenced commits, cancel and kill in mid-job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import csv
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+
+from procbus.errors import AttemptFencedOut, SnapshotConflict
+from procbus.lakehouse import warehouse as layout
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import (
+    CompactTableInput,
+    DataFile,
+    DataResult,
+    LoadTableInput,
+    SnapshotOperation,
+)
+from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.names import parse_columns
+from procbus.lakehouse.reader import read_snapshot
+from procbus.procedures import ProcedureState
+from procbus.spark import jobs
+from procbus.spark.ledger import Attempt, JobLedger, JobState
+from tests.integration.test_table_procedures import new_id, status_of
+from tests.services import subprocess_environment, worker_process
+from worker import build_worker
+from workflows.data import CompactTable, LoadTable
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = "id:bigint,region:string,amount:double"
+REGIONS = ("eu", "us", "asia")
+
+
+async def make_table(
+    pool: asyncpg.Pool,
+    warehouse: Path,
+    name: str = "orders",
+    partition_by: tuple[str, ...] = ("region",),
+) -> TableDescriptor:
+    """A table made directly in the catalog (the table procedures are tested elsewhere)."""
+    catalog = Catalog(pool)
+    if await catalog.get_namespace("sales") is None:
+        await catalog.create_namespace(NamespaceDescriptor(name="sales", created_by="test"))
+    table = TableDescriptor(
+        namespace="sales",
+        name=name,
+        columns=parse_columns(COLUMNS),
+        partition_by=list(partition_by),
+        created_by="test",
+    )
+    folder = layout.create_layout(warehouse, table)
+    table = table.model_copy(update={"location": str(folder.resolve())})
+    await catalog.add_table(table)
+    return table
+
+
+def write_csv(path: Path, first_id: int, count: int, bad_amount_at: int | None = None) -> Path:
+    with path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["id", "region", "amount"])
+        for offset in range(count):
+            row_id = first_id + offset
+            amount: object = "abc" if offset == bad_amount_at else round(row_id * 1.5, 2)
+            writer.writerow([row_id, REGIONS[row_id % 3], amount])
+    return path
+
+
+def expected_rows(first_id: int, count: int) -> list[tuple[int, str, float]]:
+    return [(i, REGIONS[i % 3], round(i * 1.5, 2)) for i in range(first_id, first_id + count)]
+
+
+def rows_of(snapshot_rows: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
+    return sorted((row["id"], row["region"], row["amount"]) for row in snapshot_rows)
+
+
+def table_files_on_disk(table: TableDescriptor) -> list[str]:
+    folder = Path(table.location)
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+
+
+@contextlib.asynccontextmanager
+async def spark_worker(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, faults: str = ""
+) -> AsyncIterator[None]:
+    from procbus.temporal.faults import parse_faults
+
+    async with build_worker(
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        faults=parse_faults(faults),
+        spark_progress_seconds=0.2,
+    ):
+        yield
+
+
+async def load(client: Client, task_queue: str, source: Path, **fields: Any) -> DataResult:
+    result: DataResult = await client.execute_workflow(
+        LoadTable.run,
+        LoadTableInput(table="sales.orders", source=str(source), **fields),
+        id=new_id("load"),
+        task_queue=task_queue,
+    )
+    return result
+
+
+async def test_loads_and_a_compaction_keep_every_row_in_whole_snapshots(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    table = await make_table(pool, warehouse)
+    catalog = Catalog(pool)
+    async with spark_worker(client, pool, task_queue, warehouse):
+        for batch in range(3):
+            source = write_csv(tmp_path / f"batch{batch}.csv", batch * 100, 100)
+            result = await load(client, task_queue, source)
+            assert (result.snapshot_id, result.records) == (batch + 1, 100)
+        loaded = await catalog.table_files("sales", "orders")
+        assert loaded.snapshot_id == 3
+        assert rows_of(read_snapshot(loaded)) == expected_rows(0, 300)
+        # Each snapshot is whole: the first one holds exactly the first load.
+        first = await catalog.table_files("sales", "orders", snapshot_id=1)
+        assert rows_of(read_snapshot(first)) == expected_rows(0, 100)
+        assert {file.partition["region"] for file in loaded.files} == set(REGIONS)
+        small_files = len(loaded.files)
+        assert small_files >= 6  # at least one file per region and load
+
+        procedure_id = new_id("compact")
+        compacted = await client.execute_workflow(
+            CompactTable.run,
+            CompactTableInput(table="sales.orders", target_file_size=64 * 1024 * 1024),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        status = await status_of(client, procedure_id)
+    assert status.steps_done == ["plan", "rewrite", "swap", "delete_replaced"]
+    assert status.pivot_step == "swap"
+    assert compacted.snapshot_id == 4
+    assert (compacted.files_removed, compacted.files_added) == (small_files, 3)
+    after = await catalog.table_files("sales", "orders")
+    # The same rows, not only as many: by the catalog reader and by Spark.
+    assert rows_of(read_snapshot(after)) == expected_rows(0, 300)
+    by_spark = jobs.read_files(spark, after.table, Path(table.location), after.files).collect()
+    assert sorted((r.id, r.region, r.amount) for r in by_spark) == expected_rows(0, 300)
+    # One file per region; the replaced files are deleted, no staging is left.
+    assert sorted(file.partition["region"] for file in after.files) == sorted(REGIONS)
+    assert table_files_on_disk(table) == sorted(
+        ["_procbus_table.json", *(file.path for file in after.files)]
+    )
+    # The snapshots before the compaction list files that are gone: said plainly.
+    with pytest.raises(Exception, match="a later compaction replaced and deleted them"):
+        read_snapshot(await catalog.table_files("sales", "orders", snapshot_id=3))
+    snapshots = await catalog.list_snapshots("sales", "orders")
+    assert [(s.snapshot_id, s.operation) for s in snapshots] == [
+        (4, SnapshotOperation.COMPACT),
+        (3, SnapshotOperation.LOAD),
+        (2, SnapshotOperation.LOAD),
+        (1, SnapshotOperation.LOAD),
+    ]
+    assert (snapshots[0].records_added, snapshots[0].records_removed) == (300, 300)
+
+
+async def test_a_compaction_of_one_partition_leaves_the_others(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    await make_table(pool, warehouse)
+    catalog = Catalog(pool)
+    async with spark_worker(client, pool, task_queue, warehouse):
+        for batch in range(2):
+            await load(client, task_queue, write_csv(tmp_path / f"b{batch}.csv", batch * 30, 30))
+        before = await catalog.table_files("sales", "orders")
+        result = await client.execute_workflow(
+            CompactTable.run,
+            CompactTableInput(
+                table="sales.orders", partitions=["region=eu"], target_file_size=10**8
+            ),
+            id=new_id("compact"),
+            task_queue=task_queue,
+        )
+        nothing = await client.execute_workflow(
+            CompactTable.run,
+            CompactTableInput(
+                table="sales.orders", partitions=["region=eu"], target_file_size=10**8
+            ),
+            id=new_id("compact"),
+            task_queue=task_queue,
+        )
+    after = await catalog.table_files("sales", "orders")
+    untouched = [f for f in before.files if f.partition["region"] != "eu"]
+    assert [f for f in after.files if f.partition["region"] != "eu"] == untouched
+    assert [f.partition["region"] for f in after.files].count("eu") == 1
+    assert result.files_removed == len(before.files) - len(untouched)
+    assert rows_of(read_snapshot(after)) == expected_rows(0, 60)
+    assert nothing.snapshot_id is None and "nothing to compact" in nothing.message
+
+
+async def test_bad_input_names_the_column_and_commits_nothing(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    table = await make_table(pool, warehouse)
+    bad_value = write_csv(tmp_path / "bad.csv", 0, 50, bad_amount_at=17)
+    missing_column = tmp_path / "missing.csv"
+    missing_column.write_text("id,region\n1,eu\n")
+    async with spark_worker(client, pool, task_queue, warehouse):
+        for source, says in [
+            (
+                bad_value,
+                "column 'amount' of sales.orders is double: 1 value(s) of the input do not fit, e.g. 'abc'",
+            ),
+            (missing_column, "missing column(s) amount"),
+            (tmp_path / "absent.csv", "does not exist"),
+        ]:
+            procedure_id = new_id("load")
+            with pytest.raises(WorkflowFailureError):
+                await client.execute_workflow(
+                    LoadTable.run,
+                    LoadTableInput(table="sales.orders", source=str(source)),
+                    id=procedure_id,
+                    task_queue=task_queue,
+                )
+            status = await status_of(client, procedure_id)
+            assert status.state is ProcedureState.ROLLED_BACK
+            assert says in (status.error or ""), status.error
+    assert (await Catalog(pool).table_files("sales", "orders")).snapshot_id is None
+    assert table_files_on_disk(table) == ["_procbus_table.json"]
+
+
+async def wait_for_running_job(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+    """The job's progress once Spark runs it, from the pending activity's heartbeat details
+    (what the Temporal UI shows)."""
+    from temporalio.converter import default
+
+    async with asyncio.timeout(60):
+        while True:
+            description = await handle.describe()
+            for pending in description.raw_description.pending_activities:
+                if pending.heartbeat_details.payloads:
+                    details = default().payload_converter.from_payloads(
+                        pending.heartbeat_details.payloads
+                    )[0]
+                    if details["phase"] == "running" and details["tasks_total"]:
+                        return dict(details)
+            await asyncio.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def big_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Input large enough that its load runs for seconds on two cores."""
+    return write_csv(tmp_path_factory.mktemp("big") / "big.csv", 0, 1_500_000)
+
+
+async def test_cancelling_a_load_mid_job_stops_spark_and_leaves_no_files(
+    spark: Any,
+    big_csv: Path,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+) -> None:
+    table = await make_table(pool, warehouse)
+    procedure_id = new_id("load")
+    async with spark_worker(client, pool, task_queue, warehouse):
+        handle = await client.start_workflow(
+            LoadTable.run,
+            LoadTableInput(table="sales.orders", source=str(big_csv)),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        progress = await wait_for_running_job(handle)
+        assert progress["job_key"] == f"{procedure_id}:write"
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert status.compensations_done == ["write"]
+    tracker = spark.sparkContext.statusTracker()
+    assert tracker.getActiveJobsIds() == []  # no Spark job left running
+    assert (await Catalog(pool).table_files("sales", "orders")).snapshot_id is None
+    assert table_files_on_disk(table) == ["_procbus_table.json"]
+    job = await JobLedger(pool).get(f"{procedure_id}:write")
+    assert job is not None and job.state is JobState.CANCELLED
+
+
+async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
+    spark: Any,
+    big_csv: Path,
+    client: Client,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    database_url: str,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    table = await make_table(pool, warehouse)
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        warehouse=str(warehouse),
+        spark_master="local[2]",
+    )
+    procedure_id = new_id("load")
+    with worker_process(env) as doomed:
+        handle = await client.start_workflow(
+            LoadTable.run,
+            LoadTableInput(
+                table="sales.orders", source=str(big_csv), job_heartbeat_timeout_seconds=5
+            ),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for_running_job(handle)
+        os.kill(doomed.pid, signal.SIGKILL)
+    async with spark_worker(client, pool, task_queue, warehouse):
+        result = await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    ledger = JobLedger(pool)
+    job = await ledger.get(f"{procedure_id}:write")
+    assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 2)
+    snapshots = await Catalog(pool).list_snapshots("sales", "orders")
+    assert [s.snapshot_id for s in snapshots] == [1]  # exactly one commit
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert result.records == current.records == 1_500_000
+    # Nothing of the killed attempt is left: only the committed attempt's files.
+    assert table_files_on_disk(table) == sorted(
+        ["_procbus_table.json", *(file.path for file in current.files)]
+    )
+    assert all(file.path.split("/")[-1].startswith(job.attempt_token) for file in current.files)
+
+
+async def test_a_commit_whose_outcome_was_lost_is_found_by_its_key_not_made_twice(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    await make_table(pool, warehouse)
+    source = write_csv(tmp_path / "rows.csv", 0, 40)
+    # The commit happens, then its worker "dies" before reporting it: the retry finds it.
+    async with spark_worker(
+        client, pool, task_queue, warehouse, faults="LoadTable.commit:fail_after=1"
+    ):
+        result = await load(client, task_queue, source)
+    assert result.snapshot_id == 1
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 40)
+
+
+async def test_a_compaction_racing_a_load_into_its_partition_loses_and_doubles_no_row(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    await make_table(pool, warehouse)
+    async with spark_worker(
+        client, pool, task_queue, warehouse, faults="CompactTable.swap:delay=4"
+    ):
+        for batch in range(2):
+            await load(client, task_queue, write_csv(tmp_path / f"b{batch}.csv", batch * 30, 30))
+        compaction = await client.start_workflow(
+            CompactTable.run,
+            CompactTableInput(
+                table="sales.orders", partitions=["region=eu"], target_file_size=10**8
+            ),
+            id=new_id("compact"),
+            task_queue=task_queue,
+        )
+        # The compaction waits to swap, its rewrite done; a load into region=eu commits first.
+        async with asyncio.timeout(60):
+            while "rewrite" not in (await status_of(client, compaction.id)).steps_done:
+                await asyncio.sleep(0.1)
+        loaded = await load(client, task_queue, write_csv(tmp_path / "b2.csv", 60, 30))
+        compacted = await compaction.result()
+    assert (loaded.snapshot_id, compacted.snapshot_id) == (3, 4)
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 90)
+
+
+async def test_only_the_current_attempt_commits_and_a_conflict_commits_nothing(
+    pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    table = await make_table(pool, warehouse, partition_by=())
+    ledger = JobLedger(pool)
+    job_key = f"load-{uuid.uuid4().hex[:6]}:write"
+    first = await ledger.begin_attempt(job_key, "proc", "sales", "orders", "worker-a")
+    second = await ledger.begin_attempt(job_key, "proc", "sales", "orders", "worker-b")
+    assert isinstance(first, Attempt) and isinstance(second, Attempt)
+    assert (first.attempt, second.attempt) == (1, 2)
+    with pytest.raises(AttemptFencedOut, match="replaced by attempt 2"):
+        await ledger.set_state(job_key, first.attempt_token, JobState.STAGED)
+    await ledger.set_state(job_key, second.attempt_token, JobState.STAGED)
+
+    def files(token: str) -> list[DataFile]:
+        return [DataFile(path=f"data/{token}-part-0.parquet", records=5, bytes=100)]
+
+    async def commit(token: str) -> int:
+        return await ledger.commit(
+            job_key,
+            token,
+            namespace=table.namespace,
+            table=table.name,
+            operation=SnapshotOperation.LOAD,
+            procedure_id="proc",
+            adds=files(token),
+        )
+
+    # Both attempts race to commit: the zombie is refused, the current one commits once.
+    outcomes = await asyncio.gather(
+        commit(first.attempt_token), commit(second.attempt_token), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], AttemptFencedOut)
+    assert outcomes[1] == 1
+    assert await commit(second.attempt_token) == 1  # again: the same snapshot, nothing new
+    catalog = Catalog(pool)
+    assert [f.path for f in (await catalog.table_files("sales", "orders")).files] == [
+        files(second.attempt_token)[0].path
+    ]
+    # A commit that replaces a file no longer live commits nothing.
+    other = f"compact-{uuid.uuid4().hex[:6]}:rewrite"
+    attempt = await ledger.begin_attempt(other, "proc2", "sales", "orders", "worker-a")
+    assert isinstance(attempt, Attempt)
+    await ledger.set_state(other, attempt.attempt_token, JobState.STAGED)
+    with pytest.raises(SnapshotConflict, match="no longer live"):
+        await ledger.commit(
+            other,
+            attempt.attempt_token,
+            namespace="sales",
+            table="orders",
+            operation=SnapshotOperation.COMPACT,
+            procedure_id="proc2",
+            adds=files(attempt.attempt_token),
+            removes=[DataFile(path="data/never-was.parquet", records=1, bytes=1)],
+        )
+    assert (await catalog.table_files("sales", "orders")).snapshot_id == 1
+    assert (await ledger.get(other)).state is JobState.STAGED  # type: ignore[union-attr]

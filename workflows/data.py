@@ -1,0 +1,185 @@
+"""The table data procedures: LoadTable and CompactTable. Each runs one Spark job as a long,
+heartbeating step, then commits its output in one catalog commit, the procedure's pivot.
+
+Locks (README, "Table data"):
+
+    LoadTable      IX on the table: loads only add files, so they go on beside each other and
+                   beside compactions; the catalog commit keeps every row once
+    CompactTable   X on each partition it rewrites (IX on the table), or X on the table when
+                   no partition is named: two rewrites of one partition never overlap
+
+Before the pivot a failure, a cancel or an abort removes the job's files; after it, the replaced
+files are deleted by roll-forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.spark import SparkActivities
+    from procbus.lakehouse.data import (
+        CommitStep,
+        CompactionPlan,
+        CompactStep,
+        CompactTableInput,
+        DataResult,
+        LoadStep,
+        LoadTableInput,
+        SnapshotOperation,
+        partition_resource,
+        split_partition,
+    )
+    from procbus.lakehouse.models import TableDescriptor
+    from procbus.lakehouse.names import table_resource
+    from procbus.locks.models import Fence
+
+from workflows.procedure import Procedure
+from workflows.tables import checked
+
+# A Spark job may run for hours; its heartbeat, not this, tells a dead worker from a slow job.
+JOB_STEP_TIMEOUT = timedelta(hours=12)
+
+
+def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timedelta:
+    return timedelta(seconds=request.job_heartbeat_timeout_seconds)
+
+
+@workflow.defn(name="LoadTable")
+class LoadTable(Procedure[LoadTableInput, DataResult]):
+    @workflow.run
+    async def run(self, request: LoadTableInput) -> DataResult:
+        return await self.execute(request)
+
+    def target(self, request: LoadTableInput) -> str:
+        return request.table
+
+    def validate(self, request: LoadTableInput) -> None:
+        checked(request.check)
+
+    def locks(self, request: LoadTableInput) -> Sequence[tuple[str, str]]:
+        return [(table_resource(*checked(request.check)), "IX")]
+
+    async def steps(self, request: LoadTableInput) -> DataResult:
+        procedure_id = workflow.info().workflow_id
+        namespace, name = checked(request.check)
+        fence = self.fence(table_resource(namespace, name))
+        wanted = LoadStep(
+            procedure_id=procedure_id,
+            job_key=f"{procedure_id}:write",
+            table=TableDescriptor(namespace=namespace, name=name, columns=[]),
+            source=request.source,
+            format=request.format,
+        )
+        table = await self.step("preflight", SparkActivities.preflight_load_table, wanted)
+        step = wanted.model_copy(update={"table": table})
+        output = await self.step(
+            "write",
+            SparkActivities.run_load_job,
+            step,
+            undo=SparkActivities.discard_job_output,
+            summary=f"Spark: write {request.source} as Parquet, staged",
+            step_timeout=JOB_STEP_TIMEOUT,
+            heartbeat_timeout=job_heartbeat_timeout(request),
+        )
+        result: DataResult = await self.step(
+            "commit",
+            SparkActivities.commit_job_output,
+            CommitStep(
+                procedure_id=procedure_id,
+                table=table,
+                operation=SnapshotOperation.LOAD,
+                output=output,
+                fences=[fence] if fence else [],
+            ),
+            pivot=True,
+            summary=f"commit {output.records} rows to {table.qualified_name} (point of no return)",
+        )
+        return result
+
+
+@workflow.defn(name="CompactTable")
+class CompactTable(Procedure[CompactTableInput, DataResult]):
+    @workflow.run
+    async def run(self, request: CompactTableInput) -> DataResult:
+        return await self.execute(request)
+
+    def target(self, request: CompactTableInput) -> str:
+        return request.table
+
+    def validate(self, request: CompactTableInput) -> None:
+        checked(request.check)
+
+    def locks(self, request: CompactTableInput) -> Sequence[tuple[str, str]]:
+        namespace, name = checked(request.check)
+        if not request.partitions:
+            return [(table_resource(namespace, name), "X")]
+        return [
+            (partition_resource(namespace, name, split_partition(spec)), "X")
+            for spec in request.partitions
+        ]
+
+    def _fences(self, request: CompactTableInput) -> list[Fence]:
+        """The fences the commit carries: one per lock the compaction took."""
+        fences = [self.fence(resource) for resource, _ in self.locks(request)]
+        return [fence for fence in fences if fence is not None]
+
+    async def steps(self, request: CompactTableInput) -> DataResult:
+        procedure_id = workflow.info().workflow_id
+        namespace, name = checked(request.check)
+        fences = self._fences(request)
+        wanted = CompactStep(
+            procedure_id=procedure_id,
+            job_key=f"{procedure_id}:rewrite",
+            table=TableDescriptor(namespace=namespace, name=name, columns=[]),
+            plan=CompactionPlan(
+                partitions=request.partitions, target_file_size=request.target_file_size
+            ),
+        )
+        step = await self.step(
+            "plan",
+            SparkActivities.plan_compaction,
+            wanted,
+            summary=f"find the small files of {request.table}",
+        )
+        table, inputs = step.table, step.plan.inputs
+        if not inputs:
+            return DataResult(
+                table=table.qualified_name,
+                snapshot_id=None,
+                message="nothing to compact: no partition has two files below the target size",
+            )
+        output = await self.step(
+            "rewrite",
+            SparkActivities.run_compaction_job,
+            step,
+            undo=SparkActivities.discard_job_output,
+            summary=f"Spark: rewrite {len(inputs)} small files of {table.qualified_name}",
+            step_timeout=JOB_STEP_TIMEOUT,
+            heartbeat_timeout=job_heartbeat_timeout(request),
+        )
+        commit = CommitStep(
+            procedure_id=procedure_id,
+            table=table,
+            operation=SnapshotOperation.COMPACT,
+            output=output,
+            removes=inputs,
+            fences=fences,
+        )
+        result: DataResult = await self.step(
+            "swap",
+            SparkActivities.commit_job_output,
+            commit,
+            pivot=True,
+            summary=f"swap {len(inputs)} files for {len(output.files)} (point of no return)",
+        )
+        await self.step(
+            "delete_replaced",
+            SparkActivities.delete_replaced_files,
+            commit,
+            summary=f"delete the {len(inputs)} replaced files",
+        )
+        return result
