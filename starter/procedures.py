@@ -17,6 +17,7 @@ import typer
 from starter.output import console, print_json
 
 if TYPE_CHECKING:
+    from rich.live import Live
     from rich.table import Table
     from temporalio.client import Client
 
@@ -123,15 +124,55 @@ async def follow(
         print_json(status)
     else:
         with Live(console=console, auto_refresh=False) as live:
+            shown: list[ProcedureStatus] = []
 
             def show(status: ProcedureStatus) -> None:
+                shown[:] = [status]
                 live.update(steps_table(status), refresh=True)
 
-            status = await wait_for_procedure(
-                client, procedure_id, timeout_seconds=timeout_seconds, on_change=show
-            )
+            # A running Spark job's progress (its heartbeat) as a bar under the steps.
+            watching = asyncio.create_task(show_job_progress(client, procedure_id, live, shown))
+            try:
+                status = await wait_for_procedure(
+                    client, procedure_id, timeout_seconds=timeout_seconds, on_change=show
+                )
+            finally:
+                watching.cancel()
+            live.update(steps_table(status), refresh=True)
         print_outcome(status)
     return 0 if status.state is ProcedureState.SUCCEEDED else 1
+
+
+async def show_job_progress(
+    client: Client, procedure_id: str, live: Live, shown: list[ProcedureStatus]
+) -> None:
+    """Every half second: the steps, and under them a progress bar per running Spark job."""
+    from pydantic import ValidationError
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    from procbus.procedures.client import pending_details
+    from procbus.spark.backends import JobProgress
+
+    while True:
+        await asyncio.sleep(0.5)
+        bars = Table.grid(padding=(0, 1))
+        for step, details in (await pending_details(client, procedure_id)).items():
+            try:
+                progress = JobProgress.model_validate(details)
+            except ValidationError:
+                continue  # not a Spark job's heartbeat
+            bars.add_row(
+                f"  {step}: Spark {progress.phase.value}",
+                ProgressBar(
+                    total=max(progress.tasks_total, 1), completed=progress.tasks_done, width=30
+                ),
+                f"tasks {progress.tasks_done}/{progress.tasks_total}, stages "
+                f"{progress.stages_done}/{progress.stages_total}",
+            )
+        if shown and bars.row_count:
+            live.update(Group(steps_table(shown[0]), bars), refresh=True)
 
 
 async def start(

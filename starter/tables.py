@@ -7,8 +7,10 @@ procedure's preflight to say, as it says to a `temporal` CLI user.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -18,6 +20,7 @@ from starter.procedures import ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command,
 
 if TYPE_CHECKING:
     from procbus.lakehouse.catalog import Catalog
+    from procbus.lakehouse.data import CompactTableInput, LoadTableInput
     from procbus.lakehouse.models import (
         CreateNamespaceInput,
         CreateTableInput,
@@ -25,7 +28,14 @@ if TYPE_CHECKING:
         DeleteTableInput,
     )
 
-    CheckedInput = CreateNamespaceInput | DeleteNamespaceInput | CreateTableInput | DeleteTableInput
+    CheckedInput = (
+        CreateNamespaceInput
+        | DeleteNamespaceInput
+        | CreateTableInput
+        | DeleteTableInput
+        | LoadTableInput
+        | CompactTableInput
+    )
 
 namespace_app = typer.Typer(help="Namespaces of the lake catalog.", no_args_is_help=True)
 table_app = typer.Typer(help="Tables of the lake catalog.", no_args_is_help=True)
@@ -187,6 +197,121 @@ def table_list(
                 ", ".join(f"{c.name}:{c.type}" for c in table.columns),
                 ", ".join(table.partition_by),
                 table.created_by,
+            )
+        console.print(grid)
+        return 0
+
+    run_command(run())
+
+
+# ---- table data ----
+
+
+@table_app.command("load")
+def table_load(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
+    source: str = typer.Option(..., "--from", help="A file or folder the workers can read."),
+    input_format: str = typer.Option("csv", "--format", help="csv (with a header), json, parquet"),
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Start a LoadTable procedure: Spark checks and writes the input; one commit shows it all."""
+    from procbus.errors import InvalidRequest
+    from procbus.lakehouse.data import InputFormat, LoadTableInput
+
+    if input_format not in {kind.value for kind in InputFormat}:
+        raise InvalidRequest(
+            f"unknown format {input_format!r}; known: {', '.join(k.value for k in InputFormat)}"
+        )
+    request = LoadTableInput(
+        table=name, source=str(Path(source).resolve()), format=InputFormat(input_format)
+    )
+    start_checked("LoadTable", name, request, procedure_id, wait, json_output)
+
+
+@table_app.command("compact")
+def table_compact(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
+    partitions: list[str] = typer.Option(
+        [], "--partition", help="Only this partition, e.g. 'region=eu' (repeatable)."
+    ),
+    target_file_size: int | None = typer.Option(
+        None, "--target-file-size", help="Bytes per rewritten file, about (default 128 MiB)."
+    ),
+    wait: bool = WAIT_OPTION,
+    json_output: bool = JSON_OPTION,
+    procedure_id: str | None = ID_OPTION,
+) -> None:
+    """Start a CompactTable procedure: small files rewritten near the target size, rows kept."""
+    from procbus.lakehouse.data import CompactTableInput
+
+    sized = {} if target_file_size is None else {"target_file_size": target_file_size}
+    request = CompactTableInput.model_validate({"table": name, "partitions": partitions, **sized})
+    start_checked("CompactTable", name, request, procedure_id, wait, json_output)
+
+
+@table_app.command("read")
+def table_read(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
+    limit: int | None = typer.Option(20, "--limit", help="At most this many rows (0: all)."),
+    snapshot_id: int | None = typer.Option(
+        None, "--snapshot", help="This snapshot, not the current."
+    ),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Read one snapshot of a table whole, through the catalog (no Spark needed)."""
+
+    async def run() -> int:
+        from rich.table import Table
+
+        from procbus.lakehouse.names import parse_table_name
+        from procbus.lakehouse.reader import read_snapshot
+
+        namespace, table_name = parse_table_name(name)
+        async with catalog() as tables:
+            snapshot = await tables.table_files(namespace, table_name, snapshot_id)
+        rows = await asyncio.to_thread(read_snapshot, snapshot, limit or None)
+        if json_output:
+            print_json({"table": name, "snapshot_id": snapshot.snapshot_id, "rows": rows})
+            return 0
+        grid = Table(*(column.name for column in snapshot.table.columns))
+        for row in rows:
+            grid.add_row(*("" if value is None else str(value) for value in row.values()))
+        console.print(grid)
+        shown = f"{len(rows)} of {snapshot.records} rows" if snapshot.files else "no data yet"
+        console.print(f"snapshot {snapshot.snapshot_id}: {shown}", highlight=False)
+        return 0
+
+    run_command(run())
+
+
+@table_app.command("snapshots")
+def table_snapshots(
+    name: str = typer.Argument(..., help="NAMESPACE.TABLE"), json_output: bool = JSON_OPTION
+) -> None:
+    """A table's snapshots, newest first: what each commit added and removed."""
+
+    async def run() -> int:
+        from rich.table import Table
+
+        from procbus.lakehouse.names import parse_table_name
+
+        namespace, table_name = parse_table_name(name)
+        async with catalog() as tables:
+            snapshots = await tables.list_snapshots(namespace, table_name)
+        if json_output:
+            print_json([snapshot.model_dump(mode="json") for snapshot in snapshots])
+            return 0
+        grid = Table("snapshot", "operation", "files +/-", "rows +/-", "procedure", "committed")
+        for snapshot in snapshots:
+            grid.add_row(
+                str(snapshot.snapshot_id),
+                snapshot.operation.value,
+                f"+{snapshot.files_added} -{snapshot.files_removed}",
+                f"+{snapshot.records_added} -{snapshot.records_removed}",
+                snapshot.procedure_id,
+                f"{snapshot.committed_at:%Y-%m-%d %H:%M:%S}" if snapshot.committed_at else "",
             )
         console.print(grid)
         return 0

@@ -168,6 +168,20 @@ async def wait_for_procedure(
         await asyncio.sleep(POLL_SECONDS)
 
 
+async def pending_details(client: Client, procedure_id: str) -> dict[str, object]:
+    """The last heartbeat details of each running step (activity ID -> details): what the
+    Temporal UI shows for a pending activity, e.g. a Spark job's progress."""
+    description = await client.get_workflow_handle(procedure_id).describe()
+    details: dict[str, object] = {}
+    for pending in description.raw_description.pending_activities:
+        if pending.heartbeat_details.payloads:
+            decoded = client.data_converter.payload_converter.from_payloads(
+                list(pending.heartbeat_details.payloads)
+            )
+            details[pending.activity_id] = decoded[-1]
+    return details
+
+
 async def _closed(handle: WorkflowHandle[object, object]) -> None:
     for _ in range(40):
         description = await handle.describe()

@@ -1,0 +1,102 @@
+"""`procbus table load|read|snapshots|compact` as a user runs them, on a `procbus dev` stack whose
+worker runs the Spark jobs on local Spark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import DevStack, procbus
+
+pytestmark = pytest.mark.spark
+
+
+def ok(stack: DevStack, *args: str, timeout: float = 180) -> str:
+    result = procbus(stack.env, *args, timeout=timeout)
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    return result.stdout
+
+
+def test_load_read_compact_from_the_cli(dev_stack: DevStack, tmp_path: Path) -> None:
+    dev_stack.start()
+    ok(dev_stack, "namespace", "create", "sales", "--wait")
+    ok(
+        dev_stack,
+        "table",
+        "create",
+        "sales.orders",
+        "--schema",
+        "id:bigint,region:string,amount:double",
+        "--partition-by",
+        "region",
+        "--wait",
+    )
+    for batch in range(2):
+        source = tmp_path / f"orders{batch}.csv"
+        source.write_text(
+            "id,region,amount\n"
+            + "".join(
+                f"{i},{('eu', 'us')[i % 2]},{i}.5\n" for i in range(batch * 10, batch * 10 + 10)
+            )
+        )
+        loaded = json.loads(
+            ok(
+                dev_stack,
+                "table",
+                "load",
+                "sales.orders",
+                "--from",
+                str(source),
+                "--wait",
+                "--json",
+            )
+        )
+        assert loaded["state"] == "SUCCEEDED", loaded
+    read = json.loads(ok(dev_stack, "table", "read", "sales.orders", "--limit", "0", "--json"))
+    assert read["snapshot_id"] == 2
+    assert sorted(row["id"] for row in read["rows"]) == list(range(20))
+    first = json.loads(
+        ok(dev_stack, "table", "read", "sales.orders", "--snapshot", "1", "--limit", "0", "--json")
+    )
+    assert sorted(row["id"] for row in first["rows"]) == list(range(10))
+
+    compacted = ok(dev_stack, "table", "compact", "sales.orders", "--wait")
+    assert "SUCCEEDED" in compacted and "swap" in compacted, compacted
+    snapshots = json.loads(ok(dev_stack, "table", "snapshots", "sales.orders", "--json"))
+    assert [(s["snapshot_id"], s["operation"]) for s in snapshots] == [
+        (3, "compact"),
+        (2, "load"),
+        (1, "load"),
+    ]
+    assert snapshots[0]["files_added"] == 2  # one file per region
+    again = json.loads(ok(dev_stack, "table", "read", "sales.orders", "--limit", "0", "--json"))
+    assert sorted((r["id"], r["region"], r["amount"]) for r in again["rows"]) == sorted(
+        (r["id"], r["region"], r["amount"]) for r in read["rows"]
+    )
+    shown = ok(dev_stack, "table", "read", "sales.orders", "--limit", "3")
+    assert "snapshot 3: 3 of 20 rows" in shown
+
+    # Bad input: a clear error, exit 1, nothing committed.
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,region,amount\n1,eu,lots\n")
+    failed = procbus(
+        dev_stack.env, "table", "load", "sales.orders", "--from", str(bad), "--wait", timeout=180
+    )
+    assert failed.returncode == 1
+    assert "column 'amount'" in failed.stdout and "'lots'" in failed.stdout, failed.stdout
+    for args, says in [
+        (
+            ["table", "load", "sales.orders", "--from", str(bad), "--format", "xml"],
+            "unknown format 'xml'",
+        ),
+        (["table", "compact", "sales.orders", "--target-file-size", "10"], "at least 1024 bytes"),
+        (["table", "compact", "sales.orders", "--partition", "region"], "expected COLUMN=VALUE"),
+        (["table", "read", "sales.nope"], "does not exist"),
+        (["table", "read", "sales.orders", "--snapshot", "9"], "has no snapshot 9"),
+    ]:
+        refused = procbus(dev_stack.env, *args)
+        assert refused.returncode == 1, (args, refused.stdout)
+        assert says in refused.stdout + refused.stderr, (args, refused.stdout, refused.stderr)
+    assert len(json.loads(ok(dev_stack, "table", "snapshots", "sales.orders", "--json"))) == 3
