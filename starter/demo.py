@@ -7,6 +7,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 
 import asyncpg
 from pydantic import BaseModel, Field
@@ -26,6 +27,7 @@ from procbus.hooks.outbox import OutboxRelay
 from procbus.lakehouse import warehouse
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import CompactTableInput, LoadTableInput
 from procbus.lakehouse.models import (
     ChangeAccessInput,
     CreateNamespaceInput,
@@ -33,9 +35,12 @@ from procbus.lakehouse.models import (
     DeleteNamespaceInput,
     DeleteTableInput,
 )
+from procbus.lakehouse.reader import read_snapshot
 from procbus.locks import LockTable
 from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.procedures.client import procedure_status
+from procbus.procedures.client import pending_details, procedure_status
+from procbus.procedures.schedules import procedure_schedule
+from procbus.spark.backends import JobProgress
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
@@ -48,12 +53,16 @@ from starter.receiver import WebhookReceiver
 from worker import build_worker
 from worker.main import bus_member
 from workflows.access import ChangeAccess
+from workflows.data import CompactTable, LoadTable
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
 # It is a broadcast: the drill's own bus member refuses it, so every member is sent abort.
 DRILL_FAULT = "CreateTable.refresh_cache.apply:fail_before"
+# The table data scene: three loads of this many rows, then one compaction of their files.
+DEMO_LOADS = 3
+DEMO_ROWS_PER_LOAD = 100_000
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 
@@ -121,6 +130,20 @@ class DemoAccess(BaseModel):
     refused_delete_error: str
 
 
+class DemoTableData(BaseModel):
+    table: str
+    load_ids: list[str]
+    rows: int
+    files_before: int
+    compaction_id: str
+    progress_seen: list[str]
+    files_after: int
+    same_rows_after: bool
+    snapshots: list[str] = Field(description="newest first: ID and operation")
+    schedule_id: str
+    schedule_next_run: str | None
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -137,6 +160,7 @@ class DemoReport(BaseModel):
     topics: DemoTopics
     grouped: DemoGroupedBatches
     access: DemoAccess
+    table_data: DemoTableData
     metrics_url: str | None
 
 
@@ -675,6 +699,120 @@ class Demo:
             refused_delete_error=refused.error or "",
         )
 
+    async def table_data(self, namespace: str) -> DemoTableData:
+        table = f"{namespace}.orders"
+        self.say(
+            f"10. Table data on Spark: load {table} from three files, read it, compact it (its "
+            "progress shown), read it again, and a Schedule"
+        )
+        inputs = self.settings.state_dir / "demo-input" / self.run_id
+        inputs.mkdir(parents=True, exist_ok=True)
+        load_ids = []
+        for number in range(DEMO_LOADS):
+            source = inputs / f"orders-{number}.csv"
+            first = number * DEMO_ROWS_PER_LOAD
+            source.write_text(
+                "id,amount,dt\n"
+                + "".join(
+                    f"{row},{row % 1000}.{row % 100:02d},2026-11-{21 + row % 3}\n"
+                    for row in range(first, first + DEMO_ROWS_PER_LOAD)
+                )
+            )
+            procedure_id = f"demo-load-{number + 1}-{self.run_id}"
+            loaded = await self.client.execute_workflow(
+                LoadTable.run,
+                LoadTableInput(table=table, source=str(source)),
+                id=procedure_id,
+                task_queue=self.services.task_queue,
+                static_summary=f"procbus demo: load {source.name} into {table}",
+            )
+            load_ids.append(procedure_id)
+            self.say(
+                f"   {procedure_id}: snapshot {loaded.snapshot_id}, {loaded.records} rows in "
+                f"{loaded.files_added} files (write staged by Spark, then one catalog commit)"
+            )
+        catalog = Catalog(self.pool)
+        before = await catalog.table_files(namespace, "orders")
+        rows_before = await asyncio.to_thread(read_snapshot, before)
+        self.say(
+            f"   read snapshot {before.snapshot_id}: {len(rows_before)} rows in "
+            f"{len(before.files)} files; first row "
+            + ", ".join(f"{name}={value}" for name, value in rows_before[0].items())
+        )
+        compaction_id = f"demo-compact-{self.run_id}"
+        handle = await self.client.start_workflow(
+            CompactTable.run,
+            CompactTableInput(table=table, target_file_size=64 * 1024 * 1024),
+            id=compaction_id,
+            task_queue=self.services.task_queue,
+            static_summary=f"procbus demo: compact {table}",
+        )
+        seen: list[str] = []
+        while True:  # the Spark job's progress, from its heartbeat (the UI shows the same)
+            with contextlib.suppress(RPCError):
+                for step, details in (await pending_details(self.client, compaction_id)).items():
+                    line = f"{step}: {JobProgress.model_validate(details).line()}"
+                    if line not in seen:
+                        seen.append(line)
+                        self.say(f"     {line}")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    compacted = await handle.result()
+                    break
+        status = await procedure_status(self.client, compaction_id)
+        self.show_steps(status)
+        if not seen:
+            raise ProcbusError("demo: the compaction's progress was never seen")
+        after = await catalog.table_files(namespace, "orders")
+        rows_after = await asyncio.to_thread(read_snapshot, after)
+        same = sorted(map(tuple, map(dict.values, rows_after))) == sorted(
+            map(tuple, map(dict.values, rows_before))
+        )
+        if not same or compacted.snapshot_id != after.snapshot_id:
+            raise ProcbusError("demo: the compaction changed the table's rows")
+        self.say(
+            f"   read snapshot {after.snapshot_id}: the same {len(rows_after)} rows, now in "
+            f"{len(after.files)} files ({compacted.files_removed} replaced files deleted)"
+        )
+        snapshots = [
+            f"{snapshot.snapshot_id} {snapshot.operation.value}"
+            for snapshot in await catalog.list_snapshots(namespace, "orders")
+        ]
+        self.say(f"   snapshots, newest first: {', '.join(snapshots)}")
+        schedule_id = f"demo-compact-{namespace}"
+        schedule = await self.client.create_schedule(
+            schedule_id,
+            procedure_schedule(
+                "CompactTable",
+                CompactTableInput(table=table),
+                target=table,
+                workflow_id=f"compact-{table}-{schedule_id}",
+                task_queue=self.services.task_queue,
+                every=timedelta(hours=1),
+                note="created by procbus demo",
+            ),
+        )
+        described = await schedule.describe()
+        next_runs = described.info.next_action_times
+        next_run = f"{next_runs[0]:%Y-%m-%d %H:%M} UTC" if next_runs else None
+        self.say(
+            f"   Schedule {schedule_id}: CompactTable {table} every hour (overlap skip, pause on "
+            f"failure); next run {next_run}; `procbus schedule list` and the UI's Schedules page"
+        )
+        return DemoTableData(
+            table=table,
+            load_ids=load_ids,
+            rows=len(rows_after),
+            files_before=len(before.files),
+            compaction_id=compaction_id,
+            progress_seen=seen,
+            files_after=len(after.files),
+            same_rows_after=same,
+            snapshots=snapshots,
+            schedule_id=schedule_id,
+            schedule_next_run=next_run,
+        )
+
     async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
         catalog = Catalog(self.pool)
         found = []
@@ -711,6 +849,8 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                         services.task_queue,
                         warehouse_root=settings.warehouse_root,
                         access=caches[0],
+                        spark_master=settings.spark_master,
+                        spark_progress_seconds=0.5,
                     )
                 )
                 for number, acl in enumerate(caches, start=1):  # as three worker processes
@@ -735,6 +875,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 topics = await demo.topics()
                 grouped = await demo.grouped_batches()
                 access = await demo.access(namespace)
+                table_data = await demo.table_data(namespace)
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -747,6 +888,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
             hooks.committed_workflow_id,
             locks.delete_namespace_id,
             access.revoke_id,
+            table_data.compaction_id,
         )
         for workflow_id in shown:
             demo.say(f"   {demo.url(workflow_id)}")
@@ -769,5 +911,6 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         topics=topics,
         grouped=grouped,
         access=access,
+        table_data=table_data,
         metrics_url=services.metrics_url,
     )

@@ -342,50 +342,23 @@ def create(
     request = _compact_input(table, partitions, target_file_size)
 
     async def run() -> int:
-        from temporalio.client import (
-            Schedule,
-            ScheduleActionStartWorkflow,
-            ScheduleAlreadyRunningError,
-            ScheduleIntervalSpec,
-            ScheduleOverlapPolicy,
-            SchedulePolicy,
-            ScheduleSpec,
-            ScheduleState,
-        )
-        from temporalio.common import SearchAttributePair, TypedSearchAttributes
+        from temporalio.client import ScheduleAlreadyRunningError
         from temporalio.service import RPCError, RPCStatusCode
 
-        from procbus.temporal.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
+        from procbus.procedures.schedules import procedure_schedule
 
         client, services = await _client()
-        spec = (
-            ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)])
-            if interval is not None
-            else ScheduleSpec(cron_expressions=[str(cron)])
-        )
-        schedule = Schedule(
-            action=ScheduleActionStartWorkflow(
-                workflow_type,
-                request,
-                # Temporal appends each run's scheduled time to this ID.
-                id=f"{procedure}-{table}-{name}",
-                task_queue=services.task_queue,
-                # What the procedure itself sets first, so `procbus proc list` finds the runs.
-                typed_search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(PROCEDURE_TYPE, workflow_type),
-                        SearchAttributePair(PROCEDURE_TARGET, table),
-                    ]
-                ),
-                static_summary=f"{workflow_type} {table}",
-            ),
-            spec=spec,
-            policy=SchedulePolicy(
-                overlap=ScheduleOverlapPolicy.SKIP,
-                catchup_window=catchup,
-                pause_on_failure=True,
-            ),
-            state=ScheduleState(paused=paused, note=note),
+        schedule = procedure_schedule(
+            workflow_type,
+            request,
+            target=table,
+            workflow_id=f"{procedure}-{table}-{name}",
+            task_queue=services.task_queue,
+            every=interval,
+            cron=cron,
+            catchup_window=catchup,
+            paused=paused,
+            note=note,
         )
         try:
             await client.create_schedule(name, schedule)

@@ -19,6 +19,8 @@ JAVA_HINT = (
     "one, e.g. `apt-get install -y openjdk-17-jre-headless` or `brew install openjdk@17`"
 )
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+
 _session_lock = threading.Lock()
 
 
@@ -53,6 +55,9 @@ def spark_session(master: str, warehouse: Path, app_name: str = "procbus") -> Sp
             .config("spark.sql.shuffle.partitions", "4")
             # Standard Parquet timestamps (not INT96), so any Parquet reader reads the tables.
             .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+            # A worker's output is procbus's: no console progress bar, Spark logs errors only.
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG}")
         )
         if master.startswith("sc://"):
             builder = builder.remote(master)

@@ -4,6 +4,8 @@ worker runs the Spark jobs on local Spark."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,19 +43,30 @@ def test_load_read_compact_from_the_cli(dev_stack: DevStack, tmp_path: Path) -> 
                 f"{i},{('eu', 'us')[i % 2]},{i}.5\n" for i in range(batch * 10, batch * 10 + 10)
             )
         )
-        loaded = json.loads(
-            ok(
-                dev_stack,
-                "table",
-                "load",
-                "sales.orders",
-                "--from",
-                str(source),
-                "--wait",
-                "--json",
+        if batch == 0:
+            loaded = json.loads(
+                ok(
+                    dev_stack,
+                    "table",
+                    "load",
+                    "sales.orders",
+                    "--from",
+                    str(source),
+                    "--wait",
+                    "--json",
+                )
             )
-        )
-        assert loaded["state"] == "SUCCEEDED", loaded
+            assert loaded["state"] == "SUCCEEDED", loaded
+        else:  # the Python starter script, as a person would run it
+            ran = subprocess.run(
+                [sys.executable, "-m", "starter.start_load_table", "sales.orders", str(source)],
+                env=dev_stack.env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            assert ran.returncode == 0, ran.stderr
+            assert json.loads(ran.stdout)["records"] == 10
     read = json.loads(ok(dev_stack, "table", "read", "sales.orders", "--limit", "0", "--json"))
     assert read["snapshot_id"] == 2
     assert sorted(row["id"] for row in read["rows"]) == list(range(20))

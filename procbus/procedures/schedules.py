@@ -1,0 +1,71 @@
+"""Procedures on Temporal Schedules: what `procbus schedule create` (and the demo) create.
+
+A scheduled run is an ordinary procedure: its search attributes are set from the start, so
+`procbus proc list` finds it; a run is skipped while the previous one runs; a failed run pauses
+the schedule until a person unpauses it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from procbus.procedures.models import ProcedureInput
+from procbus.temporal.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
+
+DEFAULT_CATCHUP_WINDOW = timedelta(minutes=10)
+
+
+def procedure_schedule(
+    procedure_type: str,
+    request: ProcedureInput,
+    *,
+    target: str,
+    workflow_id: str,
+    task_queue: str,
+    every: timedelta | None = None,
+    cron: str | None = None,
+    catchup_window: timedelta = DEFAULT_CATCHUP_WINDOW,
+    paused: bool = False,
+    note: str | None = None,
+) -> Schedule:
+    """A schedule that starts `procedure_type` with `request` every `every` or at `cron`."""
+    if (every is None) == (cron is None):
+        raise ValueError("give either every or cron")
+    spec = (
+        ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
+        if every is not None
+        else ScheduleSpec(cron_expressions=[str(cron)])
+    )
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            procedure_type,
+            request,
+            id=workflow_id,  # Temporal appends each run's scheduled time
+            task_queue=task_queue,
+            typed_search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(PROCEDURE_TYPE, procedure_type),
+                    SearchAttributePair(PROCEDURE_TARGET, target),
+                ]
+            ),
+            static_summary=f"{procedure_type} {target}",
+        ),
+        spec=spec,
+        policy=SchedulePolicy(
+            overlap=ScheduleOverlapPolicy.SKIP,
+            catchup_window=catchup_window,
+            pause_on_failure=True,
+        ),
+        state=ScheduleState(paused=paused, note=note),
+    )
