@@ -32,6 +32,7 @@ from procbus.delivery.owner import keep_owners
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
+from procbus.spark.backends import SparkBackend
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
 from procbus.temporal.errors import ProcbusErrorInterceptor
@@ -101,6 +102,7 @@ def build_worker(
     access: AccessCache | None = None,
     spark_master: str = "local[*]",
     spark_progress_seconds: float = 2.0,
+    spark_backend: SparkBackend | None = None,
     worker_id: str | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
@@ -113,6 +115,7 @@ def build_worker(
         spark_master,
         worker_id=worker_id,
         progress_every_seconds=spark_progress_seconds,
+        backend=spark_backend,
     )
     return Worker(
         client,

@@ -94,6 +94,7 @@ def delete_files(table_folder: Path, paths: list[str]) -> int:
         if target.exists():
             target.unlink()
             deleted += 1
-        with contextlib.suppress(OSError):  # an emptied partition folder goes too
-            target.parent.rmdir()
+        if target.parent != table_folder / DATA_FOLDER:
+            with contextlib.suppress(OSError):  # an emptied partition folder goes too
+                target.parent.rmdir()
     return deleted

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -50,7 +51,7 @@ def ok(stack: DevStack, *args: str) -> str:
 
 
 def test_the_ui_shows_procedures_their_steps_and_the_schedules(
-    dev_stack: DevStack, browser: Browser
+    dev_stack: DevStack, browser: Browser, tmp_path: Path
 ) -> None:
     dev_stack.start()
     ok(dev_stack, "namespace", "create", "sales", "--wait")
@@ -92,8 +93,36 @@ def test_the_ui_shows_procedures_their_steps_and_the_schedules(
         details.get_by_text(re.compile(r"refresh_cache on the workers: \S+ applied"))
     ).to_be_visible()
 
-    # The Schedules page lists procbus's schedule, hourly.
+    # A running Spark job: its pending activity shows the progress it heartbeats.
+    ok(dev_stack, "table", "create", "sales.events", "--schema", "id:bigint,note:string", "--wait")
+    source = tmp_path / "events.csv"
+    with source.open("w") as out:
+        out.write("id,note\n")
+        out.writelines(f"{n},event number {n}\n" for n in range(3_000_000))
+    load_id = ok(dev_stack, "table", "load", "sales.events", "--from", str(source)).strip()
+    page.goto(f"{ui}/namespaces/default/workflows/{load_id}")
+    page.get_by_role("link", name=re.compile("Pending Activities")).click()
+    expect(page.get_by_text("run_load_job").first).to_be_visible()
+    expect(page.get_by_text(re.compile("tasks_total")).first).to_be_visible()
+    waited = ok(dev_stack, "proc", "wait", load_id, "--timeout", "180")
+    assert "SUCCEEDED" in waited, waited
+
+    # The Schedules page lists procbus's sweep, hourly, and a compaction schedule.
+    ok(
+        dev_stack,
+        "schedule",
+        "create",
+        "events-compact",
+        "--procedure",
+        "compact",
+        "--table",
+        "sales.events",
+        "--every",
+        "6h",
+    )
     page.goto(f"{ui}/namespaces/default/schedules")
     expect(page.get_by_text("procbus-outbox-sweep").first).to_be_visible()
     expect(page.get_by_text("Every 1 hour").first).to_be_visible()
+    expect(page.get_by_text("events-compact").first).to_be_visible()
+    expect(page.get_by_text("Every 6 hours").first).to_be_visible()
     page.close()
