@@ -1,9 +1,11 @@
 """The Spark work itself, as plain functions of a SparkSession: load, compact, read. The
 procedures run them as watched jobs; the benchmarks call the same functions directly.
 
-A load checks the input against the table's schema in the same pass that writes it (Spark's
-`observe`), so a bad value costs no second scan; a bad file fails with an error that names the
-column and shows a value, and its output is discarded by the caller.
+A load checks the input against the table's schema in the pass that writes it, so good input
+costs no second scan: CSV is parsed straight into the table's types (Spark's own parser, in
+FAILFAST mode), JSON and Parquet are cast with a count of what did not fit (Spark's `observe`).
+When a value does not fit, a second pass over the input finds the column and a value to name in
+the error; the output is discarded by the caller.
 """
 
 from __future__ import annotations
@@ -27,23 +29,21 @@ def schema_ddl(table: TableDescriptor) -> str:
 
 
 def read_input(spark: SparkSession, source: str, input_format: InputFormat) -> DataFrame:
+    """The input as it is: CSV columns as text (from its header), JSON as inferred."""
     if not Path(source).exists():
         raise InvalidRequest(f"the source {source} does not exist")
     reader = spark.read
     if input_format is InputFormat.CSV:
-        # Every column as text: the schema check below casts it and names what does not fit.
         return reader.option("header", True).option("mode", "FAILFAST").csv(source)
     if input_format is InputFormat.JSON:
         return reader.option("mode", "FAILFAST").json(source)
     return reader.parquet(source)
 
 
-def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list[Column]]:
-    """The input cast to the table's schema, and per column a count of values that did not fit
-    (present in the input, null after the cast). Missing or extra columns: InvalidRequest."""
-    from pyspark.sql import functions
-
-    given = {name.lower(): name for name in frame.columns}
+def check_columns(table: TableDescriptor, columns: list[str]) -> dict[str, str]:
+    """The input's column for each of the table's (names match case-insensitively); a missing
+    or unknown column: InvalidRequest naming it."""
+    given = {name.lower(): name for name in columns}
     wanted = [column.name for column in table.columns]
     missing = [name for name in wanted if name not in given]
     extra = [given[name] for name in given if name not in wanted]
@@ -57,6 +57,35 @@ def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list
             f"the input does not fit {table.qualified_name} ({schema_ddl(table)}): "
             f"{'; '.join(said)}"
         )
+    return {name: given[name] for name in wanted}
+
+
+def typed_csv(spark: SparkSession, table: TableDescriptor, source: str) -> DataFrame:
+    """CSV parsed straight into the table's types, its columns in the header's order; a value
+    that does not parse fails the job (FAILFAST)."""
+    from pyspark.sql import functions
+
+    header = read_input(spark, source, InputFormat.CSV).columns  # reads the first line only
+    given = check_columns(table, header)
+    types = {given[column.name]: column.type for column in table.columns}
+    schema = ", ".join(f"`{name}` {types[name]}" for name in header)
+    frame = (
+        spark.read.schema(schema)
+        .option("header", True)
+        .option("enforceSchema", False)
+        .option("mode", "FAILFAST")
+        .csv(source)
+    )
+    return frame.select(*(functions.col(f"`{given[c.name]}`").alias(c.name) for c in table.columns))
+
+
+def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list[Column]]:
+    """The input cast to the table's schema, and per column a count of values that did not fit
+    (present in the input, null after the cast). Missing or extra columns: InvalidRequest."""
+    from pyspark.sql import functions
+
+    given = check_columns(table, frame.columns)
+    wanted = [column.name for column in table.columns]
     casts: list[Column] = []
     misfits: list[Column] = []
     for column in table.columns:
@@ -105,20 +134,37 @@ def load(
     input_format: InputFormat,
     output: Path,
 ) -> None:
-    """Write the input, cast to the table's schema and partitioned as the table is, as Parquet
-    into `output`. InvalidRequest if any value does not fit."""
+    """Write the input, in the table's types and partitioned as the table is, as Parquet into
+    `output`. InvalidRequest naming the column if a value does not fit."""
     from pyspark.sql import Observation
 
+    if input_format is InputFormat.CSV:
+        try:
+            write(table, typed_csv(spark, table, source), output)
+        except InvalidRequest:
+            raise
+        except Exception as error:
+            # Which column and value did not parse: Spark's message names only the record.
+            frame, misfits = conformed(table, read_input(spark, source, input_format))
+            found = frame.agg(*misfits).first()
+            if found is not None and any(found.asDict().values()):
+                raise misfit_error(table, frame, found.asDict()) from None
+            raise error
+        return
     frame, misfits = conformed(table, read_input(spark, source, input_format))
     check = Observation("schema check")
     counted = frame.observe(check, *misfits)
-    writer = counted.select(*(column.name for column in table.columns)).write.mode("errorifexists")
-    if table.partition_by:
-        writer = writer.partitionBy(*table.partition_by)
-    writer.parquet(str(output))
+    write(table, counted.select(*(column.name for column in table.columns)), output)
     counts = check.get
     if any(counts.values()):
         raise misfit_error(table, frame, counts)
+
+
+def write(table: TableDescriptor, frame: DataFrame, output: Path) -> None:
+    writer = frame.write.mode("error")  # a fresh staging folder: never written twice
+    if table.partition_by:
+        writer = writer.partitionBy(*table.partition_by)
+    writer.parquet(str(output))
 
 
 def read_files(
@@ -156,7 +202,7 @@ def compact(
         frame = frame.repartition(tasks, *table.partition_by)
     else:
         frame = frame.repartition(tasks)
-    writer = frame.write.mode("errorifexists").option("maxRecordsPerFile", records_per_file)
+    writer = frame.write.mode("error").option("maxRecordsPerFile", records_per_file)
     if table.partition_by:
         writer = writer.partitionBy(*table.partition_by)
     writer.parquet(str(output))

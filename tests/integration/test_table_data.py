@@ -24,6 +24,7 @@ from procbus.lakehouse.data import (
     CompactTableInput,
     DataFile,
     DataResult,
+    InputFormat,
     LoadTableInput,
     SnapshotOperation,
 )
@@ -75,6 +76,13 @@ def write_csv(path: Path, first_id: int, count: int, bad_amount_at: int | None =
             row_id = first_id + offset
             amount: object = "abc" if offset == bad_amount_at else round(row_id * 1.5, 2)
             writer.writerow([row_id, REGIONS[row_id % 3], amount])
+    return path
+
+
+def write_json(path: Path) -> Path:
+    path.write_text(
+        '{"id": 1, "region": "eu", "amount": 2.5}\n{"id": "seven", "region": "us", "amount": 1}\n'
+    )
     return path
 
 
@@ -215,19 +223,27 @@ async def test_bad_input_names_the_column_and_commits_nothing(
     missing_column = tmp_path / "missing.csv"
     missing_column.write_text("id,region\n1,eu\n")
     async with spark_worker(client, pool, task_queue, warehouse):
-        for source, says in [
+        for source, input_format, says in [
             (
                 bad_value,
-                "column 'amount' of sales.orders is double: 1 value(s) of the input do not fit, e.g. 'abc'",
+                InputFormat.CSV,
+                "column 'amount' of sales.orders is double: 1 value(s) of the input do not fit, "
+                "e.g. 'abc'",
             ),
-            (missing_column, "missing column(s) amount"),
-            (tmp_path / "absent.csv", "does not exist"),
+            (
+                write_json(tmp_path / "bad.json"),
+                InputFormat.JSON,
+                "column 'id' of sales.orders is bigint: 1 value(s) of the input do not fit, "
+                "e.g. 'seven'",
+            ),
+            (missing_column, InputFormat.CSV, "missing column(s) amount"),
+            (tmp_path / "absent.csv", InputFormat.CSV, "does not exist"),
         ]:
             procedure_id = new_id("load")
             with pytest.raises(WorkflowFailureError):
                 await client.execute_workflow(
                     LoadTable.run,
-                    LoadTableInput(table="sales.orders", source=str(source)),
+                    LoadTableInput(table="sales.orders", source=str(source), format=input_format),
                     id=procedure_id,
                     task_queue=task_queue,
                 )
@@ -446,3 +462,37 @@ async def test_only_the_current_attempt_commits_and_a_conflict_commits_nothing(
         )
     assert (await catalog.table_files("sales", "orders")).snapshot_id == 1
     assert (await ledger.get(other)).state is JobState.STAGED  # type: ignore[union-attr]
+
+
+async def test_json_and_parquet_inputs_load_into_the_tables_types(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    import pyarrow
+    import pyarrow.parquet
+
+    await make_table(pool, warehouse)
+    as_json = tmp_path / "rows.json"
+    # Columns in another order and another case than the table's: matched by name.
+    as_json.write_text(
+        "".join(
+            f'{{"AMOUNT": {amount}, "id": {row_id}, "region": "{region}"}}\n'
+            for row_id, region, amount in expected_rows(0, 10)
+        )
+    )
+    as_parquet = tmp_path / "rows.parquet"
+    rows = expected_rows(10, 10)
+    pyarrow.parquet.write_table(
+        pyarrow.table(
+            {
+                "id": pyarrow.array([r[0] for r in rows], pyarrow.int32()),  # widened to bigint
+                "region": [r[1] for r in rows],
+                "amount": [r[2] for r in rows],
+            }
+        ),
+        as_parquet,
+    )
+    async with spark_worker(client, pool, task_queue, warehouse):
+        await load(client, task_queue, as_json, format=InputFormat.JSON)
+        await load(client, task_queue, as_parquet, format=InputFormat.PARQUET)
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 20)
