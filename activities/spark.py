@@ -32,7 +32,7 @@ from procbus.lakehouse.data import (
     partition_matches,
 )
 from procbus.lakehouse.models import TableDescriptor
-from procbus.spark import jobs, staging
+from procbus.spark import staging
 from procbus.spark.backends import (
     JobHandle,
     JobPhase,
@@ -44,6 +44,8 @@ from procbus.spark.backends import (
 )
 from procbus.spark.ledger import JobLedger, JobRecord, JobState
 from procbus.spark.session import spark_session
+from procbus.spark.specs import CompactJob, LoadJob
+from procbus.spark.standalone import StandaloneBackend
 
 # A compaction rewrites a partition's files smaller than this share of the target size.
 SMALL_FILE_SHARE = 0.75
@@ -59,6 +61,8 @@ class SparkActivities:
         worker_id: str | None = None,
         progress_every_seconds: float = 2.0,
         backend: SparkBackend | None = None,
+        spark_rest_url: str | None = None,
+        spark_web_url: str | None = None,
     ) -> None:
         self.catalog = Catalog(pool)
         self.ledger = JobLedger(pool)
@@ -67,16 +71,27 @@ class SparkActivities:
         self.worker_id = worker_id or default_member_id()
         self.progress_every_seconds = progress_every_seconds
         self._backend = backend
+        self.spark_rest_url = spark_rest_url
+        self.spark_web_url = spark_web_url
         self._backend_lock = asyncio.Lock()
 
     async def backend(self) -> SparkBackend:
-        """The Spark backend, started on first use (a Spark session takes seconds to start)."""
+        """The Spark backend, started on first use (a Spark session takes seconds to start):
+        jobs on a standalone cluster for a spark:// master, else in this worker's session."""
         async with self._backend_lock:
             if self._backend is None:
-                session = await asyncio.to_thread(
-                    spark_session, self.spark_master, self.warehouse_root
-                )
-                self._backend = LocalBackend(session)
+                if self.spark_master.startswith("spark://"):
+                    self._backend = StandaloneBackend(
+                        self.spark_master,
+                        self.ledger,
+                        rest_url=self.spark_rest_url,
+                        web_url=self.spark_web_url,
+                    )
+                else:
+                    session = await asyncio.to_thread(
+                        spark_session, self.spark_master, self.warehouse_root
+                    )
+                    self._backend = LocalBackend(session)
             return self._backend
 
     # ---- preflight and plans ----
@@ -116,17 +131,20 @@ class SparkActivities:
     @activity.defn(name="run_load_job")
     async def run_load_job(self, step: LoadStep) -> StagedOutput:
         def job(output: Path) -> SparkJob:
-            return lambda spark: jobs.load(spark, step.table, step.source, step.format, output)
+            return LoadJob(
+                table=step.table, source=step.source, format=step.format, output=str(output)
+            )
 
         return await self._run_job(step, job)
 
     @activity.defn(name="run_compaction_job")
     async def run_compaction_job(self, step: CompactStep) -> StagedOutput:
-        folder = Path(step.table.location)
-
         def job(output: Path) -> SparkJob:
-            return lambda spark: jobs.compact(
-                spark, step.table, folder, step.plan.inputs, step.plan.target_file_size, output
+            return CompactJob(
+                table=step.table,
+                inputs=step.plan.inputs,
+                target_file_size=step.plan.target_file_size,
+                output=str(output),
             )
 
         return await self._run_job(step, job)

@@ -48,7 +48,16 @@ class Settings(BaseSettings):
         default=None, description="root folder of table data; unset: STATE_DIR/warehouse"
     )
     spark_master: str = Field(
-        default="local[*]", description="local[*], spark://host:port or sc://host:port"
+        default="local[*]",
+        description="local[*] (jobs in the worker) or spark://host:port (a standalone cluster)",
+    )
+    spark_rest_url: str | None = Field(
+        default=None,
+        description="a spark:// master's REST submission URL; unset: http://MASTER_HOST:6066",
+    )
+    spark_web_url: str | None = Field(
+        default=None,
+        description="a spark:// master's web UI (job progress); unset: http://MASTER_HOST:8080",
     )
     state_dir: Path = Field(default=Path(".procbus"), description="files of the embedded stack")
     dev_temporal_port: int = Field(default=7233, ge=1, le=65535, description="embedded gRPC port")
@@ -155,13 +164,15 @@ class Settings(BaseSettings):
     def _spark_master(cls, value: str) -> str:
         if _LOCAL_MASTER.match(value):
             return value
-        for scheme in ("spark://", "sc://"):
-            if value.startswith(scheme):
-                _check_host_port(value.removeprefix(scheme).split("/")[0], f"a {scheme} master")
-                return value
-        raise ValueError(
-            f"expected local[*], local[N], spark://host:port or sc://host:port, got {value!r}"
-        )
+        if value.startswith("sc://"):
+            raise ValueError(
+                "Spark Connect (sc://) cannot run procbus jobs yet: a job's steps would be lost "
+                "with its worker; use spark://host:port (a standalone master) or local[*]"
+            )
+        if value.startswith("spark://"):
+            _check_host_port(value.removeprefix("spark://").split("/")[0], "a spark:// master")
+            return value
+        raise ValueError(f"expected local[*], local[N] or spark://host:port, got {value!r}")
 
     @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca")
     @classmethod

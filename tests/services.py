@@ -181,3 +181,95 @@ class RabbitMQ:
         subprocess.run(
             ["epmd", "-port", self.env["ERL_EPMD_PORT"], "-kill"], env=self.env, capture_output=True
         )
+
+
+class SparkCluster:
+    """A Spark standalone master and one worker, from the pyspark wheel, every port on
+    127.0.0.1; the master's REST submission API enabled (on loopback only)."""
+
+    def __init__(self, folder: Path) -> None:
+        import pyspark
+
+        from procbus.stack.processes import free_port
+
+        self.folder = folder
+        self.spark_home = Path(pyspark.__file__).parent
+        self.port, self.rest_port, self.web_port = free_port(), free_port(), free_port()
+        self.master = f"spark://127.0.0.1:{self.port}"
+        self.rest_url = f"http://127.0.0.1:{self.rest_port}"
+        self.web_url = f"http://127.0.0.1:{self.web_port}"
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def _start(self, name: str, *args: str) -> None:
+        env = {**os.environ, "SPARK_HOME": str(self.spark_home), "SPARK_LOCAL_IP": "127.0.0.1"}
+        log = (self.folder / f"{name}.log").open("wb")
+        self.processes.append(
+            subprocess.Popen(
+                [str(self.spark_home / "bin" / "spark-class"), *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its drivers and executors go with its group
+            )
+        )
+
+    def up(self) -> None:
+        import time
+
+        import httpx
+
+        properties = self.folder / "master.conf"
+        properties.write_text(
+            "spark.master.rest.enabled true\n"
+            "spark.master.rest.host 127.0.0.1\n"
+            f"spark.master.rest.port {self.rest_port}\n"
+            "spark.ui.reverseProxy true\n"
+            f"spark.ui.reverseProxyUrl {self.web_url}\n"
+        )
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--webui-port", str(self.web_port),
+            "--properties-file", str(properties),
+        )  # fmt: skip
+        self._start(
+            "worker",
+            "org.apache.spark.deploy.worker.Worker",
+            self.master,
+            "--host", "127.0.0.1",
+            "--webui-port", "0",
+            "--cores", "4",  # more than one driver's core, or its executors never start
+            "--memory", "3g",
+            "--work-dir", str(self.folder / "work"),
+        )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                if httpx.get(f"{self.web_url}/json/", timeout=2).json().get("aliveworkers"):
+                    return
+            time.sleep(0.3)
+        raise AssertionError(f"the Spark cluster did not come up: {self.log('master')}")
+
+    def log(self, name: str) -> str:
+        return (self.folder / f"{name}.log").read_text()[-3000:]
+
+    def driver_state(self, submission_id: str) -> str:
+        import httpx
+
+        reply = httpx.get(f"{self.rest_url}/v1/submissions/status/{submission_id}").json()
+        return str(reply.get("driverState"))
+
+    def down(self) -> None:
+        import signal
+
+        for process in reversed(self.processes):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -46,6 +47,8 @@ from workflows.outbox import OutboxSweep
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 from workflows.topics import TopicDelivery
+
+HEARTBEAT_THROTTLE = timedelta(seconds=2)
 
 WORKFLOWS: Sequence[type] = (
     StackCheck,
@@ -103,6 +106,8 @@ def build_worker(
     spark_master: str = "local[*]",
     spark_progress_seconds: float = 2.0,
     spark_backend: SparkBackend | None = None,
+    spark_rest_url: str | None = None,
+    spark_web_url: str | None = None,
     worker_id: str | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
@@ -116,6 +121,8 @@ def build_worker(
         worker_id=worker_id,
         progress_every_seconds=spark_progress_seconds,
         backend=spark_backend,
+        spark_rest_url=spark_rest_url,
+        spark_web_url=spark_web_url,
     )
     return Worker(
         client,
@@ -131,6 +138,8 @@ def build_worker(
             spark,
         ),
         interceptors=worker_interceptors(faults),
+        # A running job's progress reaches the UI every few seconds, not every 0.8 x timeout.
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
 
 
@@ -199,6 +208,8 @@ async def serve(
                 endpoint_allowlist=allowlist,
                 events_topic=settings.events_topic,
                 spark_master=settings.spark_master,
+                spark_rest_url=settings.spark_rest_url,
+                spark_web_url=settings.spark_web_url,
                 worker_id=settings.worker_id,
             ),
             bus_member(

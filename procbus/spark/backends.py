@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel
 
 from procbus.errors import ProcbusError, SparkJobCancelled, SparkJobFailed
+from procbus.spark.specs import CompactJob, LoadJob, run_spec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SparkJob = Callable[["SparkSession"], Any]
+# A function of the session (run in this process only), or a job spec (run anywhere).
+SparkJob = Callable[["SparkSession"], Any] | LoadJob | CompactJob
 
 
 class JobPhase(StrEnum):
@@ -154,7 +156,11 @@ class LocalBackend:
         # Per thread: every Spark job this thread starts belongs to the group.
         context.setJobGroup(run.handle.group, run.handle.job_key, interruptOnCancel=True)
         try:
-            run.future.set_result(job(self.session))
+            if isinstance(job, LoadJob | CompactJob):
+                run_spec(self.session, job)
+                run.future.set_result(None)
+            else:
+                run.future.set_result(job(self.session))
         except BaseException as error:  # handed to whoever waits for the result
             run.future.set_exception(error)
 

@@ -56,6 +56,12 @@ class Attempt(BaseModel):
     attempt_token: str
 
 
+class Submission(BaseModel):
+    attempt_token: str
+    submission_id: str
+    output: str
+
+
 class JobLedger:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
@@ -107,6 +113,18 @@ class JobLedger:
         """The job will not commit (its procedure rolls back): any attempt still running is
         fenced out. A committed job stays committed."""
         await self.pool.execute(self.queries["end_job"], job_key, state.value, error)
+
+    async def set_submission(
+        self, job_key: str, attempt_token: str, submission_id: str, output: str
+    ) -> None:
+        await self.pool.execute(
+            self.queries["set_submission"], job_key, attempt_token, submission_id, output
+        )
+
+    async def current_submission(self, job_key: str) -> Submission | None:
+        """The running attempt's submission on a cluster (a worker restarted reattaches it)."""
+        row = await self.pool.fetchrow(self.queries["current_submission"], job_key)
+        return Submission.model_validate(dict(row)) if row else None
 
     async def attempt_tokens(self, job_key: str) -> list[str]:
         rows = await self.pool.fetch(self.queries["attempt_tokens"], job_key)

@@ -44,3 +44,15 @@ WHERE "job_key" = $1;
 -- name: attempt_tokens
 SELECT "attempt", "attempt_token" FROM "procbus_spark_attempts"
 WHERE "job_key" = $1 ORDER BY "attempt";
+
+-- name: set_submission
+UPDATE "procbus_spark_attempts" SET "submission_id" = $3, "output" = $4
+WHERE "job_key" = $1 AND "attempt_token" = $2;
+
+-- name: current_submission
+-- The running attempt's cluster submission, if it has one.
+SELECT a."attempt_token", a."submission_id", a."output"
+FROM "procbus_spark_jobs" AS j
+JOIN "procbus_spark_attempts" AS a
+  ON a."job_key" = j."job_key" AND a."attempt_token" = j."attempt_token"
+WHERE j."job_key" = $1 AND j."state" = 'running' AND a."submission_id" IS NOT NULL;

@@ -59,14 +59,11 @@ def spark_session(master: str, warehouse: Path, app_name: str = "procbus") -> Sp
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG_CONFIG}")
         )
-        if master.startswith("sc://"):
-            builder = builder.remote(master)
-        else:
-            builder = builder.master(master)
-            if master.startswith("local"):
-                builder = builder.config("spark.driver.host", LOOPBACK).config(
-                    "spark.driver.bindAddress", LOOPBACK
-                )
+        builder = builder.master(master)
+        if master.startswith("local"):
+            builder = builder.config("spark.driver.host", LOOPBACK).config(
+                "spark.driver.bindAddress", LOOPBACK
+            )
         try:
             return builder.getOrCreate()
         except Exception as error:

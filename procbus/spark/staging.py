@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.warehouse import DATA_FOLDER
+from procbus.spark.specs import outcome_file
 
 STAGING_FOLDER = "_staging"
 
@@ -68,7 +69,9 @@ def publish_files(table_folder: Path, attempt_token: str, files: list[DataFile])
 
 
 def remove_staging(table_folder: Path, attempt_token: str) -> None:
-    shutil.rmtree(staging_folder(table_folder, attempt_token), ignore_errors=True)
+    staged = staging_folder(table_folder, attempt_token)
+    shutil.rmtree(staged, ignore_errors=True)
+    outcome_file(str(staged)).unlink(missing_ok=True)  # a cluster driver's
     with contextlib.suppress(OSError):  # other attempts' folders may remain
         (table_folder / STAGING_FOLDER).rmdir()
 

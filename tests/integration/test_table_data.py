@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError
 
 from procbus.errors import AttemptFencedOut, SnapshotConflict
 from procbus.lakehouse import warehouse as layout
@@ -254,22 +254,22 @@ async def test_bad_input_names_the_column_and_commits_nothing(
     assert table_files_on_disk(table) == ["_procbus_table.json"]
 
 
-async def wait_for_running_job(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
-    """The job's progress once Spark runs it, from the pending activity's heartbeat details
-    (what the Temporal UI shows)."""
-    from temporalio.converter import default
+async def wait_for_running_job(client: Client, procedure_id: str) -> dict[str, Any]:
+    """The job's progress once Spark runs its tasks, from the pending activity's heartbeat
+    details (what the Temporal UI shows)."""
+    from procbus.procedures.client import pending_details
 
-    async with asyncio.timeout(60):
-        while True:
-            description = await handle.describe()
-            for pending in description.raw_description.pending_activities:
-                if pending.heartbeat_details.payloads:
-                    details = default().payload_converter.from_payloads(
-                        pending.heartbeat_details.payloads
-                    )[0]
-                    if details["phase"] == "running" and details["tasks_total"]:
-                        return dict(details)
-            await asyncio.sleep(0.1)
+    seen: list[object] = []
+    deadline = asyncio.get_running_loop().time() + 120
+    while asyncio.get_running_loop().time() < deadline:
+        for details in (await pending_details(client, procedure_id)).values():
+            seen.append(details)
+            if not isinstance(details, dict):
+                continue
+            if details.get("phase") == "running" and details.get("tasks_total"):
+                return details
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no running Spark job was heartbeated; seen: {seen[-3:]}")
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,7 @@ async def test_cancelling_a_load_mid_job_stops_spark_and_leaves_no_files(
             id=procedure_id,
             task_queue=task_queue,
         )
-        progress = await wait_for_running_job(handle)
+        progress = await wait_for_running_job(client, handle.id)
         assert progress["job_key"] == f"{procedure_id}:write"
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
@@ -341,7 +341,7 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
             id=procedure_id,
             task_queue=task_queue,
         )
-        await wait_for_running_job(handle)
+        await wait_for_running_job(client, handle.id)
         os.kill(doomed.pid, signal.SIGKILL)
     async with spark_worker(client, pool, task_queue, warehouse):
         result = await handle.result()

@@ -62,5 +62,8 @@ CREATE TABLE "procbus_spark_attempts" (
     "attempt_token" text NOT NULL UNIQUE,
     "worker" text NOT NULL,
     "started_at" timestamptz NOT NULL DEFAULT now(),
+    -- On a cluster: the run's submission ID and output folder, so a new worker reattaches.
+    "submission_id" text,
+    "output" text,
     PRIMARY KEY ("job_key", "attempt")
 );

@@ -1,0 +1,41 @@
+"""The driver of a procbus job on a cluster: `procbus_spark_driver.py JOB_GROUP SPEC_JSON`.
+
+It runs the spec under the attempt's job group and leaves its outcome (ok, or the error in
+Spark's own words) in a file beside the output, which the worker reads when the cluster says
+the driver ended.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pydantic import TypeAdapter
+
+from procbus.errors import ProcbusError
+from procbus.spark.specs import JobOutcome, JobSpec, outcome_file, run_spec
+
+
+def main(argv: list[str]) -> int:
+    from pyspark.sql import SparkSession
+
+    from procbus.spark.backends import spark_error_text
+
+    job_group, spec_json = argv[1], argv[2]
+    spec = TypeAdapter(JobSpec).validate_json(spec_json)
+    spark = SparkSession.builder.getOrCreate()
+    spark.sparkContext.setJobGroup(job_group, f"procbus {spec.kind} {spec.table.qualified_name}")
+    try:
+        run_spec(spark, spec)
+        outcome = JobOutcome(ok=True)
+    except ProcbusError as error:
+        kind = error.error_type.value if error.error_type else None
+        outcome = JobOutcome(ok=False, error=str(error), error_type=kind)
+    except Exception as error:
+        outcome = JobOutcome(ok=False, error=spark_error_text(error))
+    outcome_file(spec.output).write_text(outcome.model_dump_json())
+    spark.stop()
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

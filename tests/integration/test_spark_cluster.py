@@ -1,0 +1,214 @@
+"""The standalone cluster backend, against a real master and worker from the pyspark wheel: a
+job's driver runs on the cluster, is watched and killed through the master's REST API, and
+outlives the procbus worker that submitted it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import LoadTableInput
+from procbus.lakehouse.reader import read_snapshot
+from procbus.procedures import ProcedureState
+from procbus.spark.ledger import JobLedger, JobState
+from tests.integration.test_table_data import (
+    expected_rows,
+    make_table,
+    rows_of,
+    table_files_on_disk,
+    wait_for_running_job,
+    write_csv,
+)
+from tests.integration.test_table_procedures import new_id, status_of
+from tests.services import SparkCluster, subprocess_environment, worker_process
+from worker import build_worker
+from workflows.data import LoadTable
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    started = SparkCluster(tmp_path_factory.mktemp("spark-cluster"))
+    started.up()
+    yield started
+    started.down()
+
+
+@contextlib.asynccontextmanager
+async def cluster_worker(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, cluster: SparkCluster
+) -> AsyncIterator[None]:
+    async with build_worker(
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        spark_master=cluster.master,
+        spark_rest_url=cluster.rest_url,
+        spark_web_url=cluster.web_url,
+        spark_progress_seconds=0.5,
+    ):
+        yield
+
+
+async def submission_of(pool: asyncpg.Pool, job_key: str) -> str:
+    """The cluster's submission ID of the job's current attempt, once it was submitted."""
+    ledger = JobLedger(pool)
+    async with asyncio.timeout(60):
+        while (submission := await ledger.current_submission(job_key)) is None:
+            await asyncio.sleep(0.2)
+    return submission.submission_id
+
+
+async def test_a_load_runs_as_a_driver_on_the_cluster(
+    cluster: SparkCluster,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    table = await make_table(pool, warehouse)
+    bad = write_csv(tmp_path / "bad.csv", 0, 20, bad_amount_at=3)
+    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
+        procedure_id = new_id("load")
+        handle = await client.start_workflow(
+            LoadTable.run,
+            LoadTableInput(table="sales.orders", source=str(write_csv(tmp_path / "a.csv", 0, 50))),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        submission_id = await submission_of(pool, f"{procedure_id}:write")
+        result = await handle.result()
+        # Bad input on the cluster: the driver's own error, the column named, nothing committed.
+        refused_id = new_id("load")
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                LoadTable.run,
+                LoadTableInput(table="sales.orders", source=str(bad)),
+                id=refused_id,
+                task_queue=task_queue,
+            )
+        refused = await status_of(client, refused_id)
+    assert submission_id.startswith("driver-")
+    assert cluster.driver_state(submission_id) == "FINISHED"
+    assert result.records == 50
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 50)
+    assert refused.state is ProcedureState.ROLLED_BACK
+    assert "column 'amount' of sales.orders is double" in (refused.error or ""), refused.error
+    assert table_files_on_disk(table) == sorted(
+        ["_procbus_table.json", *(file.path for file in current.files)]
+    )
+
+
+async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
+    cluster: SparkCluster,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    table = await make_table(pool, warehouse)
+    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
+        procedure_id = new_id("load")
+        handle = await client.start_workflow(
+            LoadTable.run,
+            LoadTableInput(table="sales.orders", source=str(write_csv(tmp_path / "a.csv", 0, 50))),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        submission_id = await submission_of(pool, f"{procedure_id}:write")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    assert cluster.driver_state(submission_id) == "KILLED"
+    assert table_files_on_disk(table) == ["_procbus_table.json"]
+    job = await JobLedger(pool).get(f"{procedure_id}:write")
+    assert job is not None and job.state is JobState.CANCELLED
+
+
+async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_it(
+    cluster: SparkCluster,
+    client: Client,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    database_url: str,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    table = await make_table(pool, warehouse)
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        warehouse=str(warehouse),
+        spark_master=cluster.master,
+        spark_rest_url=cluster.rest_url,
+        spark_web_url=cluster.web_url,
+    )
+    procedure_id = new_id("load")
+    source = write_csv(tmp_path / "a.csv", 0, 200)
+    with worker_process(env) as doomed:
+        handle = await client.start_workflow(
+            LoadTable.run,
+            LoadTableInput(
+                table="sales.orders", source=str(source), job_heartbeat_timeout_seconds=5
+            ),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        submission_id = await submission_of(pool, f"{procedure_id}:write")
+        os.kill(doomed.pid, signal.SIGKILL)
+    assert cluster.driver_state(submission_id) in ("SUBMITTED", "RUNNING")  # still on the cluster
+    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
+        result = await handle.result()
+    job = await JobLedger(pool).get(f"{procedure_id}:write")
+    # The same attempt, reattached: no second driver was submitted.
+    assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 1)
+    assert cluster.driver_state(submission_id) == "FINISHED"
+    assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert result.records == 200
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 200)
+    assert table_files_on_disk(table) == sorted(
+        ["_procbus_table.json", *(file.path for file in current.files)]
+    )
+
+
+async def test_the_progress_of_a_driver_on_the_cluster_is_heartbeated(
+    cluster: SparkCluster,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    await make_table(pool, warehouse)
+    source = write_csv(tmp_path / "a.csv", 0, 300_000)
+    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
+        handle = await client.start_workflow(
+            LoadTable.run,
+            LoadTableInput(table="sales.orders", source=str(source)),
+            id=new_id("load"),
+            task_queue=task_queue,
+        )
+        progress: dict[str, Any] = await wait_for_running_job(client, handle.id)
+        await handle.result()
+    assert progress["phase"] == "running" and progress["tasks_total"] > 0
