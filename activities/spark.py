@@ -152,6 +152,10 @@ class SparkActivities:
     async def _run_job(
         self, step: SparkJobStep, make_job: Callable[[Path], SparkJob]
     ) -> StagedOutput:
+        # Seen at once in the UI, while Spark may still be starting.
+        activity.heartbeat(
+            JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED).model_dump(mode="json")
+        )
         backend = await self.backend()
         folder = Path(step.table.location)
         handle = await backend.reattach(step.job_key)

@@ -261,6 +261,7 @@ async def watch(
     job is cancelled and waited for."""
     waiting = asyncio.ensure_future(backend.result(handle))
     try:
+        report(await backend.progress(handle))  # at once: a watcher sees the job from its start
         while True:
             done, _ = await asyncio.wait({waiting}, timeout=every_seconds)
             report(await backend.progress(handle))

@@ -24,7 +24,9 @@ from procbus.spark.ledger import JobLedger, JobState
 from tests.integration.test_table_data import (
     expected_rows,
     make_table,
+    only_committed_files,
     rows_of,
+    start_load,
     table_files_on_disk,
     wait_for_running_job,
     write_csv,
@@ -82,13 +84,8 @@ async def test_a_load_runs_as_a_driver_on_the_cluster(
     table = await make_table(pool, warehouse)
     bad = write_csv(tmp_path / "bad.csv", 0, 20, bad_amount_at=3)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
-        procedure_id = new_id("load")
-        handle = await client.start_workflow(
-            LoadTable.run,
-            LoadTableInput(table="sales.orders", source=str(write_csv(tmp_path / "a.csv", 0, 50))),
-            id=procedure_id,
-            task_queue=task_queue,
-        )
+        handle = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 50))
+        procedure_id = handle.id
         submission_id = await submission_of(pool, f"{procedure_id}:write")
         result = await handle.result()
         # Bad input on the cluster: the driver's own error, the column named, nothing committed.
@@ -108,9 +105,7 @@ async def test_a_load_runs_as_a_driver_on_the_cluster(
     assert rows_of(read_snapshot(current)) == expected_rows(0, 50)
     assert refused.state is ProcedureState.ROLLED_BACK
     assert "column 'amount' of sales.orders is double" in (refused.error or ""), refused.error
-    assert table_files_on_disk(table) == sorted(
-        ["_procbus_table.json", *(file.path for file in current.files)]
-    )
+    assert table_files_on_disk(table) == only_committed_files(table, current)
 
 
 async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
@@ -123,13 +118,8 @@ async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
 ) -> None:
     table = await make_table(pool, warehouse)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
-        procedure_id = new_id("load")
-        handle = await client.start_workflow(
-            LoadTable.run,
-            LoadTableInput(table="sales.orders", source=str(write_csv(tmp_path / "a.csv", 0, 50))),
-            id=procedure_id,
-            task_queue=task_queue,
-        )
+        handle = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 50))
+        procedure_id = handle.id
         submission_id = await submission_of(pool, f"{procedure_id}:write")
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
@@ -187,9 +177,7 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_i
     current = await Catalog(pool).table_files("sales", "orders")
     assert result.records == 200
     assert rows_of(read_snapshot(current)) == expected_rows(0, 200)
-    assert table_files_on_disk(table) == sorted(
-        ["_procbus_table.json", *(file.path for file in current.files)]
-    )
+    assert table_files_on_disk(table) == only_committed_files(table, current)
 
 
 async def test_the_progress_of_a_driver_on_the_cluster_is_heartbeated(

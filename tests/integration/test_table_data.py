@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from procbus.errors import AttemptFencedOut, SnapshotConflict
 from procbus.lakehouse import warehouse as layout
@@ -27,6 +27,7 @@ from procbus.lakehouse.data import (
     InputFormat,
     LoadTableInput,
     SnapshotOperation,
+    TableFiles,
 )
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.names import parse_columns
@@ -116,6 +117,22 @@ async def spark_worker(
         yield
 
 
+async def start_load(
+    client: Client, task_queue: str, source: Path, **fields: Any
+) -> WorkflowHandle[Any, DataResult]:
+    return await client.start_workflow(
+        LoadTable.run,
+        LoadTableInput(table="sales.orders", source=str(source), **fields),
+        id=new_id("load"),
+        task_queue=task_queue,
+    )
+
+
+def only_committed_files(table: TableDescriptor, current: TableFiles) -> list[str]:
+    """What the table's folder must hold: its marker and the snapshot's files, nothing staged."""
+    return sorted(["_procbus_table.json", *(file.path for file in current.files)])
+
+
 async def load(client: Client, task_queue: str, source: Path, **fields: Any) -> DataResult:
     result: DataResult = await client.execute_workflow(
         LoadTable.run,
@@ -165,9 +182,7 @@ async def test_loads_and_a_compaction_keep_every_row_in_whole_snapshots(
     assert sorted((r.id, r.region, r.amount) for r in by_spark) == expected_rows(0, 300)
     # One file per region; the replaced files are deleted, no staging is left.
     assert sorted(file.partition["region"] for file in after.files) == sorted(REGIONS)
-    assert table_files_on_disk(table) == sorted(
-        ["_procbus_table.json", *(file.path for file in after.files)]
-    )
+    assert table_files_on_disk(table) == only_committed_files(table, after)
     # The snapshots before the compaction list files that are gone: said plainly.
     with pytest.raises(Exception, match="a later compaction replaced and deleted them"):
         read_snapshot(await catalog.table_files("sales", "orders", snapshot_id=3))
@@ -355,9 +370,7 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
     current = await Catalog(pool).table_files("sales", "orders")
     assert result.records == current.records == 1_500_000
     # Nothing of the killed attempt is left: only the committed attempt's files.
-    assert table_files_on_disk(table) == sorted(
-        ["_procbus_table.json", *(file.path for file in current.files)]
-    )
+    assert table_files_on_disk(table) == only_committed_files(table, current)
     assert all(file.path.split("/")[-1].startswith(job.attempt_token) for file in current.files)
 
 
