@@ -395,7 +395,7 @@ async def test_a_compaction_racing_a_load_into_its_partition_loses_and_doubles_n
 ) -> None:
     await make_table(pool, warehouse)
     async with spark_worker(
-        client, pool, task_queue, warehouse, faults="CompactTable.swap:delay=4"
+        client, pool, task_queue, warehouse, faults="CompactTable.swap:delay=8"
     ):
         for batch in range(2):
             await load(client, task_queue, write_csv(tmp_path / f"b{batch}.csv", batch * 30, 30))
