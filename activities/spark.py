@@ -234,11 +234,13 @@ class SparkActivities:
     async def discard_job_output(self, step: SparkJobStep) -> None:
         """Undo of a job step: the job, if it still runs here, is cancelled; every attempt's
         files are removed, and the ledger fences out any attempt still running elsewhere."""
-        await self.ledger.give_up(step.job_key, JobState.CANCELLED, "its procedure rolled back")
         backend = await self.backend()
+        # First the run itself (found through the ledger while it still says running), then
+        # the ledger, so an attempt still alive elsewhere can no longer stage or commit.
         handle = await backend.reattach(step.job_key)
         if handle is not None:
             await backend.cancel(handle)
+        await self.ledger.give_up(step.job_key, JobState.CANCELLED, "its procedure rolled back")
         record = await self.ledger.get(step.job_key)
         if record is not None and record.state is JobState.COMMITTED:
             return  # past the commit the output is the table's: never removed by an undo

@@ -88,7 +88,8 @@ class JobLedger:
                 )
                 return Attempt(job_key=job_key, attempt=attempt, attempt_token=token)
         record = await self.get(job_key)
-        assert record is not None  # the insert found it committed
+        if record is None:  # the insert found it committed, so it exists
+            raise AttemptFencedOut(f"job {job_key!r} vanished from the ledger")
         return record
 
     async def is_current(self, job_key: str, attempt_token: str) -> bool:
