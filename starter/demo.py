@@ -62,7 +62,7 @@ from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, Dele
 DRILL_FAULT = "CreateTable.refresh_cache.apply:fail_before"
 # The table data scene: three loads of this many rows, then one compaction of their files.
 DEMO_LOADS = 3
-DEMO_ROWS_PER_LOAD = 100_000
+DEMO_ROWS_PER_LOAD = 300_000
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 

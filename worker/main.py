@@ -48,7 +48,7 @@ from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 from workflows.topics import TopicDelivery
 
-HEARTBEAT_THROTTLE = timedelta(seconds=2)
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
 
 WORKFLOWS: Sequence[type] = (
     StackCheck,
