@@ -123,7 +123,7 @@ class SparkActivities:
             if file.bytes < step.plan.target_file_size * SMALL_FILE_SHARE:
                 by_partition.setdefault(tuple(sorted(file.partition.items())), []).append(file)
         inputs = [file for files in by_partition.values() if len(files) > 1 for file in files]
-        plan = step.plan.model_copy(update={"base_snapshot": current.snapshot_id, "inputs": inputs})
+        plan = step.plan.model_copy(update={"inputs": inputs})
         return step.model_copy(update={"table": table, "plan": plan})
 
     # ---- the jobs ----

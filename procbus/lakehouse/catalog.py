@@ -295,10 +295,6 @@ class Catalog:
         rows = await self.pool.fetch(self.queries["list_snapshots"], namespace, name)
         return [Snapshot.model_validate(dict(row)) for row in rows]
 
-    async def files_removed_by(self, namespace: str, name: str, snapshot_id: int) -> list[str]:
-        rows = await self.pool.fetch(self.queries["removed_files_of"], namespace, name, snapshot_id)
-        return [row["path"] for row in rows]
-
     async def swap_snapshot(
         self,
         connection: asyncpg.Connection,

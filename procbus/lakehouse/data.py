@@ -184,12 +184,7 @@ class CompactionPlan(BaseModel):
 
     partitions: list[str] = Field(default_factory=list, description="empty: the whole table")
     target_file_size: int
-    base_snapshot: int | None = None
     inputs: list[DataFile] = Field(default_factory=list)
-
-    @property
-    def input_bytes(self) -> int:
-        return sum(file.bytes for file in self.inputs)
 
 
 class CompactStep(SparkJobStep):

@@ -134,9 +134,3 @@ SELECT "snapshot_id", "parent_id", "operation", "job_key", "procedure_id", "file
        "files_removed", "records_added", "records_removed", "committed_at"
 FROM "procbus_snapshots" WHERE "namespace" = $1 AND "table_name" = $2
 ORDER BY "snapshot_id" DESC;
-
--- name: removed_files_of
--- Files a snapshot replaced: deleted from disk once it committed (no snapshot reads them again
--- once expired; procbus keeps no time travel to them past the commit).
-SELECT "path" FROM "procbus_table_files"
-WHERE "namespace" = $1 AND "table_name" = $2 AND "removed_in" = $3;

@@ -47,7 +47,7 @@ def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> 
     if not folder.exists():
         return False
     shutil.rmtree(folder)
-    _remove_if_empty(folder.parent)
+    remove_if_empty(folder.parent)
     return True
 
 
@@ -57,10 +57,10 @@ def delete_data(root: Path, namespace: str, table: str) -> bool:
     if not folder.exists():
         return False
     shutil.rmtree(folder)
-    _remove_if_empty(folder.parent)
+    remove_if_empty(folder.parent)
     return True
 
 
-def _remove_if_empty(folder: Path) -> None:
+def remove_if_empty(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not empty, or gone: either way nothing to do
         folder.rmdir()

@@ -11,14 +11,13 @@ token prefix) when that attempt is discarded.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from pathlib import Path
 from urllib.parse import unquote
 
 from procbus.lakehouse.data import DataFile
-from procbus.lakehouse.warehouse import DATA_FOLDER
+from procbus.lakehouse.warehouse import DATA_FOLDER, remove_if_empty
 from procbus.spark.specs import outcome_file
 
 STAGING_FOLDER = "_staging"
@@ -72,8 +71,7 @@ def remove_staging(table_folder: Path, attempt_token: str) -> None:
     staged = staging_folder(table_folder, attempt_token)
     shutil.rmtree(staged, ignore_errors=True)
     outcome_file(str(staged)).unlink(missing_ok=True)  # a cluster driver's
-    with contextlib.suppress(OSError):  # other attempts' folders may remain
-        (table_folder / STAGING_FOLDER).rmdir()
+    remove_if_empty(table_folder / STAGING_FOLDER)  # other attempts' folders may remain
 
 
 def discard_attempt(table_folder: Path, attempt_token: str) -> int:
@@ -98,6 +96,5 @@ def delete_files(table_folder: Path, paths: list[str]) -> int:
             target.unlink()
             deleted += 1
         if target.parent != table_folder / DATA_FOLDER:
-            with contextlib.suppress(OSError):  # an emptied partition folder goes too
-                target.parent.rmdir()
+            remove_if_empty(target.parent)  # an emptied partition folder goes too
     return deleted

@@ -17,7 +17,6 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.data import LoadTableInput
 from procbus.lakehouse.reader import read_snapshot
 from procbus.procedures import ProcedureState
 from procbus.spark.ledger import JobLedger, JobState
@@ -31,10 +30,9 @@ from tests.integration.test_table_data import (
     wait_for_running_job,
     write_csv,
 )
-from tests.integration.test_table_procedures import new_id, status_of
+from tests.integration.test_table_procedures import status_of
 from tests.services import SparkCluster, subprocess_environment, worker_process
 from worker import build_worker
-from workflows.data import LoadTable
 
 pytestmark = pytest.mark.spark
 
@@ -89,15 +87,10 @@ async def test_a_load_runs_as_a_driver_on_the_cluster(
         submission_id = await submission_of(pool, f"{procedure_id}:write")
         result = await handle.result()
         # Bad input on the cluster: the driver's own error, the column named, nothing committed.
-        refused_id = new_id("load")
+        refusing = await start_load(client, task_queue, bad)
         with pytest.raises(WorkflowFailureError):
-            await client.execute_workflow(
-                LoadTable.run,
-                LoadTableInput(table="sales.orders", source=str(bad)),
-                id=refused_id,
-                task_queue=task_queue,
-            )
-        refused = await status_of(client, refused_id)
+            await refusing.result()
+        refused = await status_of(client, refusing.id)
     assert submission_id.startswith("driver-")
     assert cluster.driver_state(submission_id) == "FINISHED"
     assert result.records == 50
@@ -153,17 +146,10 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_i
         spark_rest_url=cluster.rest_url,
         spark_web_url=cluster.web_url,
     )
-    procedure_id = new_id("load")
     source = write_csv(tmp_path / "a.csv", 0, 200)
     with worker_process(env) as doomed:
-        handle = await client.start_workflow(
-            LoadTable.run,
-            LoadTableInput(
-                table="sales.orders", source=str(source), job_heartbeat_timeout_seconds=5
-            ),
-            id=procedure_id,
-            task_queue=task_queue,
-        )
+        handle = await start_load(client, task_queue, source, job_heartbeat_timeout_seconds=5)
+        procedure_id = handle.id
         submission_id = await submission_of(pool, f"{procedure_id}:write")
         os.kill(doomed.pid, signal.SIGKILL)
     assert cluster.driver_state(submission_id) in ("SUBMITTED", "RUNNING")  # still on the cluster
@@ -191,12 +177,7 @@ async def test_the_progress_of_a_driver_on_the_cluster_is_heartbeated(
     await make_table(pool, warehouse)
     source = write_csv(tmp_path / "a.csv", 0, 300_000)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
-        handle = await client.start_workflow(
-            LoadTable.run,
-            LoadTableInput(table="sales.orders", source=str(source)),
-            id=new_id("load"),
-            task_queue=task_queue,
-        )
+        handle = await start_load(client, task_queue, source)
         progress: dict[str, Any] = await wait_for_running_job(client, handle.id)
         await handle.result()
     assert progress["phase"] == "running" and progress["tasks_total"] > 0

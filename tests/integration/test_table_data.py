@@ -302,14 +302,9 @@ async def test_cancelling_a_load_mid_job_stops_spark_and_leaves_no_files(
     warehouse: Path,
 ) -> None:
     table = await make_table(pool, warehouse)
-    procedure_id = new_id("load")
     async with spark_worker(client, pool, task_queue, warehouse):
-        handle = await client.start_workflow(
-            LoadTable.run,
-            LoadTableInput(table="sales.orders", source=str(big_csv)),
-            id=procedure_id,
-            task_queue=task_queue,
-        )
+        handle = await start_load(client, task_queue, big_csv)
+        procedure_id = handle.id
         progress = await wait_for_running_job(client, handle.id)
         assert progress["job_key"] == f"{procedure_id}:write"
         await handle.cancel()
@@ -346,16 +341,9 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
         warehouse=str(warehouse),
         spark_master="local[2]",
     )
-    procedure_id = new_id("load")
     with worker_process(env) as doomed:
-        handle = await client.start_workflow(
-            LoadTable.run,
-            LoadTableInput(
-                table="sales.orders", source=str(big_csv), job_heartbeat_timeout_seconds=5
-            ),
-            id=procedure_id,
-            task_queue=task_queue,
-        )
+        handle = await start_load(client, task_queue, big_csv, job_heartbeat_timeout_seconds=5)
+        procedure_id = handle.id
         await wait_for_running_job(client, handle.id)
         os.kill(doomed.pid, signal.SIGKILL)
     async with spark_worker(client, pool, task_queue, warehouse):
