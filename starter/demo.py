@@ -850,7 +850,9 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                         warehouse_root=settings.warehouse_root,
                         access=caches[0],
                         spark_master=settings.spark_master,
-                        spark_progress_seconds=0.5,
+                        # The demo watches its short Spark jobs closely.
+                        spark_progress_seconds=0.2,
+                        heartbeat_throttle=timedelta(seconds=0.2),
                     )
                 )
                 for number, acl in enumerate(caches, start=1):  # as three worker processes

@@ -109,6 +109,7 @@ def build_worker(
     spark_rest_url: str | None = None,
     spark_web_url: str | None = None,
     worker_id: str | None = None,
+    heartbeat_throttle: timedelta = HEARTBEAT_THROTTLE,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
     activities check principals against `access`, the ACL cache of this process's bus member.
@@ -139,7 +140,7 @@ def build_worker(
         ),
         interceptors=worker_interceptors(faults),
         # A running job's progress reaches the UI every few seconds, not every 0.8 x timeout.
-        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        max_heartbeat_throttle_interval=heartbeat_throttle,
     )
 
 

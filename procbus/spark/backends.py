@@ -63,10 +63,14 @@ class JobProgress(BaseModel):
     error: str | None = None
 
     def line(self) -> str:
-        text = (
-            f"{self.phase.value}: jobs {self.jobs_done}/{self.jobs_total}, stages "
-            f"{self.stages_done}/{self.stages_total}, tasks {self.tasks_done}/{self.tasks_total}"
-        )
+        if not self.jobs_total and self.phase is JobPhase.SUBMITTED:
+            text = f"{self.phase.value}: no Spark job started yet"
+        else:
+            text = (
+                f"{self.phase.value}: jobs {self.jobs_done}/{self.jobs_total}, stages "
+                f"{self.stages_done}/{self.stages_total}, tasks "
+                f"{self.tasks_done}/{self.tasks_total}"
+            )
         if self.records_written is not None:
             text += f", {self.records_written} rows, {self.bytes_written} bytes written"
         return f"{text}: {self.error}" if self.error else text
