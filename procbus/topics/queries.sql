@@ -47,6 +47,11 @@ FROM "procbus_topics" ORDER BY "name";
 -- name: lock_topic_for_delete
 SELECT "name" FROM "procbus_topics" WHERE "name" = $1 FOR UPDATE;
 
+-- name: captures_into
+-- The application tables captured into a topic (procbus.capture), or NULL.
+SELECT string_agg("source_schema" || '.' || "source_table", ', ' ORDER BY "source_table")
+FROM "procbus_captures" WHERE "topic" = $1;
+
 -- name: count_pending
 SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1;
 

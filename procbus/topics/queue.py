@@ -116,7 +116,7 @@ def encode_payload(payload: object) -> str:
     return to_json(payload).decode()
 
 
-def _translated(error: asyncpg.PostgresError) -> Exception:
+def topic_error(error: asyncpg.PostgresError) -> Exception:
     """A refusal raised by the topic functions as the procbus error it stands for."""
     sqlstate: str = getattr(error, "sqlstate", "") or ""
     kind = TopicNotFound if sqlstate == "PBT01" else _SQLSTATE_ERRORS.get(sqlstate)
@@ -156,7 +156,7 @@ async def publish_in_transaction(
             event.txn_size,
         )
     except asyncpg.PostgresError as error:
-        raise _translated(error) from None
+        raise topic_error(error) from None
     return Published(
         topic=topic,
         id=row["id"],
@@ -278,6 +278,12 @@ class Topics:
         async with self.pool.acquire() as connection, connection.transaction():
             if await connection.fetchval(self.queries["lock_topic_for_delete"], name) is None:
                 raise TopicNotFound(f"no topic named {name!r}")
+            captured = await connection.fetchval(self.queries["captures_into"], name)
+            if captured:
+                raise InvalidRequest(
+                    f"topic {name!r} carries the captures of {captured}: delete them first "
+                    f"(procbus capture delete TABLE --topic {name})"
+                )
             pending: int = await connection.fetchval(self.queries["count_pending"], name)
             if pending and not force:
                 raise InvalidRequest(
@@ -392,7 +398,7 @@ class Topics:
                     seconds,
                 )
             except asyncpg.PostgresError as error:
-                raise _translated(error) from None
+                raise topic_error(error) from None
         return Reservation(
             id=reservation_id,
             topic=topic,
@@ -420,7 +426,7 @@ class Topics:
                 event.txn_size,
             )
         except asyncpg.PostgresError as error:
-            raise _translated(error) from None
+            raise topic_error(error) from None
         if row["outcome"] == "expired":
             raise ReservationExpired(
                 f"reservation {reservation.id} on topic {reservation.topic!r} ran out at "

@@ -1,0 +1,54 @@
+-- Change capture: which application tables publish their row changes, into which topic.
+
+-- name: source_table
+-- The table a name resolves to (through the search_path when unqualified), or no row.
+SELECT c."oid", n."nspname" AS "schema", c."relname" AS "name", c."relkind"::text AS "kind"
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n."oid" = c."relnamespace"
+WHERE c."oid" = to_regclass($1);
+
+-- name: table_columns
+SELECT a."attname" AS "name"
+FROM pg_catalog.pg_attribute AS a
+WHERE a."attrelid" = $1::oid AND a."attnum" > 0 AND NOT a."attisdropped"
+ORDER BY a."attnum";
+
+-- name: primary_key
+SELECT a."attname" AS "name"
+FROM pg_catalog.pg_index AS i
+CROSS JOIN LATERAL unnest(i."indkey") WITH ORDINALITY AS k("attnum", "place")
+JOIN pg_catalog.pg_attribute AS a ON a."attrelid" = i."indrelid" AND a."attnum" = k."attnum"
+WHERE i."indrelid" = $1::oid AND i."indisprimary"
+ORDER BY k."place";
+
+-- name: topic_for_capture
+SELECT "sync", "group_transactions", "endpoint" FROM "procbus_topics" WHERE "name" = $1;
+
+-- name: insert_capture
+INSERT INTO "procbus_captures"
+    ("source_schema", "source_table", "topic", "key_columns", "trigger_name")
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT DO NOTHING
+RETURNING "created_at";
+
+-- name: attach
+SELECT "procbus_capture_attach"($1::oid::regclass, $2, $3::text[], $4);
+
+-- name: detach
+SELECT "procbus_capture_detach"($1, $2, $3);
+
+-- name: record_snapshot
+UPDATE "procbus_captures" SET "snapshot_rows" = $4
+WHERE "source_schema" = $1 AND "source_table" = $2 AND "topic" = $3;
+
+-- name: list_captures
+SELECT "source_schema", "source_table", "topic", "key_columns", "trigger_name",
+       "snapshot_rows", "created_at"
+FROM "procbus_captures"
+WHERE $1::text IS NULL OR "topic" = $1
+ORDER BY "topic", "source_schema", "source_table";
+
+-- name: delete_capture
+DELETE FROM "procbus_captures"
+WHERE "source_schema" = $1 AND "source_table" = $2 AND "topic" = $3
+RETURNING "trigger_name";

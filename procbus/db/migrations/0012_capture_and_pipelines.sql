@@ -1,0 +1,191 @@
+-- Change capture (procbus.capture) and the change pipeline (procbus.pipeline).
+--
+-- Capture: a row trigger on an application's table publishes each change into a grouped
+-- topic's queue, in the application's own transaction (a rolled-back transaction publishes
+-- nothing). A deferred constraint trigger, run once per (transaction, topic) when the
+-- transaction commits, marks its last event with the transaction's event count.
+--
+-- Apply: merge-on-read lake tables. A batch of changes is written as one file per lake table
+-- holding each key's last row image and a deleted flag; a reader takes, per key, the row of the
+-- newest file (compaction folds them). The batch ID recorded with the catalog commit fences
+-- out a second apply of the same batch.
+
+CREATE TABLE "procbus_captures" (
+    "source_schema" text NOT NULL,
+    "source_table" text NOT NULL,
+    -- No cascade: a topic carrying captures is not deleted from under the application's writes.
+    "topic" text NOT NULL REFERENCES "procbus_topics" ("name"),
+    "key_columns" text[] NOT NULL,
+    "trigger_name" text NOT NULL,
+    "snapshot_rows" bigint NOT NULL DEFAULT 0,
+    "created_at" timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY ("source_schema", "source_table", "topic")
+);
+
+-- A capturing transaction's topics, while it runs: a row per (transaction, topic), removed by
+-- the deferred trigger at commit (so the table is empty between transactions).
+CREATE TABLE "procbus_capture_open" (
+    "txn_id" text NOT NULL,
+    "topic" text NOT NULL,
+    PRIMARY KEY ("txn_id", "topic")
+);
+
+-- One change of one row, published into "p_topic" in the caller's transaction. The event's key
+-- is the table and the row's key, so a key's changes are delivered in commit order (publishers
+-- of a key are serialised by procbus_topic_publish). Its transaction is the database's own.
+CREATE FUNCTION "procbus_capture_publish"(
+    "p_topic" text,
+    "p_schema" text,
+    "p_table" text,
+    "p_keys" text[],
+    "p_op" text,
+    "p_image" jsonb
+) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    "key_value" jsonb := (SELECT jsonb_object_agg(k, "p_image" -> k) FROM unnest("p_keys") AS k);
+    "txn" text := 'pg_' || pg_current_xact_id()::text;
+BEGIN
+    PERFORM "procbus_topic_publish"(
+        "p_topic",
+        pg_backend_pid() % 16,
+        "p_schema" || '.' || "p_table" || '/' || "key_value"::text,
+        'change',
+        jsonb_build_object(
+            'op', "p_op", 'schema', "p_schema", 'table', "p_table", 'key', "key_value",
+            'row', CASE WHEN "p_op" = 'delete' THEN NULL ELSE "p_image" END
+        )::text,
+        'msg_' || replace(gen_random_uuid()::text, '-', ''),
+        "txn",
+        false,
+        NULL
+    );
+    INSERT INTO "procbus_capture_open" ("txn_id", "topic") VALUES ("txn", "p_topic")
+    ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- The row trigger: TG_ARGV[0] is the topic, the rest the key columns. An UPDATE that changes
+-- the key is the old key's delete and the new key's insert.
+CREATE FUNCTION "procbus_capture_change"() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    "keys" text[] := TG_ARGV[1:];
+    "old_image" jsonb;
+    "new_image" jsonb;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", 'delete', to_jsonb(OLD));
+        RETURN NULL;
+    END IF;
+    "new_image" := to_jsonb(NEW);
+    IF TG_OP = 'UPDATE' THEN
+        "old_image" := to_jsonb(OLD);
+        IF EXISTS (SELECT FROM unnest("keys") AS k WHERE "old_image" -> k IS DISTINCT FROM "new_image" -> k) THEN
+            PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", 'delete', "old_image");
+            PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", 'insert', "new_image");
+            RETURN NULL;
+        END IF;
+    END IF;
+    PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", lower(TG_OP), "new_image");
+    RETURN NULL;
+END
+$$;
+
+-- At commit: the transaction's last event on the topic is marked, with the event count.
+CREATE FUNCTION "procbus_capture_commit"() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE "procbus_topic_entries" AS e SET "txn_last" = true, "txn_size" = c."size"
+    FROM (
+        SELECT max(t."id") AS "last", count(*)::integer AS "size"
+        FROM "procbus_topic_entries" AS t
+        WHERE t."topic" = NEW."topic" AND t."txn_id" = NEW."txn_id"
+    ) AS c
+    WHERE e."id" = c."last";
+    DELETE FROM "procbus_capture_open" WHERE "txn_id" = NEW."txn_id" AND "topic" = NEW."topic";
+    RETURN NULL;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER "procbus_capture_commit" AFTER INSERT ON "procbus_capture_open"
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "procbus_capture_commit"();
+
+-- Start capturing "p_table" into "p_topic": the trigger, then every row already there published
+-- as an insert, in the caller's transaction. CREATE TRIGGER takes a lock that waits for the
+-- table's running writers and holds off new ones until commit, so no change falls between the
+-- snapshot and the trigger, and none is in both. Returns the rows published.
+CREATE FUNCTION "procbus_capture_attach"(
+    "p_table" regclass,
+    "p_topic" text,
+    "p_keys" text[],
+    "p_trigger" text
+) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    "schema_name" text;
+    "table_name" text;
+    "published" bigint;
+BEGIN
+    SELECT n."nspname", c."relname" INTO "schema_name", "table_name"
+    FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n."oid" = c."relnamespace"
+    WHERE c."oid" = "p_table";
+    EXECUTE format(
+        'CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW '
+        'EXECUTE FUNCTION "procbus_capture_change"(%s)',
+        "p_trigger", "p_table",
+        (SELECT string_agg(quote_literal(a), ', ') FROM unnest(ARRAY["p_topic"] || "p_keys") AS a)
+    );
+    EXECUTE format(
+        'SELECT count(*) FROM %s AS r, '
+        'LATERAL "procbus_capture_publish"($1, $2, $3, $4, ''insert'', to_jsonb(r)) AS p',
+        "p_table"
+    ) INTO "published" USING "p_topic", "schema_name", "table_name", "p_keys";
+    RETURN "published";
+END
+$$;
+
+-- Stop capturing: the trigger goes (nothing to do when the table is gone already).
+CREATE FUNCTION "procbus_capture_detach"("p_schema" text, "p_table" text, "p_trigger" text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF to_regclass(format('%I.%I', "p_schema", "p_table")) IS NOT NULL THEN
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', "p_trigger", "p_schema", "p_table");
+    END IF;
+END
+$$;
+
+-- Merge-on-read lake tables: the key a table's change files are merged by (empty: the table
+-- only appends), and each file's kind.
+ALTER TABLE "procbus_tables" ADD COLUMN "key_columns" text[] NOT NULL DEFAULT '{}';
+ALTER TABLE "procbus_table_files"
+    ADD COLUMN "kind" text NOT NULL DEFAULT 'data' CHECK ("kind" IN ('data', 'changes'));
+ALTER TABLE "procbus_snapshots" DROP CONSTRAINT "procbus_snapshots_operation_check";
+ALTER TABLE "procbus_snapshots" ADD CONSTRAINT "procbus_snapshots_operation_check"
+    CHECK ("operation" IN ('load', 'compact', 'apply'));
+
+-- A topic whose endpoint is table://: where its changes have reached the lake.
+CREATE TABLE "procbus_pipelines" (
+    "topic" text PRIMARY KEY REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
+    -- The queue position (entry ID) of the newest change applied; per key, commit order.
+    "position" bigint NOT NULL DEFAULT 0,
+    "batches_applied" bigint NOT NULL DEFAULT 0,
+    "changes_applied" bigint NOT NULL DEFAULT 0,
+    "transactions_applied" bigint NOT NULL DEFAULT 0,
+    -- When the newest change applied was committed at the source, and when it was applied.
+    "source_committed_at" timestamptz,
+    "applied_at" timestamptz,
+    "last_error" text,
+    "last_error_at" timestamptz
+);
+
+-- Every batch applied, by its ID: a second apply of one finds it here and commits nothing.
+CREATE TABLE "procbus_pipeline_batches" (
+    "topic" text NOT NULL REFERENCES "procbus_pipelines" ("topic") ON DELETE CASCADE,
+    "batch_id" text NOT NULL,
+    "changes" integer NOT NULL,
+    "snapshots" jsonb NOT NULL,
+    "applied_at" timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY ("topic", "batch_id")
+);
