@@ -74,6 +74,7 @@ class SparkActivities:
         self.spark_rest_url = spark_rest_url
         self.spark_web_url = spark_web_url
         self._backend_lock = asyncio.Lock()
+        self._local_backend: LocalBackend | None = None
 
     async def backend(self) -> SparkBackend:
         """The Spark backend, started on first use (a Spark session takes seconds to start):
@@ -93,6 +94,18 @@ class SparkActivities:
                     )
                     self._backend = LocalBackend(session)
             return self._backend
+
+    async def local_backend(self) -> SparkBackend:
+        """A backend that runs Python functions (the change pipeline's apply): this worker's
+        own session, local[*] when the worker's jobs go to a cluster."""
+        backend = await self.backend()
+        if isinstance(backend, LocalBackend):
+            return backend
+        async with self._backend_lock:
+            if self._local_backend is None:
+                session = await asyncio.to_thread(spark_session, "local[*]", self.warehouse_root)
+                self._local_backend = LocalBackend(session)
+            return self._local_backend
 
     # ---- preflight and plans ----
 
@@ -123,6 +136,9 @@ class SparkActivities:
             if file.bytes < step.plan.target_file_size * SMALL_FILE_SHARE:
                 by_partition.setdefault(tuple(sorted(file.partition.items())), []).append(file)
         inputs = [file for files in by_partition.values() if len(files) > 1 for file in files]
+        if table.key_columns and len(current.files) > 1:
+            # Merge-on-read: a delete may hide a row of any older file, so all of them fold.
+            inputs = list(current.files)
         plan = step.plan.model_copy(update={"inputs": inputs})
         return step.model_copy(update={"table": table, "plan": plan})
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 from temporalio import activity
 
 from procbus.delivery.clients import EndpointClient
 from procbus.delivery.dispatch import deliver_round
-from procbus.delivery.endpoints import parse_endpoint
+from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.delivery.factory import client_for
 from procbus.delivery.models import DeliveryRequest, DeliveryResult
+from procbus.errors import InvalidRequest
+from procbus.pipeline import Pipelines, TableApplier
+from procbus.spark.backends import SparkBackend
 from procbus.temporal.metrics import TopicMetrics
 from procbus.topics.models import Topic
 from procbus.topics.queue import TopicNotFound, Topics
@@ -38,9 +41,18 @@ STATS_EVERY_SECONDS = 5.0
 
 
 class TopicActivities:
-    def __init__(self, pool: asyncpg.Pool, allowlist: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        allowlist: list[str] | None = None,
+        spark: Callable[[], Awaitable[SparkBackend]] | None = None,
+    ) -> None:
+        """`spark`: the backend that applies table:// topics' batches (None: this worker
+        cannot deliver them)."""
         self.topics = Topics(pool, allowlist)
         self.allowlist = allowlist or []
+        self.pipelines = Pipelines(pool)
+        self.spark = spark
 
     @activity.defn(name="deliver_topic")
     async def deliver_topic(self, request: DeliveryRequest) -> DeliveryResult:
@@ -113,7 +125,12 @@ class TopicActivities:
         return progress
 
     def _client(self, topic: Topic, secrets: list[str]) -> EndpointClient:
-        return client_for(parse_endpoint(topic.endpoint, self.allowlist), secrets)
+        endpoint = parse_endpoint(topic.endpoint, self.allowlist)
+        if endpoint.kind is EndpointKind.TABLE:
+            if self.spark is None:
+                raise InvalidRequest(f"this worker runs no Spark to apply {endpoint.url}")
+            return TableApplier(topic.name, endpoint, self.pipelines, self.spark)
+        return client_for(endpoint, secrets)
 
     @staticmethod
     async def _heartbeat(progress: Callable[[], DeliveryResult]) -> None:

@@ -79,7 +79,7 @@ def activities_for(
         OutboxActivities(pool, task_queue).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access).all(),
         *LockActivities(pool).all(),
-        *TopicActivities(pool, endpoint_allowlist).all(),
+        *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
         *BusActivities(Membership(pool)).all(),
         *spark.all(),
     ]

@@ -82,7 +82,8 @@ class Captures:
             if found is None or found["kind"] not in TABLE_KINDS:
                 raise InvalidRequest(f"no table {source!r} in this database")
             columns = [
-                row["name"] for row in await connection.fetch(queries["table_columns"], found["oid"])
+                row["name"]
+                for row in await connection.fetch(queries["table_columns"], found["oid"])
             ]
             key_columns = key or [
                 row["name"] for row in await connection.fetch(queries["primary_key"], found["oid"])

@@ -25,6 +25,9 @@ class Outcome(StrEnum):
     ACK = "ack"  # the endpoint took it: remove it from the queue
     FAILED = "failed"  # not taken: retry later (backoff, or the endpoint's Retry-After)
     GONE = "gone"  # the endpoint said it will never take anything (HTTP 410): disable the topic
+    # The endpoint can never take this batch as it is (a change that does not fit its lake
+    # table): dead-letter it at once and disable the topic, so nothing behind it goes first.
+    REJECTED = "rejected"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Message:
     timestamp: datetime  # when it is sent (the webhook-timestamp)
     key: str | None
     batch_id: str | None = None  # a batch of events: the same ID on every retry
+    entries: tuple[Entry, ...] = ()  # a batch's events as queued (for clients that apply them)
 
 
 def event_body(topic: str, entry: Entry) -> dict[str, Any]:
@@ -84,6 +88,7 @@ def batch_message(
         timestamp=now,
         key=None,
         batch_id=batch_id,
+        entries=tuple(entries),
     )
 
 

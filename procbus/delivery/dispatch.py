@@ -32,7 +32,7 @@ class Round(BaseModel):
     delivered: int = 0
     failed: int = 0
     dead_lettered: int = 0
-    gone: str | None = None  # the endpoint's 410 answer, when it gave one
+    gone: str | None = None  # why the topic was just disabled: a 410, or a batch it refused
 
 
 def _groups(entries: list[Entry]) -> list[list[Entry]]:
@@ -132,14 +132,21 @@ async def deliver_round(
             error=sent.error or "failed",
             attempts=by_id[entry_id].attempts,
             retry_after_seconds=sent.retry_after_seconds,
+            permanent=sent.outcome is Outcome.REJECTED,
         )
         for entry_id, sent in results.items()
-        if sent.outcome is Outcome.FAILED
+        if sent.outcome in (Outcome.FAILED, Outcome.REJECTED)
     ]
     settled = await topics.settle(claim, delivered, failed)
     gone = next((sent.error for sent in results.values() if sent.outcome is Outcome.GONE), None)
     if gone is not None:
         await topics.disable(topic.name, f"the endpoint answered {gone}")
+    rejected = next(
+        (sent.error for sent in results.values() if sent.outcome is Outcome.REJECTED), None
+    )
+    if rejected is not None:
+        gone = rejected
+        await topics.disable(topic.name, f"stopped: {rejected}")
     return Round(
         claimed=len(claim.entries),
         delivered=settled.delivered,

@@ -3,6 +3,8 @@
     http://host/path, https://...        a webhook: one event per POST, or with ?batch=1 a JSON
                                          array of events per POST
     amqp://user:password@host/vhost?exchange=X&routing_key=Y   (amqps:// too) a RabbitMQ broker
+    table://NS, table://NS.TABLE         lake tables: each batch of captured changes applied by a
+                                         Spark job and one catalog commit (procbus.pipeline)
 
 PROCBUS_ENDPOINT_ALLOWLIST (hosts and CIDRs, comma-separated), when set, refuses every other
 endpoint. Link-local and cloud metadata addresses are refused always: an endpoint must never
@@ -34,6 +36,7 @@ METADATA_ADDRESSES = (
 class EndpointKind(StrEnum):
     WEBHOOK = "webhook"  # HTTP POST, Standard Webhooks signatures
     AMQP = "amqp"  # a message to a RabbitMQ exchange, with publisher confirms
+    TABLE = "table"  # lake tables of a namespace (procbus.pipeline applies the changes)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class Endpoint:
     kind: EndpointKind
     host: str
     batch: bool = False  # webhooks: a JSON array of events per POST
+    namespace: str | None = None  # table://: the lake namespace
+    table: str | None = None  # table://NS.TABLE: the one lake table
 
     @property
     def display(self) -> str:
@@ -136,13 +141,15 @@ def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
         raise InvalidRequest(f"the endpoint URL is empty or longer than {MAX_ENDPOINT_LENGTH}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    if scheme == "table":
+        return _table_endpoint(url, parts.netloc, parts.path + parts.query)
     if scheme in ("http", "https"):
         kind = EndpointKind.WEBHOOK
     elif scheme in ("amqp", "amqps"):
         kind = EndpointKind.AMQP
     else:
         raise InvalidRequest(
-            f"endpoint {shown!r}: the scheme must be http, https, amqp or amqps, not "
+            f"endpoint {shown!r}: the scheme must be http, https, amqp, amqps or table, not "
             f"{parts.scheme or '(none)'!r}"
         )
     try:
@@ -166,3 +173,25 @@ def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
             f"endpoint {shown!r}: an AMQP endpoint needs ?exchange=NAME and/or ?routing_key=KEY"
         )
     return Endpoint(url=url, kind=kind, host=host, batch=batch)
+
+
+def _table_endpoint(url: str, target: str, rest: str) -> Endpoint:
+    """table://NS (each source table to the lake table of its name in NS) or table://NS.TABLE."""
+    from procbus.lakehouse.names import validate_name
+
+    if rest.strip("/"):
+        raise InvalidRequest(f"endpoint {url!r}: expected table://NAMESPACE or table://NS.TABLE")
+    namespace, dot, table = target.partition(".")
+    if not namespace:
+        raise InvalidRequest(f"endpoint {url!r} names no namespace: table://NAMESPACE[.TABLE]")
+    validate_name("namespace", namespace)
+    if dot:
+        validate_name("table", table)
+    return Endpoint(
+        url=url,
+        kind=EndpointKind.TABLE,
+        host=namespace,
+        batch=True,
+        namespace=namespace,
+        table=table or None,
+    )

@@ -37,6 +37,7 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
         location=row["location"],
         created_by=row["created_by"],
         created_at=row["created_at"],
+        key_columns=list(row.get("key_columns") or []),
     )
 
 
@@ -267,22 +268,34 @@ class Catalog:
             self.pool.acquire() as connection,
             connection.transaction(isolation="repeatable_read", readonly=True),
         ):
-            row = await connection.fetchrow(self.queries["get_table"], namespace, name)
-            if row is None:
-                raise InvalidRequest(f"table {namespace}.{name} does not exist")
-            current = await connection.fetchval(self.queries["current_snapshot"], namespace, name)
-            wanted = current if snapshot_id is None else snapshot_id
-            if snapshot_id is not None and (current is None or not 0 < snapshot_id <= current):
-                raise InvalidRequest(
-                    f"table {namespace}.{name} has no snapshot {snapshot_id} (current: {current})"
-                )
-            files = (
-                []
-                if wanted is None
-                else await connection.fetch(
-                    self.queries["files_in_snapshot"], namespace, name, wanted
-                )
+            return await self._table_files(connection, namespace, name, snapshot_id)
+
+    async def current_files(self, tables: list[tuple[str, str]]) -> list[TableFiles]:
+        """The current snapshots of several tables, as one commit left them: a change apply
+        that touched two of them is in both or in neither."""
+        async with (
+            self.pool.acquire() as connection,
+            connection.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            return [await self._table_files(connection, ns, name, None) for ns, name in tables]
+
+    async def _table_files(
+        self, connection: asyncpg.Connection, namespace: str, name: str, snapshot_id: int | None
+    ) -> TableFiles:
+        row = await connection.fetchrow(self.queries["get_table"], namespace, name)
+        if row is None:
+            raise InvalidRequest(f"table {namespace}.{name} does not exist")
+        current = await connection.fetchval(self.queries["current_snapshot"], namespace, name)
+        wanted = current if snapshot_id is None else snapshot_id
+        if snapshot_id is not None and (current is None or not 0 < snapshot_id <= current):
+            raise InvalidRequest(
+                f"table {namespace}.{name} has no snapshot {snapshot_id} (current: {current})"
             )
+        files = (
+            []
+            if wanted is None
+            else await connection.fetch(self.queries["files_in_snapshot"], namespace, name, wanted)
+        )
         return TableFiles(
             table=_table(row),
             snapshot_id=wanted,

@@ -34,6 +34,16 @@ class InputFormat(StrEnum):
 class SnapshotOperation(StrEnum):
     LOAD = "load"
     COMPACT = "compact"
+    APPLY = "apply"  # a batch of captured changes (procbus.pipeline)
+
+
+# A change file's column that marks a key deleted by its batch.
+DELETED_COLUMN = "_procbus_deleted"
+
+
+class FileKind(StrEnum):
+    DATA = "data"  # rows
+    CHANGES = "changes"  # each key's newest row image of a batch, and a deleted flag
 
 
 def split_partition(spec: str) -> list[tuple[str, str]]:
@@ -88,6 +98,8 @@ class DataFile(BaseModel):
     partition: dict[str, str] = Field(default_factory=dict)
     records: int
     bytes: int
+    kind: FileKind = FileKind.DATA
+    added_in: int | None = Field(default=None, description="the snapshot that added it")
 
 
 class Snapshot(BaseModel):

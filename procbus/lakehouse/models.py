@@ -48,6 +48,10 @@ class TableDescriptor(BaseModel):
     location: str = ""
     created_by: str = ""
     created_at: datetime | None = None
+    key_columns: list[str] = Field(
+        default_factory=list,
+        description="merge-on-read: each key's row is the newest file's (set by a change apply)",
+    )
 
     @property
     def qualified_name(self) -> str:

@@ -34,12 +34,12 @@ SELECT count(*) FROM "procbus_tables" WHERE "namespace" = $1;
 
 -- name: get_table
 SELECT "namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
-       "created_at"
+       "created_at", "key_columns"
 FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
 
 -- name: list_tables
 SELECT "namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
-       "created_at"
+       "created_at", "key_columns"
 FROM "procbus_tables"
 WHERE $1::text IS NULL OR "namespace" = $1
 ORDER BY "namespace", "name";
@@ -114,20 +114,27 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
 
 -- name: insert_files
 INSERT INTO "procbus_table_files"
-    ("namespace", "table_name", "path", "partition", "records", "bytes", "added_in")
-SELECT $1, $2, file."path", file."partition", file."records", file."bytes", $3
+    ("namespace", "table_name", "path", "partition", "records", "bytes", "kind", "added_in")
+SELECT $1, $2, file."path", file."partition", file."records", file."bytes", file."kind", $3
 FROM jsonb_to_recordset($4::jsonb)
-    AS file("path" text, "partition" jsonb, "records" bigint, "bytes" bigint);
+    AS file("path" text, "partition" jsonb, "records" bigint, "bytes" bigint, "kind" text);
 
 -- name: remove_files
 UPDATE "procbus_table_files" SET "removed_in" = $3
 WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY($4::text[]);
 
 -- name: files_in_snapshot
-SELECT "path", "partition", "records", "bytes" FROM "procbus_table_files"
+-- In commit order: a merge-on-read reader takes each key's row from the newest file.
+SELECT "path", "partition", "records", "bytes", "kind", "added_in" FROM "procbus_table_files"
 WHERE "namespace" = $1 AND "table_name" = $2
   AND "added_in" <= $3 AND ("removed_in" IS NULL OR "removed_in" > $3)
-ORDER BY "path";
+ORDER BY "added_in", "path";
+
+-- name: set_key_columns
+-- A table's merge key, set by its first change apply; the same key after that, or no row.
+UPDATE "procbus_tables" SET "key_columns" = $3
+WHERE "namespace" = $1 AND "name" = $2 AND ("key_columns" = '{}' OR "key_columns" = $3)
+RETURNING "name";
 
 -- name: list_snapshots
 SELECT "snapshot_id", "parent_id", "operation", "job_key", "procedure_id", "files_added",

@@ -1,6 +1,10 @@
 """Read one snapshot of a table whole, through the catalog, without a JVM (pyarrow): what
 `procbus table read` shows. A reader sees exactly the snapshot's files, never a staged or
 half-committed one.
+
+A table fed by a change pipeline is merge-on-read: each batch of changes is a file holding each
+key's newest row image and a deleted flag, and the reader takes, per key, the row of the newest
+file that has the key, leaving out keys whose newest image is a delete.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from procbus.errors import InvalidRequest
-from procbus.lakehouse.data import TableFiles
+from procbus.lakehouse.data import DELETED_COLUMN, FileKind, TableFiles
 from procbus.lakehouse.warehouse import DATA_FOLDER
 
 if TYPE_CHECKING:
@@ -66,6 +70,42 @@ def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[s
         else None,
         partition_base_dir=str(folder / DATA_FOLDER),
     )
-    rows = dataset.head(limit) if limit is not None else dataset.to_table()
-    rows = rows.select([column.name for column in table.columns])
-    return list(rows.to_pylist())
+    if not table.key_columns and all(f.kind is FileKind.DATA for f in snapshot.files):
+        rows = dataset.head(limit) if limit is not None else dataset.to_table()
+        rows = rows.select([column.name for column in table.columns])
+        return list(rows.to_pylist())
+    merged = merge_on_read(folder, snapshot, schema)
+    return list((merged if limit is None else merged.slice(0, limit)).to_pylist())
+
+
+def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) -> pyarrow.Table:
+    """Each key's row from the newest file that has it (files are in commit order), without the
+    keys whose newest image is a delete."""
+    import pyarrow
+    import pyarrow.compute as compute
+    import pyarrow.parquet as parquet
+
+    table = snapshot.table
+    keys = table.key_columns or [column.name for column in table.columns]
+    parts = []
+    for order, file in enumerate(snapshot.files):
+        part = parquet.read_table(folder / file.path)
+        columns = [part.column(name).cast(schema.field(name).type) for name in schema.names]
+        deleted = (
+            part.column(DELETED_COLUMN)
+            if DELETED_COLUMN in part.column_names
+            else pyarrow.array([False] * part.num_rows)
+        )
+        parts.append(
+            pyarrow.Table.from_arrays(
+                [*columns, deleted, pyarrow.array([order] * part.num_rows, pyarrow.int64())],
+                names=[*schema.names, DELETED_COLUMN, "_order"],
+            )
+        )
+    rows = pyarrow.concat_tables(parts)
+    newest = rows.group_by(keys).aggregate([("_order", "max")])
+    rows = rows.join(
+        newest, keys=[*keys, "_order"], right_keys=[*keys, "_order_max"], join_type="inner"
+    )
+    rows = rows.filter(compute.invert(rows.column(DELETED_COLUMN)))
+    return rows.select(schema.names).sort_by([(key, "ascending") for key in keys])

@@ -191,8 +191,14 @@ def compact(
     output: Path,
 ) -> None:
     """Rewrite `inputs` into files near `target_file_size`: per partition, its rows in as few
-    files as that size allows (records per file from the inputs' bytes per record)."""
-    frame = read_files(spark, table, folder, inputs)
+    files as that size allows (records per file from the inputs' bytes per record). A
+    merge-on-read table's files are folded: each key's newest row, deletes left out."""
+    if table.key_columns:
+        from procbus.spark.changes import fold_changes
+
+        frame = fold_changes(spark, table, folder, inputs)
+    else:
+        frame = read_files(spark, table, folder, inputs)
     total_bytes = sum(file.bytes for file in inputs)
     total_records = sum(file.records for file in inputs)
     records_per_file = max(1, int(target_file_size / max(total_bytes / max(total_records, 1), 1)))

@@ -211,6 +211,9 @@ class Failure(BaseModel):
     retry_after_seconds: float | None = Field(
         default=None, description="the endpoint's Retry-After (429, 503), honoured as given"
     )
+    permanent: bool = Field(
+        default=False, description="the endpoint can never take it: dead-lettered at once"
+    )
 
 
 class Settled(BaseModel):

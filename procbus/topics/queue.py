@@ -33,7 +33,7 @@ from pydantic_core import to_json
 from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batch
 from procbus.db.queries import load_queries
-from procbus.delivery.endpoints import parse_endpoint
+from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
     SHARDS,
@@ -226,6 +226,13 @@ class Topics:
             raise InvalidRequest(
                 "a --sync topic sends each event in its publishing call: it has no batches to "
                 "group transactions in"
+            )
+        if endpoint.kind is EndpointKind.TABLE and (
+            settings.sync or not settings.group_transactions
+        ):
+            raise InvalidRequest(
+                f"endpoint {endpoint.display!r} applies whole source transactions to lake "
+                "tables: create the topic with --group-transactions (and without --sync)"
             )
         if settings.group_transactions and not endpoint.batch:
             raise InvalidRequest(
@@ -626,14 +633,22 @@ class Topics:
                 )
                 await connection.execute(self.queries["count_retried"], claim.topic, len(rows))
                 now = await connection.fetchval(self.queries["database_time"])
-                exhausted = [row["id"] for row in rows if row["attempts"] > topic.max_retries]
+                refused = [failure for failure in failed if failure.permanent]
+                refused_ids = {failure.id for failure in refused}
+                exhausted = [
+                    row["id"]
+                    for row in rows
+                    if row["attempts"] > topic.max_retries and row["id"] not in refused_ids
+                ]
                 too_old = [
                     row["id"]
                     for row in rows
                     if (now - row["created_at"]).total_seconds() > topic.ttl_seconds
                     and row["id"] not in exhausted
+                    and row["id"] not in refused_ids
                 ]
                 for ids, reason in (
+                    (sorted(refused_ids), refused[0].error if refused else ""),
                     (exhausted, f"failed {topic.max_retries + 1} times (max_retries)"),
                     (too_old, f"older than the topic's TTL of {topic.ttl_seconds:g} s"),
                 ):

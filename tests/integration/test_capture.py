@@ -18,9 +18,7 @@ ENDPOINT = "http://127.0.0.1:9/unused?batch=1"  # nothing delivers in these test
 
 async def topic(topics: Topics, **settings: Any) -> str:
     name = f"c-{uuid.uuid4().hex[:8]}"
-    await topics.create(
-        name, TopicSettings(endpoint=ENDPOINT, group_transactions=True, **settings)
-    )
+    await topics.create(name, TopicSettings(endpoint=ENDPOINT, group_transactions=True, **settings))
     return name
 
 
@@ -59,9 +57,7 @@ async def test_committed_changes_are_one_transaction_and_rolled_back_ones_are_no
     await captures.create("public.savings", name)
     async with bank.acquire() as connection:
         async with connection.transaction():
-            await connection.execute(
-                "INSERT INTO accounts VALUES (1, 'ada', 100), (2, 'bob', 50)"
-            )
+            await connection.execute("INSERT INTO accounts VALUES (1, 'ada', 100), (2, 'bob', 50)")
             await connection.execute("INSERT INTO savings VALUES (1, 10)")
         with pytest.raises(RuntimeError):
             async with connection.transaction():

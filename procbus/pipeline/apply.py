@@ -1,0 +1,364 @@
+"""Applying a table:// topic's batches of captured changes to lake tables.
+
+The topic's delivery (procbus.delivery) hands each transaction-grouped batch to TableApplier,
+its endpoint client: the changes are checked against their lake tables, a Spark job reduces each
+key's changes in commit order and writes one change file per lake table (merge-on-read), and
+one PostgreSQL transaction commits a snapshot of every lake table the batch touched, together
+with the batch's ID and the source position reached. A lake reader never sees part of a source
+transaction, in one table or across tables.
+
+Exactly once: the batch ID is recorded in that transaction, so a retried or duplicated apply of
+the same batch (a delivery attempt that timed out after its commit, an overlapping zombie)
+finds it and commits nothing; its files are removed. A change that does not fit its lake table
+(a column missing or unknown, a value of the wrong type, a table that does not exist) is
+refused: the batch is dead-lettered with nothing applied, and the topic is disabled, so nothing
+behind it is applied first, until `procbus topic redrive` and `procbus topic enable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from procbus.db.queries import load_queries
+from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
+from procbus.delivery.endpoints import Endpoint
+from procbus.errors import InvalidRequest, SparkJobFailed
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
+from procbus.lakehouse.models import TableDescriptor
+from procbus.pipeline.models import PipelineStatus
+from procbus.spark import staging
+from procbus.spark.backends import SparkBackend, run_watched
+from procbus.spark.changes import SEQUENCE_COLUMN, apply_changes
+from procbus.topics.models import Entry
+
+QUERIES = "procbus.pipeline"
+CHANGE_TYPE = "change"  # the event type of a captured change (procbus.capture)
+_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+
+
+class ChangeMisfit(InvalidRequest):
+    """A change that its lake table can never take as it is."""
+
+
+def value_fits(column_type: str, value: Any) -> bool:
+    """Whether a JSON value (as PostgreSQL's to_jsonb wrote it) fits a lake column's type."""
+    if value is None:
+        return True
+    if column_type in _INTEGER_BITS:
+        bound = 2 ** (_INTEGER_BITS[column_type] - 1)
+        return isinstance(value, int) and not isinstance(value, bool) and -bound <= value < bound
+    if column_type in ("float", "double") or column_type.startswith("decimal"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if column_type == "boolean":
+        return isinstance(value, bool)
+    if column_type == "timestamp":
+        return isinstance(value, str) and _timestamp(value) is not None
+    return isinstance(value, str)  # string, date, binary
+
+
+def _timestamp(text: str) -> str | None:
+    """A timestamp as Spark reads it here (UTC, microseconds); None if it is not one. A value
+    without an offset (a PostgreSQL `timestamp`) is taken as UTC."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+@dataclass
+class TableChanges:
+    """One lake table's part of a batch: its changes as the JSON lines the Spark job reads."""
+
+    table: TableDescriptor
+    keys: list[str]
+    lines: list[str] = field(default_factory=list)
+
+
+def plan_batch(
+    endpoint: Endpoint, entries: tuple[Entry, ...], tables: dict[str, TableDescriptor | None]
+) -> dict[str, TableChanges]:
+    """The batch's changes per lake table (`tables`: each name looked up, None when missing),
+    each checked against its table; ChangeMisfit naming the first change that does not fit."""
+    planned: dict[str, TableChanges] = {}
+    for place, entry in enumerate(entries):
+        change = entry.payload
+        if entry.type != CHANGE_TYPE or not isinstance(change, dict) or "op" not in change:
+            raise ChangeMisfit(f"event {entry.id} is not a captured change (type {entry.type!r})")
+        name = lake_table_name(endpoint, change)
+        table = tables.get(name)
+        if table is None:
+            raise ChangeMisfit(
+                f"lake table {endpoint.namespace}.{name} does not exist: create it with the "
+                f"columns of {change['schema']}.{change['table']}"
+            )
+        keys = list(change["key"])
+        part = planned.get(name)
+        if part is None:
+            part = planned[name] = TableChanges(table=table, keys=keys)
+            _check_table(table, keys, change)
+        elif keys != part.keys:
+            raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
+        row = change["row"] if change["op"] != "delete" else change["key"]
+        part.lines.append(_line(table, entry.id, change, row, place))
+    return planned
+
+
+def lake_table_name(endpoint: Endpoint, change: dict[str, Any]) -> str:
+    if endpoint.table is not None:
+        return endpoint.table
+    return str(change["table"])
+
+
+def _check_table(table: TableDescriptor, keys: list[str], change: dict[str, Any]) -> None:
+    source = f"{change['schema']}.{change['table']}"
+    if table.partition_by:
+        raise ChangeMisfit(
+            f"lake table {table.qualified_name} is partitioned: changes apply to unpartitioned "
+            "tables only"
+        )
+    columns = {column.name for column in table.columns}
+    missing_keys = [key for key in keys if key not in columns]
+    if missing_keys:
+        raise ChangeMisfit(
+            f"the key of {source} ({', '.join(keys)}) is not in lake table "
+            f"{table.qualified_name}'s columns"
+        )
+    if table.key_columns and table.key_columns != keys:
+        raise ChangeMisfit(
+            f"lake table {table.qualified_name} is merged by key {table.key_columns}, and the "
+            f"changes of {source} are keyed by {keys}"
+        )
+
+
+def _line(
+    table: TableDescriptor, entry_id: int, change: dict[str, Any], row: Any, place: int
+) -> str:
+    source = f"{change['schema']}.{change['table']}"
+    if not isinstance(row, dict):
+        raise ChangeMisfit(f"change {entry_id} of {source} carries no row")
+    wanted = [column.name for column in table.columns]
+    if change["op"] != "delete":
+        missing = [name for name in wanted if name not in row]
+        unknown = [name for name in row if name not in wanted]
+        if missing or unknown:
+            said = [f"missing column(s) {', '.join(missing)}"] if missing else []
+            said += [f"unknown column(s) {', '.join(unknown)}"] if unknown else []
+            raise ChangeMisfit(
+                f"change {entry_id} of {source} does not fit lake table "
+                f"{table.qualified_name}: {'; '.join(said)}"
+            )
+    line: dict[str, Any] = {}
+    for column in table.columns:
+        value = row.get(column.name)
+        if not value_fits(column.type, value):
+            raise ChangeMisfit(
+                f"change {entry_id} of {source}: {column.name} = {value!r} does not fit lake "
+                f"table {table.qualified_name}'s column type {column.type}"
+            )
+        line[column.name] = _timestamp(value) if column.type == "timestamp" and value else value
+    line[DELETED_COLUMN] = change["op"] == "delete"
+    line[SEQUENCE_COLUMN] = place
+    return json.dumps(line)
+
+
+class Pipelines:
+    """The pipelines' state in the catalog: their fence, position and status."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.catalog = Catalog(pool)
+        self.queries = load_queries(QUERIES)
+
+    async def applied(self, topic: str, batch_id: str) -> bool:
+        return bool(await self.pool.fetchval(self.queries["batch_applied"], topic, batch_id))
+
+    async def record_error(self, topic: str, error: str) -> None:
+        await self.pool.execute(self.queries["record_error"], topic, error)
+
+    async def commit(
+        self,
+        topic: str,
+        batch_id: str,
+        entries: tuple[Entry, ...],
+        written: list[tuple[TableChanges, list[DataFile]]],
+    ) -> dict[str, int] | None:
+        """One transaction: the batch's fence, a snapshot of each lake table adding its change
+        files, the position reached. The snapshots committed; None when the batch was applied
+        already (nothing committed)."""
+        queries = self.queries
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(queries["ensure_pipeline"], topic)
+            fenced = await connection.fetchval(
+                queries["record_batch"], topic, batch_id, len(entries), {}
+            )
+            if fenced is None:
+                return None
+            snapshots: dict[str, int] = {}
+            for part, files in written:
+                table = part.table
+                if not await connection.fetchval(
+                    self.catalog.queries["set_key_columns"], table.namespace, table.name, part.keys
+                ):
+                    raise ChangeMisfit(
+                        f"lake table {table.qualified_name} is merged by another key than "
+                        f"{part.keys}"
+                    )
+                snapshots[table.qualified_name] = await self.catalog.swap_snapshot(
+                    connection,
+                    table.namespace,
+                    table.name,
+                    SnapshotOperation.APPLY,
+                    batch_id,
+                    f"pipeline:{topic}",
+                    files,
+                    [],
+                )
+            await connection.execute(queries["record_snapshots"], topic, batch_id, snapshots)
+            await connection.execute(
+                queries["advance"],
+                topic,
+                max(entry.id for entry in entries),
+                len(entries),
+                sum(1 for entry in entries if entry.txn_last),
+                max(entry.created_at for entry in entries),
+            )
+        return snapshots
+
+    async def status(self, topic: str) -> PipelineStatus:
+        row = await self.pool.fetchrow(self.queries["pipeline_status"], topic)
+        if row is None:
+            raise InvalidRequest(f"no topic named {topic!r}")
+        if not row["endpoint"].startswith("table://"):
+            raise InvalidRequest(
+                f"topic {topic!r} is no pipeline: its endpoint is not table://NAMESPACE"
+            )
+        oldest = row["oldest_waiting"]
+        return PipelineStatus(
+            topic=topic,
+            endpoint=row["endpoint"],
+            state="running" if row["enabled"] else f"stopped: {row['disabled_reason']}",
+            position=row["position"],
+            lag_transactions=row["waiting_transactions"],
+            lag_changes=row["waiting_changes"],
+            lag_seconds=0.0 if oldest is None else (row["now"] - oldest).total_seconds(),
+            batches_applied=row["batches_applied"],
+            changes_applied=row["changes_applied"],
+            transactions_applied=row["transactions_applied"],
+            source_committed_at=row["source_committed_at"],
+            applied_at=row["applied_at"],
+            last_error=row["last_error"],
+            last_error_at=row["last_error_at"],
+            dead_letters=row["dead_letters"],
+        )
+
+
+class TableApplier(EndpointClient):
+    """The endpoint client of a table:// topic: applies each batch it is sent."""
+
+    batch = True
+
+    def __init__(
+        self,
+        topic: str,
+        endpoint: Endpoint,
+        pipelines: Pipelines,
+        backend: Callable[[], Awaitable[SparkBackend]],
+    ) -> None:
+        self.topic = topic
+        self.endpoint = endpoint
+        self.pipelines = pipelines
+        self.backend = backend
+
+    async def send(self, message: Message) -> Sent:
+        batch_id = message.batch_id
+        if batch_id is None or not message.entries:
+            return Sent(Outcome.REJECTED, error="a table:// endpoint takes grouped batches only")
+        try:
+            if await self.pipelines.applied(self.topic, batch_id):
+                return Sent(Outcome.ACK)  # a resend after a commit whose answer was lost
+            await self.apply(batch_id, message.entries)
+        except ChangeMisfit as misfit:
+            await self.pipelines.record_error(self.topic, str(misfit))
+            return Sent(Outcome.REJECTED, error=str(misfit))
+        except Exception as error:  # any other failure: the batch is retried
+            said = str(error) if isinstance(error, InvalidRequest | SparkJobFailed) else repr(error)
+            await self.pipelines.record_error(self.topic, said)
+            return Sent(Outcome.FAILED, error=said)
+        return Sent(Outcome.ACK)
+
+    async def apply(self, batch_id: str, entries: tuple[Entry, ...]) -> None:
+        namespace = self.endpoint.namespace or ""
+        names = {
+            lake_table_name(self.endpoint, entry.payload)
+            for entry in entries
+            if isinstance(entry.payload, dict) and "table" in entry.payload
+        }
+        tables = {name: await self.pipelines.catalog.get_table(namespace, name) for name in names}
+        planned = plan_batch(self.endpoint, entries, tables)
+        token = f"apply-{uuid.uuid4().hex}"
+        parts = list(planned.values())
+        try:
+            await asyncio.to_thread(_write_inputs, parts, token)
+
+            def job(spark: Any) -> None:
+                for part in parts:
+                    folder = Path(part.table.location)
+                    apply_changes(
+                        spark,
+                        part.table,
+                        part.keys,
+                        _input_file(folder, token),
+                        staging.staging_folder(folder, token),
+                    )
+
+            await run_watched(await self.backend(), token, job, lambda progress: None)
+            written = []
+            for part in parts:
+                folder = Path(part.table.location)
+                files = [
+                    file.model_copy(update={"kind": FileKind.CHANGES})
+                    for file in await asyncio.to_thread(staging.collect_output, folder, token)
+                ]
+                await asyncio.to_thread(staging.publish_files, folder, token, files)
+                written.append((part, files))
+            committed = await self.pipelines.commit(self.topic, batch_id, entries, written)
+            if committed is None:  # applied already by an overlapping attempt
+                for part in parts:
+                    await asyncio.to_thread(
+                        staging.discard_attempt, Path(part.table.location), token
+                    )
+        except BaseException:
+            for part in parts:
+                await asyncio.to_thread(staging.discard_attempt, Path(part.table.location), token)
+            raise
+        finally:
+            for part in parts:
+                folder = Path(part.table.location)
+                await asyncio.to_thread(shutil.rmtree, _input_file(folder, token).parent, True)
+                await asyncio.to_thread(staging.remove_staging, folder, token)
+
+
+def _input_file(table_folder: Path, token: str) -> Path:
+    """Where a batch's changes of one table wait for the Spark job (beside its output)."""
+    return table_folder / staging.STAGING_FOLDER / f"{token}-input" / "changes.jsonl"
+
+
+def _write_inputs(parts: list[TableChanges], token: str) -> None:
+    for part in parts:
+        path = _input_file(Path(part.table.location), token)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(part.lines) + "\n")

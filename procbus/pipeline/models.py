@@ -1,0 +1,25 @@
+"""What `procbus pipeline status` shows: JSON-friendly."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+
+class PipelineStatus(BaseModel):
+    topic: str
+    endpoint: str
+    state: str = Field(description="running, or stopped (why: last_error / disabled reason)")
+    position: int = Field(description="queue position (entry ID) of the newest change applied")
+    lag_transactions: int = Field(description="source transactions queued, not yet applied")
+    lag_changes: int
+    lag_seconds: float = Field(description="age of the oldest change not yet applied")
+    batches_applied: int
+    changes_applied: int
+    transactions_applied: int
+    source_committed_at: datetime | None = None
+    applied_at: datetime | None = None
+    last_error: str | None = None
+    last_error_at: datetime | None = None
+    dead_letters: int = 0

@@ -1,0 +1,57 @@
+-- The change pipeline: where a table:// topic's changes have reached the lake.
+
+-- name: batch_applied
+SELECT EXISTS (
+    SELECT FROM "procbus_pipeline_batches" WHERE "topic" = $1 AND "batch_id" = $2
+);
+
+-- name: ensure_pipeline
+INSERT INTO "procbus_pipelines" ("topic") VALUES ($1) ON CONFLICT DO NOTHING;
+
+-- name: record_batch
+-- The fence: a second apply of the same batch waits here for the first one's commit, then
+-- finds its row and commits nothing.
+INSERT INTO "procbus_pipeline_batches" ("topic", "batch_id", "changes", "snapshots")
+VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING "batch_id";
+
+-- name: record_snapshots
+UPDATE "procbus_pipeline_batches" SET "snapshots" = $3 WHERE "topic" = $1 AND "batch_id" = $2;
+
+-- name: advance
+UPDATE "procbus_pipelines"
+SET "position" = greatest("position", $2),
+    "batches_applied" = "batches_applied" + 1,
+    "changes_applied" = "changes_applied" + $3,
+    "transactions_applied" = "transactions_applied" + $4,
+    "source_committed_at" = greatest("source_committed_at", $5),
+    "applied_at" = now(),
+    "last_error" = NULL,
+    "last_error_at" = NULL
+WHERE "topic" = $1;
+
+-- name: record_error
+INSERT INTO "procbus_pipelines" ("topic", "last_error", "last_error_at") VALUES ($1, $2, now())
+ON CONFLICT ("topic") DO UPDATE SET "last_error" = $2, "last_error_at" = now();
+
+-- name: pipeline_status
+SELECT t."name" AS "topic", t."endpoint", t."disabled_at" IS NULL AS "enabled", t."disabled_reason",
+       coalesce(p."position", 0) AS "position",
+       coalesce(p."batches_applied", 0) AS "batches_applied",
+       coalesce(p."changes_applied", 0) AS "changes_applied",
+       coalesce(p."transactions_applied", 0) AS "transactions_applied",
+       p."source_committed_at", p."applied_at", p."last_error", p."last_error_at",
+       q."waiting_changes", q."waiting_transactions", q."oldest_waiting",
+       (SELECT count(*) FROM "procbus_topic_dead_letters" AS d WHERE d."topic" = t."name")
+           AS "dead_letters",
+       clock_timestamp() AS "now"
+FROM "procbus_topics" AS t
+LEFT JOIN "procbus_pipelines" AS p ON p."topic" = t."name"
+CROSS JOIN LATERAL (
+    SELECT count(*) AS "waiting_changes",
+           count(DISTINCT coalesce(e."txn_id", e."id"::text)) AS "waiting_transactions",
+           min(e."created_at") AS "oldest_waiting"
+    FROM "procbus_topic_entries" AS e WHERE e."topic" = t."name"
+) AS q
+WHERE t."name" = $1;
