@@ -220,6 +220,10 @@ DELETE FROM "procbus_topic_dead_letters"
 WHERE "topic" = $1 AND ($2::bigint[] IS NULL OR "id" = ANY ($2::bigint[]))
 RETURNING "id", "key", "type", "payload", "webhook_id", "txn_id", "txn_last", "txn_size";
 
+-- name: restore_position
+-- A redriven entry of a grouped topic takes its original ID (its place in the queue) again.
+UPDATE "procbus_topic_entries" SET "id" = $2 WHERE "id" = $1;
+
 -- name: topic_stats
 SELECT
     (SELECT coalesce(sum("entries"), 0) FROM "procbus_topic_shards" WHERE "topic" = $1)::bigint

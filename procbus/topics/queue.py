@@ -711,8 +711,10 @@ class Topics:
 
     async def redrive(self, topic: str, ids: Sequence[int] | None = None) -> list[Published]:
         """Put dead letters back in the queue (all of them, or these IDs), each with its
-        original webhook ID; all or nothing: QueueFull leaves them where they were."""
-        await self.get(topic)
+        original webhook ID; all or nothing: QueueFull leaves them where they were. On a
+        topic that groups transactions they go back to their original places in the queue;
+        on any other, behind what is queued."""
+        settings = await self.get(topic)
         published = []
         async with self.pool.acquire() as connection, connection.transaction():
             rows = await connection.fetch(
@@ -733,11 +735,15 @@ class Topics:
                     last_in_txn=row["txn_last"],
                     txn_size=row["txn_size"],
                 )
-                published.append(
-                    await publish_in_transaction(
-                        connection, topic, event, webhook_id=row["webhook_id"]
-                    )
+                again = await publish_in_transaction(
+                    connection, topic, event, webhook_id=row["webhook_id"]
                 )
+                if settings.group_transactions:
+                    # Back at its place: a receiver that applies batches (a change pipeline)
+                    # must get a key's events in commit order, before what came after them.
+                    await connection.execute(self.queries["restore_position"], again.id, row["id"])
+                    again = again.model_copy(update={"id": row["id"]})
+                published.append(again)
         return published
 
     async def stats(self, name: str) -> TopicStats:

@@ -22,6 +22,7 @@ from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import CompactTableInput
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
@@ -29,6 +30,7 @@ from procbus.pipeline import Pipelines, TableApplier
 from procbus.spark.backends import LocalBackend
 from procbus.topics import Entry, Topics, TopicSettings
 from worker import build_worker
+from workflows.data import CompactTable
 
 pytestmark = pytest.mark.spark
 
@@ -134,6 +136,24 @@ async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
     ]
     files = (await Catalog(bank).table_files("bank", "accounts")).files
     assert [(file.kind, file.records) for file in files] == [("changes", 3)]  # 1, 2 and 3 (deleted)
+    # A second batch deletes a key of the first file; compaction folds both files into one.
+    await bank.execute("DELETE FROM accounts WHERE id = 1")
+    await bank.execute("UPDATE accounts SET owner = 'bee' WHERE id = 2")
+    await bank.execute("INSERT INTO accounts VALUES (4, 'dan', 4)")
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+        (rows,) = await lake(bank, "accounts")
+        assert rows == await source(bank, "accounts")
+        compacted = await client.execute_workflow(
+            CompactTable.run,
+            CompactTableInput(table="bank.accounts"),
+            id=f"compact-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+    assert (compacted.files_removed, compacted.files_added) == (2, 1)
+    after = await Catalog(bank).table_files("bank", "accounts")
+    assert [(file.kind, file.records) for file in after.files] == [("data", 2)]
+    assert read_snapshot(after) == await source(bank, "accounts")
 
 
 async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applied(
@@ -157,6 +177,23 @@ async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applie
     accounts, savings = await lake(bank, "accounts", "savings")
     assert accounts == [] and savings == []
     assert not list(Path(warehouse).rglob("_staging/*"))
+    # Changes go on at the source while the pipeline is stopped: they wait, in order.
+    await bank.execute("UPDATE accounts SET balance = 7 WHERE id = 1")
+    # The fix: the lake table made anew with the column; the batch redriven, the topic enabled.
+    await Catalog(bank).remove_table("bank", "savings")
+    await lake_table(bank, warehouse, "savings", "id:bigint,balance:bigint,note:string")
+    topics = Topics(bank)
+    redriven = await topics.redrive(topic)
+    assert [item.id for item in redriven] == sorted(item.id for item in redriven)
+    await topics.enable(topic)
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+    status = await Pipelines(bank).status(topic)
+    assert (status.state, status.dead_letters, status.last_error) == ("running", 0, None)
+    accounts, savings = await lake(bank, "accounts", "savings")
+    assert accounts == await source(bank, "accounts")  # balance 7: the later change won
+    assert accounts[0]["balance"] == 7
+    assert savings == await source(bank, "savings") == [{"id": 1, "balance": 5, "note": "hi"}]
 
 
 async def test_a_batch_applied_twice_commits_once(
@@ -223,6 +260,12 @@ async def transfers(pool: asyncpg.Pool, writer: int, count: int) -> tuple[int, i
             amount = rng.randint(1, 50)
             with contextlib.suppress(RuntimeError):
                 async with connection.transaction():
+                    # As a bank would: both accounts locked in ID order, so transfers never
+                    # deadlock each other.
+                    await connection.execute(
+                        "SELECT FROM accounts WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE",
+                        [source_id, target_id],
+                    )
                     await connection.execute(
                         "UPDATE accounts SET balance = balance - $2 WHERE id = $1",
                         source_id,
