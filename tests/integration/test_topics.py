@@ -43,7 +43,11 @@ async def test_create_returns_a_secret_and_refuses_bad_input_whole(
     for name, endpoint, says in [
         ("orders", RECEIVER, "exists already"),
         ("bad name!", RECEIVER, "bad topic name"),
-        ("t1", "ftp://host/x", "scheme must be http, https, amqp or amqps"),
+        ("t1", "ftp://host/x", "scheme must be http, https, amqp, amqps or table"),
+        ("t7", "table://", "names no namespace"),
+        ("t8", "table://Bank", "may hold only lower-case letters"),
+        ("t9", "table://bank.accounts/x", "expected table://NAMESPACE or table://NS.TABLE"),
+        ("t10", "table://bank", "create the topic with --group-transactions"),
         ("t2", "http://169.254.169.254/latest/meta-data", "link-local or cloud metadata"),
         ("t3", "http://metadata.google.internal/", "cloud metadata service"),
         ("t4", "http:///nohost", "names no host"),

@@ -45,6 +45,7 @@ def test_every_mechanism_keeps_its_sql_beside_its_code() -> None:
         "procbus.hooks",
         "procbus.lakehouse",
         "procbus.locks",
+        "procbus.pipeline",
         "procbus.spark",
         "procbus.stack",
         "procbus.topics",
