@@ -308,6 +308,15 @@ class Catalog:
         rows = await self.pool.fetch(self.queries["list_snapshots"], namespace, name)
         return [Snapshot.model_validate(dict(row)) for row in rows]
 
+    async def set_key_columns(
+        self, connection: asyncpg.Connection, namespace: str, table: str, keys: list[str]
+    ) -> bool:
+        """Inside the caller's transaction: make `keys` the table's merge key, unless it has
+        another one already (False)."""
+        return bool(
+            await connection.fetchval(self.queries["set_key_columns"], namespace, table, keys)
+        )
+
     async def swap_snapshot(
         self,
         connection: asyncpg.Connection,

@@ -210,8 +210,8 @@ class Pipelines:
             snapshots: dict[str, int] = {}
             for part, files in written:
                 table = part.table
-                if not await connection.fetchval(
-                    self.catalog.queries["set_key_columns"], table.namespace, table.name, part.keys
+                if not await self.catalog.set_key_columns(
+                    connection, table.namespace, table.name, part.keys
                 ):
                     raise ChangeMisfit(
                         f"lake table {table.qualified_name} is merged by another key than "
