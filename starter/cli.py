@@ -15,6 +15,7 @@ from procbus.errors import ConfigError, ProcbusError
 from starter.access import acl_app
 from starter.locks import lock_app
 from starter.output import console, print_error, print_json
+from starter.pipelines import capture_app, pipeline_app
 from starter.procedures import proc_app
 from starter.schedules import schedule_app
 from starter.tables import namespace_app, table_app
@@ -40,6 +41,8 @@ app.add_typer(table_app, name="table")
 app.add_typer(proc_app, name="proc")
 app.add_typer(lock_app, name="lock")
 app.add_typer(topic_app, name="topic")
+app.add_typer(capture_app, name="capture")
+app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(acl_app, name="acl")
 app.add_typer(workers_app, name="workers")

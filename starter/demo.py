@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
@@ -17,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from procbus.bus.member import BusMember
+from procbus.capture import Captures
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
@@ -37,6 +39,7 @@ from procbus.lakehouse.models import (
 )
 from procbus.lakehouse.reader import read_snapshot
 from procbus.locks import LockTable
+from procbus.pipeline import Pipelines
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import pending_details, procedure_status
 from procbus.procedures.schedules import procedure_schedule
@@ -63,6 +66,11 @@ DRILL_FAULT = "CreateTable.refresh_cache.apply:fail_before"
 # The table data scene: three loads of this many rows, then one compaction of their files.
 DEMO_LOADS = 3
 DEMO_ROWS_PER_LOAD = 300_000
+# The pipeline scene: accounts of this opening balance, transfers between them by writers.
+DEMO_ACCOUNTS = 10
+DEMO_OPENING = 1_000
+DEMO_WRITERS = 4
+DEMO_TRANSFERS_EACH = 25
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 
@@ -144,6 +152,21 @@ class DemoTableData(BaseModel):
     schedule_next_run: str | None
 
 
+class DemoPipeline(BaseModel):
+    source_table: str
+    lake_table: str
+    topic: str
+    snapshot_rows: int
+    transfers_committed: int
+    transfers_rolled_back: int
+    lake_snapshots_read: int
+    lake_totals_seen: list[int] = Field(description="each distinct total a reader saw")
+    expected_total: int
+    batches_applied: int
+    transactions_applied: int
+    lake_equals_source: bool
+
+
 class DemoReport(BaseModel):
     started_stack: bool
     temporal_address: str
@@ -161,6 +184,7 @@ class DemoReport(BaseModel):
     grouped: DemoGroupedBatches
     access: DemoAccess
     table_data: DemoTableData
+    pipeline: DemoPipeline
     metrics_url: str | None
 
 
@@ -813,6 +837,101 @@ class Demo:
             schedule_next_run=next_run,
         )
 
+    async def pipeline(self, namespace: str) -> DemoPipeline:
+        source = "procbus_demo_accounts"
+        bank = load_queries("starter")
+        lake_table = f"{namespace}.accounts"
+        topic = f"demo-pipeline-{self.run_id}"
+        total = DEMO_ACCOUNTS * DEMO_OPENING
+        self.say(
+            f"11. Change pipeline: the application's table {source} captured, transfers "
+            f"applied to the lake table {lake_table} by Spark, whole transactions only"
+        )
+        await self.pool.execute(bank["create_accounts"])
+        await self.pool.execute(bank["open_accounts"], DEMO_OPENING, DEMO_ACCOUNTS)
+        await self.client.execute_workflow(
+            CreateTable.run,
+            CreateTableInput(table=lake_table, columns="id:bigint,owner:string,balance:bigint"),
+            id=f"demo-create-accounts-{self.run_id}",
+            task_queue=self.services.task_queue,
+        )
+        topics, captures = Topics(self.pool), Captures(self.pool)
+        await topics.create(
+            topic,
+            TopicSettings(endpoint=f"table://{lake_table}", group_transactions=True, batch_size=40),
+        )
+        try:
+            capture = await captures.create(source, topic)
+            self.say(
+                f"   capture {capture.source} into topic {topic} (endpoint table://{lake_table}):"
+                f" its {capture.snapshot_rows} rows published as one snapshot transaction"
+            )
+            await ensure_delivery(self.client, topic, self.services.task_queue)
+            totals: dict[int, int] = {}
+            writing = asyncio.gather(
+                *(demo_transfers(self.pool, seed) for seed in range(DEMO_WRITERS))
+            )
+            pipelines = Pipelines(self.pool)
+            catalog = Catalog(self.pool)
+            while True:  # a lake reader, polling while the transfers run and are applied
+                snapshot = await catalog.table_files(namespace, "accounts")
+                if snapshot.snapshot_id is not None and snapshot.snapshot_id not in totals:
+                    rows = await asyncio.to_thread(read_snapshot, snapshot)
+                    totals[snapshot.snapshot_id] = sum(row["balance"] for row in rows)
+                status = await pipelines.status(topic)
+                if writing.done() and status.lag_changes == 0:
+                    break
+                if status.state != "running":
+                    raise ProcbusError(f"demo: the pipeline stopped: {status.state}")
+                await asyncio.sleep(0.1)
+            outcomes = await writing
+            lake_rows = await asyncio.to_thread(
+                read_snapshot, await catalog.table_files(namespace, "accounts")
+            )
+            source_rows = [dict(row) for row in await self.pool.fetch(bank["accounts"])]
+            committed = sum(done for done, _ in outcomes)
+            rolled_back = sum(undone for _, undone in outcomes)
+            seen = sorted(set(totals.values()))
+            self.say(
+                f"   {committed} transfers committed by {DEMO_WRITERS} writers, {rolled_back} "
+                "rolled back (never published)"
+            )
+            self.say(
+                f"   a lake reader read {len(totals)} snapshots while they were applied: every "
+                f"one totals {', '.join(map(str, seen))} (the source's total is {total})"
+            )
+            self.say(
+                f"   pipeline status: position {status.position}, {status.batches_applied} "
+                f"batches and {status.transactions_applied} transactions applied, lag "
+                f"{status.lag_transactions}"
+            )
+            equal = lake_rows == source_rows
+            self.say(
+                f"   the lake table equals the source row for row ({len(lake_rows)} rows): "
+                f"{'yes' if equal else 'NO'}"
+            )
+            if seen != [total] or not equal:
+                raise ProcbusError("demo: the lake table did not keep the bank's total")
+            return DemoPipeline(
+                source_table=capture.source,
+                lake_table=lake_table,
+                topic=topic,
+                snapshot_rows=capture.snapshot_rows,
+                transfers_committed=committed,
+                transfers_rolled_back=rolled_back,
+                lake_snapshots_read=len(totals),
+                lake_totals_seen=seen,
+                expected_total=total,
+                batches_applied=status.batches_applied,
+                transactions_applied=status.transactions_applied,
+                lake_equals_source=equal,
+            )
+        finally:
+            with contextlib.suppress(ProcbusError):
+                await captures.delete(source, topic)
+            await topics.delete(topic, force=True)
+            await self.pool.execute(bank["drop_accounts"])
+
     async def residue(self, namespace: str, table: str, procedure_id: str) -> list[str]:
         catalog = Catalog(self.pool)
         found = []
@@ -823,6 +942,32 @@ class Demo:
         if any(event["procedure_id"] == procedure_id for event in await catalog.list_events()):
             found.append("event")
         return found
+
+
+class _ChangedItsMind(Exception):
+    """A demo transfer the application rolls back."""
+
+
+async def demo_transfers(pool: asyncpg.Pool, seed: int) -> tuple[int, int]:
+    """Transfers between the demo's accounts, one in five rolled back: (committed, rolled back)."""
+    bank = load_queries("starter")
+    rng = random.Random(seed)
+    committed = rolled_back = 0
+    async with pool.acquire() as connection:
+        for _ in range(DEMO_TRANSFERS_EACH):
+            payer, payee = rng.sample(range(1, DEMO_ACCOUNTS + 1), 2)
+            amount = rng.randint(1, 100)
+            with contextlib.suppress(_ChangedItsMind):
+                async with connection.transaction():
+                    await connection.execute(bank["lock_accounts"], [payer, payee])
+                    await connection.execute(bank["move_money"], payer, -amount)
+                    await connection.execute(bank["move_money"], payee, amount)
+                    if rng.random() < 0.2:
+                        rolled_back += 1
+                        raise _ChangedItsMind
+                    committed += 1
+            await asyncio.sleep(0.01)
+    return committed, rolled_back
 
 
 async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
@@ -878,6 +1023,7 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                 grouped = await demo.grouped_batches()
                 access = await demo.access(namespace)
                 table_data = await demo.table_data(namespace)
+                pipeline = await demo.pipeline(namespace)
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -914,5 +1060,6 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
         grouped=grouped,
         access=access,
         table_data=table_data,
+        pipeline=pipeline,
         metrics_url=services.metrics_url,
     )

@@ -80,7 +80,9 @@ def _kind(topic: Topic) -> str:
 @topic_app.command("create")
 def create(
     name: str,
-    endpoint: str = typer.Option(..., "--endpoint", help="http(s):// webhook or amqp(s):// URL"),
+    endpoint: str = typer.Option(
+        ..., "--endpoint", help="http(s):// webhook, amqp(s):// URL, or table://NAMESPACE"
+    ),
     sync: bool = typer.Option(False, "--sync", help="Deliver in the publishing call, no queue."),
     secret: str | None = typer.Option(
         None, "--secret", help="whsec_... signing secret; generated and printed once if not given"
