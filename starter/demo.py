@@ -858,7 +858,7 @@ class Demo:
         topics, captures = Topics(self.pool), Captures(self.pool)
         await topics.create(
             topic,
-            TopicSettings(endpoint=f"table://{lake_table}", group_transactions=True, batch_size=40),
+            TopicSettings(endpoint=f"table://{lake_table}", group_transactions=True, batch_size=10),
         )
         try:
             capture = await captures.create(source, topic)

@@ -337,3 +337,40 @@ async def test_bank_transfers_keep_the_total_in_every_snapshot_a_reader_sees(
     assert savings == await source(bank, "savings")
     assert sum(r["balance"] for r in accounts) + sum(r["balance"] for r in savings) == TOTAL
     assert sum(u for _, u in results) > 0 and savings
+
+
+async def test_postgres_types_reach_the_lake_as_its_types(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    await pool.execute(
+        'CREATE TABLE "events" ("id" integer PRIMARY KEY, "at" timestamptz NOT NULL, '
+        '"local_at" timestamp, "day" date, "amount" numeric(10, 2), "ratio" double precision, '
+        '"ok" boolean, "note" text)'
+    )
+    await lake_table(
+        pool,
+        warehouse,
+        "events",
+        "id:int,at:timestamp,local_at:timestamp,day:date,amount:decimal(10,2),ratio:double,"
+        "ok:boolean,note:string",
+    )
+    topic = f"p-{uuid.uuid4().hex[:8]}"
+    await Topics(pool).create(
+        topic, TopicSettings(endpoint="table://bank.events", group_transactions=True)
+    )
+    await Captures(pool).create("events", topic)
+    await pool.execute(
+        "INSERT INTO events VALUES (1, '2026-11-24 05:30:00.123456+01', '2026-11-24 05:30:00', "
+        "'2026-11-24', 12.50, 0.25, true, 'x'), (2, '2026-11-24 05:30:00+00', NULL, NULL, NULL, "
+        "NULL, NULL, NULL)"
+    )
+    async with delivering(client, pool, task_queue, warehouse, topic):
+        await applied(pool, topic)
+    (rows,) = await lake(pool, "events")
+    assert [row["id"] for row in rows] == [1, 2]
+    first = rows[0]
+    assert first["at"] == datetime(2026, 11, 24, 4, 30, 0, 123456, tzinfo=UTC)
+    assert first["local_at"] == datetime(2026, 11, 24, 5, 30, tzinfo=UTC)
+    assert str(first["day"]) == "2026-11-24" and str(first["amount"]) == "12.50"
+    assert (first["ratio"], first["ok"], first["note"]) == (0.25, True, "x")
+    assert rows[1]["amount"] is None and rows[1]["at"] == datetime(2026, 11, 24, 5, 30, tzinfo=UTC)

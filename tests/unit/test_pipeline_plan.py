@@ -1,0 +1,135 @@
+"""The change pipeline's checks of a batch against its lake tables (pure): what fits, what does
+not, and the lines the Spark job reads."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from procbus.delivery.endpoints import parse_endpoint
+from procbus.lakehouse.data import DELETED_COLUMN
+from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.names import parse_columns
+from procbus.pipeline.apply import ChangeMisfit, plan_batch, value_fits
+from procbus.spark.changes import SEQUENCE_COLUMN
+from procbus.topics import Entry
+
+ACCOUNTS = TableDescriptor(
+    namespace="bank",
+    name="accounts",
+    columns=parse_columns("id:bigint,owner:string,balance:bigint"),
+)
+
+
+def change(
+    entry_id: int, op: str, key: int, row: dict[str, Any] | None, table: str = "accounts"
+) -> Entry:
+    return Entry(
+        id=entry_id,
+        key=f'public.{table}/{{"id": {key}}}',
+        type="change",
+        payload={"op": op, "schema": "public", "table": table, "key": {"id": key}, "row": row},
+        bytes=1,
+        webhook_id=f"msg_{entry_id}",
+        created_at=datetime.now(UTC),
+        attempts=0,
+    )
+
+
+def plan(*entries: Entry, tables: dict[str, TableDescriptor | None] | None = None) -> Any:
+    return plan_batch(
+        parse_endpoint("table://bank"),
+        entries,
+        tables if tables is not None else {"accounts": ACCOUNTS},
+    )
+
+
+def test_a_batch_becomes_lines_in_batch_order_with_the_deleted_flag() -> None:
+    planned = plan(
+        change(7, "insert", 1, {"id": 1, "owner": "ada", "balance": 5}),
+        change(9, "update", 1, {"id": 1, "owner": "ada", "balance": 6}),
+        change(12, "delete", 1, None),
+    )
+    lines = [json.loads(line) for line in planned["accounts"].lines]
+    assert [line[SEQUENCE_COLUMN] for line in lines] == [0, 1, 2]
+    assert [line[DELETED_COLUMN] for line in lines] == [False, False, True]
+    assert lines[2] == {
+        "id": 1,
+        "owner": None,
+        "balance": None,
+        DELETED_COLUMN: True,
+        SEQUENCE_COLUMN: 2,
+    }
+    assert planned["accounts"].keys == ["id"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "tables", "says"),
+    [
+        (change(1, "insert", 1, {"id": 1, "owner": "a"}), None, "missing column.s. balance"),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 1, "x": 2}),
+            None,
+            "unknown column.s. x",
+        ),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": "lots"}),
+            None,
+            "balance = 'lots' does not fit .* bigint",
+        ),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 2**63}),
+            None,
+            "does not fit",
+        ),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 1}, "loans"),
+            None,
+            "bank.loans does not exist",
+        ),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 1}),
+            {"accounts": ACCOUNTS.model_copy(update={"partition_by": ["owner"]})},
+            "is partitioned",
+        ),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 1}),
+            {"accounts": ACCOUNTS.model_copy(update={"key_columns": ["owner"]})},
+            "merged by key",
+        ),
+    ],
+)
+def test_what_does_not_fit_is_named(
+    entry: Entry, tables: dict[str, TableDescriptor | None] | None, says: str
+) -> None:
+    with pytest.raises(ChangeMisfit, match=says):
+        plan(entry, tables=tables)
+
+
+def test_an_event_that_is_no_change_is_refused() -> None:
+    plain = change(1, "insert", 1, None).model_copy(
+        update={"type": "OrderPaid", "payload": {"a": 1}}
+    )
+    with pytest.raises(ChangeMisfit, match="event 1 is not a captured change"):
+        plan(plain)
+
+
+@given(st.integers(min_value=-(2**70), max_value=2**70))
+def test_integers_fit_exactly_their_range(value: int) -> None:
+    assert value_fits("int", value) == (-(2**31) <= value < 2**31)
+    assert value_fits("bigint", value) == (-(2**63) <= value < 2**63)
+    assert value_fits("double", value)
+
+
+def test_types_and_nulls() -> None:
+    assert value_fits("bigint", None) and not value_fits("bigint", True)
+    assert value_fits("boolean", False) and not value_fits("boolean", 0)
+    assert value_fits("timestamp", "2026-11-24T05:30:00.5+01:00")
+    assert not value_fits("timestamp", "yesterday")
+    assert value_fits("decimal(10,2)", 12.5) and not value_fits("decimal(10,2)", "12.5")
+    assert value_fits("string", "x") and not value_fits("string", 1)
