@@ -1,0 +1,123 @@
+"""`procbus capture ...` and `procbus pipeline status` as a user runs them, on a `procbus dev`
+stack whose worker applies the changes with local Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.e2e.conftest import DevStack, procbus
+from tests.e2e.test_table_data_cli import ok
+
+pytestmark = pytest.mark.spark
+
+
+def fails(stack: DevStack, *args: str) -> str:
+    result = procbus(stack.env, *args)
+    assert result.returncode == 1, (args, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
+def run_sql(url: str, *statements: str) -> list[dict[str, Any]]:
+    """The application's statements, in one transaction; the rows of the last one."""
+
+    async def run() -> list[dict[str, Any]]:
+        connection = await asyncpg.connect(url)
+        try:
+            async with connection.transaction():
+                for statement in statements[:-1]:
+                    await connection.execute(statement)
+                return [dict(row) for row in await connection.fetch(statements[-1])]
+        finally:
+            await connection.close()
+
+    return asyncio.run(run())
+
+
+def test_capture_a_table_and_watch_its_pipeline(dev_stack: DevStack) -> None:
+    dev_stack.start()
+    url = json.loads(ok(dev_stack, "status", "--json"))["database_url"]
+    ok(dev_stack, "namespace", "create", "shop", "--wait")
+    ok(
+        dev_stack,
+        "table",
+        "create",
+        "shop.accounts",
+        "--schema",
+        "id:bigint,owner:string,balance:bigint",
+        "--wait",
+    )
+    run_sql(
+        url,
+        'CREATE TABLE "accounts" ("id" bigint PRIMARY KEY, "owner" text, "balance" bigint)',
+        "INSERT INTO accounts VALUES (1, 'ada', 100), (2, 'bob', 100), (3, 'cy', 100)",
+        "SELECT 1",
+    )
+    ok(
+        dev_stack,
+        "topic",
+        "create",
+        "shop-accounts",
+        "--endpoint",
+        "table://shop.accounts",
+        "--group-transactions",
+    )
+    capture = json.loads(
+        ok(dev_stack, "capture", "create", "accounts", "--topic", "shop-accounts", "--json")
+    )
+    assert (capture["source_schema"], capture["key_columns"], capture["snapshot_rows"]) == (
+        "public",
+        ["id"],
+        3,
+    )
+    # Bad input: one line, nothing done.
+    ok(dev_stack, "topic", "create", "plain", "--endpoint", "http://127.0.0.1:9/x")
+    assert "must queue and group transactions" in fails(
+        dev_stack, "capture", "create", "accounts", "--topic", "plain"
+    )
+    assert "no table 'nope'" in fails(
+        dev_stack, "capture", "create", "nope", "--topic", "shop-accounts"
+    )
+    assert "is no pipeline" in fails(dev_stack, "pipeline", "status", "plain")
+    assert "carries the captures of public.accounts" in fails(
+        dev_stack, "topic", "delete", "shop-accounts", "--force"
+    )
+    listed = json.loads(ok(dev_stack, "capture", "list", "--json"))
+    assert [(c["source_table"], c["topic"]) for c in listed] == [("accounts", "shop-accounts")]
+
+    source = run_sql(
+        url,
+        "UPDATE accounts SET balance = balance - 40 WHERE id = 1",
+        "UPDATE accounts SET balance = balance + 40 WHERE id = 2",
+        "DELETE FROM accounts WHERE id = 3",
+        "SELECT * FROM accounts ORDER BY id",
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        status = json.loads(ok(dev_stack, "pipeline", "status", "shop-accounts", "--json"))
+        if status["lag_changes"] == 0 and status["transactions_applied"] == 2:
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
+    assert status["state"] == "running" and status["last_error"] is None
+    assert status["changes_applied"] == 6 and status["position"] > 0
+    shown = ok(dev_stack, "pipeline", "status", "shop-accounts")
+    assert "lag_transactions" in shown and "running" in shown
+    read = json.loads(ok(dev_stack, "table", "read", "shop.accounts", "--limit", "0", "--json"))
+    assert (
+        read["rows"]
+        == source
+        == [
+            {"id": 1, "owner": "ada", "balance": 60},
+            {"id": 2, "owner": "bob", "balance": 140},
+        ]
+    )
+    ok(dev_stack, "capture", "delete", "accounts", "--topic", "shop-accounts")
+    assert json.loads(ok(dev_stack, "capture", "list", "--json")) == []
+    ok(dev_stack, "topic", "delete", "shop-accounts")
