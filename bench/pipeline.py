@@ -1,0 +1,270 @@
+"""What the change pipeline costs, each figure against a baseline measured in the same run, on
+the same Spark session:
+
+1. Apply: CHANGES captured changes (inserts into an application table, in transactions of
+   TXN_ROWS rows) queued, then drained by the pipeline: the TopicDelivery workflow claims
+   transaction-grouped batches of BATCH changes, checks them against the lake table, runs the
+   Spark apply job and commits each batch (the fenced catalog commit). Against writing the same
+   rows as Parquet with plain Spark in one job (read from a JSON lines file of the rows, as the
+   apply job reads its batch): ratio_apply_to_plain_write in rows/s, goal >= 0.5. Also shown:
+   procbus's apply function alone on all the rows in one job (the Spark part of the work).
+2. Latency: producers commit STEADY_RATE small transactions a second for STEADY_SECONDS while
+   the pipeline runs with batches of STEADY_BATCH; a lake reader polls the table's snapshots
+   (reading the files each new snapshot adds) and notes when each row is first visible:
+   p99_commit_to_visible_s from the source commit, goal <= 10 s.
+
+Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from procbus.capture import Captures
+from procbus.db import connect, create_pool
+from procbus.db.migrate import migrate
+from procbus.delivery.owner import ensure_delivery
+from procbus.lakehouse import warehouse as layout
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.names import parse_columns
+from procbus.pipeline import Pipelines
+from procbus.spark import spark_session
+from procbus.spark.backends import LocalBackend
+from procbus.spark.changes import SEQUENCE_COLUMN, apply_changes
+from procbus.spark.jobs import schema_ddl
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.temporal import connect_client
+from procbus.topics import Topics, TopicSettings
+from worker import build_worker
+
+CHANGES = int(os.environ.get("BENCH_CHANGES", "200000"))
+TXN_ROWS = 100
+BATCH = int(os.environ.get("BENCH_BATCH", "20000"))
+STEADY_RATE = float(os.environ.get("BENCH_STEADY_RATE", "50"))  # transactions per second
+STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "30"))
+STEADY_BATCH = 200
+COLUMNS = "id:bigint,owner:string,balance:bigint,note:string"
+SOURCE = (
+    'CREATE TABLE "{name}" ("id" bigint PRIMARY KEY, "owner" text NOT NULL, '
+    '"balance" bigint NOT NULL, "note" text)'
+)
+FILL = (
+    "INSERT INTO \"{name}\" SELECT g, 'owner-' || g, g % 1000, 'a note of some length ' || g "
+    "FROM generate_series($1::bigint, $2::bigint) AS g"
+)
+
+
+def row(number: int) -> dict[str, Any]:
+    """A row as the source holds it (what FILL writes)."""
+    return {
+        "id": number,
+        "owner": f"owner-{number}",
+        "balance": number % 1000,
+        "note": f"a note of some length {number}",
+    }
+
+
+async def lake_table(pool: asyncpg.Pool, root: Path, name: str) -> TableDescriptor:
+    catalog = Catalog(pool)
+    if await catalog.get_namespace("bench") is None:
+        await catalog.create_namespace(NamespaceDescriptor(name="bench", created_by="bench"))
+    table = TableDescriptor(
+        namespace="bench", name=name, columns=parse_columns(COLUMNS), created_by="bench"
+    )
+    folder = layout.create_layout(root, table)
+    table = table.model_copy(update={"location": str(folder.resolve())})
+    await catalog.add_table(table)
+    return table
+
+
+async def pipeline(pool: asyncpg.Pool, name: str, batch: int) -> None:
+    await pool.execute(SOURCE.format(name=name))
+    await Topics(pool).create(
+        name,
+        TopicSettings(
+            endpoint=f"table://bench.{name}",
+            group_transactions=True,
+            batch_size=batch,
+            max_entries=10 * CHANGES,
+        ),
+    )
+    await Captures(pool).create(name, name)
+
+
+async def until_applied(pool: asyncpg.Pool, topic: str) -> None:
+    pipelines = Pipelines(pool)
+    async with asyncio.timeout(1800):
+        while True:
+            status = await pipelines.status(topic)
+            if status.state != "running":
+                raise RuntimeError(f"the pipeline stopped: {status.state}")
+            if status.lag_changes == 0:
+                return
+            await asyncio.sleep(0.05)
+
+
+def plain_write(spark: Any, table: TableDescriptor, rows: Path, output: Path) -> float:
+    """Seconds for plain Spark to write the rows as Parquet, in one job."""
+    started = time.perf_counter()
+    spark.read.schema(schema_ddl(table)).json(str(rows)).write.mode("error").parquet(str(output))
+    return time.perf_counter() - started
+
+
+def apply_alone(spark: Any, table: TableDescriptor, changes: Path, output: Path) -> float:
+    started = time.perf_counter()
+    apply_changes(spark, table, ["id"], changes, output)
+    return time.perf_counter() - started
+
+
+async def apply_rate(pool: asyncpg.Pool, client: Any, queue: str, root: Path) -> dict[str, Any]:
+    name = "applied"
+    await lake_table(pool, root, name)
+    await pipeline(pool, name, BATCH)
+    async with pool.acquire() as connection:
+        for first in range(1, CHANGES + 1, TXN_ROWS):  # transactions of TXN_ROWS rows
+            await connection.execute(FILL.format(name=name), first, first + TXN_ROWS - 1)
+    started = time.perf_counter()
+    await ensure_delivery(client, name, queue)
+    await until_applied(pool, name)
+    seconds = time.perf_counter() - started
+    status = await Pipelines(pool).status(name)
+    rows = len(await lake_rows(pool, name))
+    if rows != CHANGES or status.changes_applied != CHANGES:
+        raise RuntimeError(f"applied {status.changes_applied} changes, the lake has {rows} rows")
+    return {
+        "apply_seconds": round(seconds, 3),
+        "apply_rows_per_s": round(CHANGES / seconds),
+        "apply_batches": status.batches_applied,
+    }
+
+
+async def lake_rows(pool: asyncpg.Pool, name: str) -> list[dict[str, Any]]:
+    from procbus.lakehouse.reader import read_snapshot
+
+    return await asyncio.to_thread(read_snapshot, await Catalog(pool).table_files("bench", name))
+
+
+async def latency(pool: asyncpg.Pool, client: Any, queue: str, root: Path) -> dict[str, Any]:
+    import pyarrow.parquet as parquet
+
+    name = "steady"
+    table = await lake_table(pool, root, name)
+    await pipeline(pool, name, STEADY_BATCH)
+    await ensure_delivery(client, name, queue)
+    committed_at: dict[int, float] = {}
+    visible_at: dict[int, float] = {}
+    stop = asyncio.Event()
+
+    async def producer() -> None:
+        interval = 1 / STEADY_RATE
+        next_at = time.perf_counter()
+        number = CHANGES * 10
+        async with pool.acquire() as connection:
+            end = time.perf_counter() + STEADY_SECONDS
+            while time.perf_counter() < end:
+                number += 2
+                await connection.execute(FILL.format(name=name), number, number + 1)
+                now = time.perf_counter()
+                committed_at[number] = committed_at[number + 1] = now
+                next_at += interval
+                await asyncio.sleep(max(next_at - time.perf_counter(), 0))
+
+    async def reader() -> None:
+        """A lake reader: each new snapshot's added files, read as they appear."""
+        catalog = Catalog(pool)
+        seen_files: set[str] = set()
+        while not stop.is_set():
+            snapshot = await catalog.table_files("bench", name)
+            now = time.perf_counter()
+            for file in snapshot.files:
+                if file.path not in seen_files:
+                    seen_files.add(file.path)
+                    ids = parquet.read_table(Path(table.location) / file.path, columns=["id"])
+                    for row_id in ids.column("id").to_pylist():
+                        visible_at.setdefault(row_id, now)
+            await asyncio.sleep(0.05)
+
+    reading = asyncio.create_task(reader())
+    await producer()
+    await until_applied(pool, name)
+    await asyncio.sleep(0.2)
+    stop.set()
+    await reading
+    lags = sorted(visible_at[row_id] - at for row_id, at in committed_at.items())
+    if len(visible_at) < len(committed_at):
+        raise RuntimeError(f"{len(committed_at) - len(visible_at)} rows never became visible")
+    return {
+        "steady_transactions_per_s": STEADY_RATE,
+        "steady_seconds": STEADY_SECONDS,
+        "steady_rows": len(committed_at),
+        "median_commit_to_visible_s": round(statistics.median(lags), 3),
+        "p99_commit_to_visible_s": round(lags[max(int(len(lags) * 0.99) - 1, 0)], 3),
+        "max_commit_to_visible_s": round(lags[-1], 3),
+    }
+
+
+async def main() -> dict[str, Any]:
+    with ephemeral_services("procbus-bench-") as services:
+        setup = await connect(services.postgres.url())
+        await migrate(setup)
+        await setup.close()
+        pool = await create_pool(services.postgres.url(), min_size=4, max_size=12)
+        root = services.root / "warehouse"
+        root.mkdir(parents=True, exist_ok=True)
+        spark = spark_session("local[*]", root, "procbus-bench")
+        backend = LocalBackend(spark)
+        client = await connect_client(services.temporal.address, "default")
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        try:
+            async with build_worker(
+                client, pool, queue, warehouse_root=root, spark_backend=backend
+            ):
+                # The baseline and procbus's apply function, on the same rows, in this session.
+                table = await lake_table(pool, root, "plain")
+                rows = root / "rows.jsonl"
+                with rows.open("w") as out:
+                    for number in range(1, CHANGES + 1):
+                        out.write(json.dumps(row(number) | {SEQUENCE_COLUMN: number}) + "\n")
+                plain_write(spark, table, rows, root / "warmup")  # the JVM's first job
+                plain_seconds = plain_write(spark, table, rows, root / "plain-out")
+                alone_seconds = apply_alone(spark, table, rows, root / "alone-out")
+                applied = await apply_rate(pool, client, queue, root)
+                plain_again = plain_write(spark, table, rows, root / "plain-out-2")
+                plain_best = min(plain_seconds, plain_again)
+                steady = await latency(pool, client, queue, root)
+        finally:
+            await pool.close()
+    plain_rate = CHANGES / plain_best
+    return {
+        "changes": CHANGES,
+        "transaction_rows": TXN_ROWS,
+        "batch_size": BATCH,
+        **applied,
+        "plain_write_seconds": round(plain_best, 3),
+        "plain_write_rows_per_s": round(plain_rate),
+        "apply_function_alone_seconds": round(alone_seconds, 3),
+        "ratio_apply_to_plain_write": round(applied["apply_rows_per_s"] / plain_rate, 3),
+        "goal_ratio_apply_to_plain_write_at_least": 0.5,
+        **steady,
+        "goal_p99_commit_to_visible_s_at_most": 10.0,
+    }
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(main())
+    for key, value in figures.items():
+        print(f"{key:<40} {value}")
+    print(json.dumps(figures), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # temporalio sdk-python #300
