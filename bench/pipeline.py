@@ -114,6 +114,34 @@ async def until_applied(pool: asyncpg.Pool, topic: str) -> None:
             await asyncio.sleep(0.05)
 
 
+FLOOR_TABLE = 'CREATE TABLE "bench_queue_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
+FLOOR_FILL = (
+    'INSERT INTO "bench_queue_rows" ("topic", "shard", "key", "type", "payload", "bytes", '
+    '"webhook_id", "txn_id") '
+    "SELECT 'floor', 0, 'public.applied/' || g, 'change', jsonb_build_object('op', 'insert', "
+    "'schema', 'public', 'table', 'applied', 'key', jsonb_build_object('id', g), 'row', "
+    "jsonb_build_object('id', g, 'owner', 'owner-' || g, 'balance', g % 1000, 'note', "
+    "'a note of some length ' || g)), 150, 'msg_' || g, 'pg_' || (g / $2) "
+    "FROM generate_series(1, $1) AS g"
+)
+FLOOR_DRAIN = (
+    'DELETE FROM "bench_queue_rows" WHERE "id" IN (SELECT "id" FROM "bench_queue_rows" '
+    'WHERE "topic" = \'floor\' ORDER BY "id" LIMIT $1) RETURNING "id", "key", "payload"'
+)
+
+
+async def floor_drain(pool: asyncpg.Pool) -> float:
+    """Seconds to select and delete the change rows from a table of the queue's shape, in
+    batches of BATCH (what any pipeline fed by a PostgreSQL queue must at least do)."""
+    await pool.execute(FLOOR_TABLE)
+    await pool.execute(FLOOR_FILL, CHANGES, TXN_ROWS)
+    await pool.execute('VACUUM ANALYZE "bench_queue_rows"')
+    started = time.perf_counter()
+    while await pool.fetch(FLOOR_DRAIN, BATCH):
+        pass
+    return time.perf_counter() - started
+
+
 def plain_write(spark: Any, table: TableDescriptor, rows: Path, output: Path) -> float:
     """Seconds for plain Spark to write the rows as Parquet, in one job."""
     started = time.perf_counter()
@@ -239,6 +267,7 @@ async def main() -> dict[str, Any]:
                 plain_write(spark, table, rows, root / "warmup")  # the JVM's first job
                 plain_seconds = plain_write(spark, table, rows, root / "plain-out")
                 alone_seconds = apply_alone(spark, table, rows, root / "alone-out")
+                drain_seconds = await floor_drain(pool)
                 applied = await apply_rate(pool, client, queue, root)
                 plain_again = plain_write(spark, table, rows, root / "plain-out-2")
                 plain_best = min(plain_seconds, plain_again)
@@ -256,6 +285,9 @@ async def main() -> dict[str, Any]:
         "apply_function_alone_seconds": round(alone_seconds, 3),
         "ratio_apply_to_plain_write": round(applied["apply_rows_per_s"] / plain_rate, 3),
         "goal_ratio_apply_to_plain_write_at_least": 0.5,
+        "floor_queue_drain_seconds": round(drain_seconds, 3),
+        "ratio_floor_to_plain_write": round(plain_best / (drain_seconds + plain_best), 3),
+        "ratio_apply_to_floor": round((drain_seconds + plain_best) / applied["apply_seconds"], 3),
         **steady,
         "goal_p99_commit_to_visible_s_at_most": 10.0,
     }

@@ -86,6 +86,8 @@ class TableChanges:
     table: TableDescriptor
     keys: list[str]
     lines: list[str] = field(default_factory=list)
+    seen_keys: set[str] = field(default_factory=set)
+    repeats: bool = False  # a key changes more than once in the batch: the job reduces
 
 
 def plan_batch(
@@ -114,6 +116,9 @@ def plan_batch(
             raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
         row = change["row"] if change["op"] != "delete" else change["key"]
         part.lines.append(_line(table, entry.id, change, row, place))
+        key = json.dumps(change["key"], sort_keys=True)
+        part.repeats = part.repeats or key in part.seen_keys
+        part.seen_keys.add(key)
     return planned
 
 
@@ -323,6 +328,7 @@ class TableApplier(EndpointClient):
                         part.keys,
                         _input_file(folder, token),
                         staging.staging_folder(folder, token),
+                        reduce=part.repeats,
                     )
 
             await run_watched(await self.backend(), token, job, lambda progress: None)

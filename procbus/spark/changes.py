@@ -34,10 +34,17 @@ def newest_per_key(frame: DataFrame, keys: list[str], order: list[str]) -> DataF
 
 
 def apply_changes(
-    spark: SparkSession, table: TableDescriptor, keys: list[str], changes: Path, output: Path
+    spark: SparkSession,
+    table: TableDescriptor,
+    keys: list[str],
+    changes: Path,
+    output: Path,
+    *,
+    reduce: bool = True,
 ) -> None:
     """Reduce the batch's changes of `table` (JSON lines at `changes`) to each key's newest and
-    write them to `output` as one Parquet file with the deleted flag."""
+    write them to `output` as one Parquet file with the deleted flag. `reduce=False`: the caller
+    knows no key repeats in the batch, so no shuffle is needed."""
     frame = (
         spark.read.schema(
             f"{schema_ddl(table)}, `{DELETED_COLUMN}` boolean, `{SEQUENCE_COLUMN}` bigint"
@@ -46,7 +53,9 @@ def apply_changes(
         .option("timestampFormat", TIMESTAMP_FORMAT)
         .json(str(changes))
     )
-    newest = newest_per_key(frame, keys, [SEQUENCE_COLUMN])
+    newest = (
+        newest_per_key(frame, keys, [SEQUENCE_COLUMN]) if reduce else frame.drop(SEQUENCE_COLUMN)
+    )
     newest.coalesce(1).write.mode("error").parquet(str(output))
 
 

@@ -66,6 +66,14 @@ def test_a_batch_becomes_lines_in_batch_order_with_the_deleted_flag() -> None:
         SEQUENCE_COLUMN: 2,
     }
     assert planned["accounts"].keys == ["id"]
+    assert planned["accounts"].repeats  # key 1 changed three times: the Spark job reduces
+
+
+def test_a_batch_of_distinct_keys_needs_no_reduction() -> None:
+    planned = plan(
+        *(change(n, "insert", n, {"id": n, "owner": "o", "balance": n}) for n in range(5))
+    )
+    assert not planned["accounts"].repeats and len(planned["accounts"].lines) == 5
 
 
 @pytest.mark.parametrize(
