@@ -251,23 +251,13 @@ class Pipelines:
             raise InvalidRequest(
                 f"topic {topic!r} is no pipeline: its endpoint is not table://NAMESPACE"
             )
-        oldest = row["oldest_waiting"]
+        found = dict(row)
+        oldest, now = found.pop("oldest_waiting"), found.pop("now")
+        enabled, why = found.pop("enabled"), found.pop("disabled_reason")
         return PipelineStatus(
-            topic=topic,
-            endpoint=row["endpoint"],
-            state="running" if row["enabled"] else f"stopped: {row['disabled_reason']}",
-            position=row["position"],
-            lag_transactions=row["waiting_transactions"],
-            lag_changes=row["waiting_changes"],
-            lag_seconds=0.0 if oldest is None else (row["now"] - oldest).total_seconds(),
-            batches_applied=row["batches_applied"],
-            changes_applied=row["changes_applied"],
-            transactions_applied=row["transactions_applied"],
-            source_committed_at=row["source_committed_at"],
-            applied_at=row["applied_at"],
-            last_error=row["last_error"],
-            last_error_at=row["last_error_at"],
-            dead_letters=row["dead_letters"],
+            **found,
+            state="running" if enabled else f"stopped: {why}",
+            lag_seconds=0.0 if oldest is None else (now - oldest).total_seconds(),
         )
 
 

@@ -42,15 +42,15 @@ SELECT t."name" AS "topic", t."endpoint", t."disabled_at" IS NULL AS "enabled", 
        coalesce(p."changes_applied", 0) AS "changes_applied",
        coalesce(p."transactions_applied", 0) AS "transactions_applied",
        p."source_committed_at", p."applied_at", p."last_error", p."last_error_at",
-       q."waiting_changes", q."waiting_transactions", q."oldest_waiting",
+       q."lag_changes", q."lag_transactions", q."oldest_waiting",
        (SELECT count(*) FROM "procbus_topic_dead_letters" AS d WHERE d."topic" = t."name")
            AS "dead_letters",
        clock_timestamp() AS "now"
 FROM "procbus_topics" AS t
 LEFT JOIN "procbus_pipelines" AS p ON p."topic" = t."name"
 CROSS JOIN LATERAL (
-    SELECT count(*) AS "waiting_changes",
-           count(DISTINCT coalesce(e."txn_id", e."id"::text)) AS "waiting_transactions",
+    SELECT count(*) AS "lag_changes",
+           count(DISTINCT coalesce(e."txn_id", e."id"::text)) AS "lag_transactions",
            min(e."created_at") AS "oldest_waiting"
     FROM "procbus_topic_entries" AS e WHERE e."topic" = t."name"
 ) AS q
