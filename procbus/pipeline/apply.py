@@ -306,6 +306,7 @@ class TableApplier(EndpointClient):
         planned = plan_batch(self.endpoint, entries, tables)
         token = f"apply-{uuid.uuid4().hex}"
         parts = list(planned.values())
+        written: list[tuple[TableChanges, list[DataFile]]] = []
         try:
             await asyncio.to_thread(_write_inputs, parts, token)
 
@@ -322,7 +323,6 @@ class TableApplier(EndpointClient):
                     )
 
             await run_watched(await self.backend(), token, job, lambda progress: None)
-            written = []
             for part in parts:
                 folder = Path(part.table.location)
                 files = [
@@ -338,8 +338,15 @@ class TableApplier(EndpointClient):
                         staging.discard_attempt, Path(part.table.location), token
                     )
         except BaseException:
+            # The commit may have happened with its answer lost: files a snapshot lists stay.
+            moved = {part.table.qualified_name: files for part, files in written}
             for part in parts:
-                await asyncio.to_thread(staging.discard_attempt, Path(part.table.location), token)
+                table, files = part.table, moved.get(part.table.qualified_name, [])
+                if files and await self.pipelines.catalog.any_file_listed(
+                    table.namespace, table.name, [file.path for file in files]
+                ):
+                    continue
+                await asyncio.to_thread(staging.discard_attempt, Path(table.location), token)
             raise
         finally:
             for part in parts:

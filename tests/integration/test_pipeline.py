@@ -293,8 +293,28 @@ async def transfers(pool: asyncpg.Pool, writer: int, count: int) -> tuple[int, i
 
 
 async def test_bank_transfers_keep_the_total_in_every_snapshot_a_reader_sees(
-    client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
+    client: Client,
+    bank: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The link breaks after some commits: PostgreSQL committed the batch, its answer is lost, so
+    # the delivery retries the same batch, which must find it applied and commit nothing.
+    commit = Pipelines.commit
+    link = random.Random(7)
+    lost_answers: list[str] = []
+
+    async def commit_then_lose_the_answer(
+        self: Pipelines, topic: str, batch_id: str, *args: Any
+    ) -> dict[str, int] | None:
+        committed = await commit(self, topic, batch_id, *args)
+        if committed is not None and link.random() < 0.3:
+            lost_answers.append(batch_id)
+            raise ConnectionResetError("the link broke after the commit")
+        return committed
+
+    monkeypatch.setattr(Pipelines, "commit", commit_then_lose_the_answer)
     await bank.execute(
         "INSERT INTO accounts SELECT g, 'owner' || g, $1 FROM generate_series(0, $2) AS g",
         OPENING,
@@ -337,6 +357,16 @@ async def test_bank_transfers_keep_the_total_in_every_snapshot_a_reader_sees(
     assert savings == await source(bank, "savings")
     assert sum(r["balance"] for r in accounts) + sum(r["balance"] for r in savings) == TOTAL
     assert sum(u for _, u in results) > 0 and savings
+    # Every batch whose answer was lost was resent and committed once: one snapshot per batch.
+    assert lost_answers
+    batches = await bank.fetch(
+        'SELECT "batch_id", "snapshots" FROM "procbus_pipeline_batches" WHERE "topic" = $1', topic
+    )
+    assert {row["batch_id"] for row in batches} >= set(lost_answers)
+    snapshots = await Catalog(bank).list_snapshots("bank", "accounts")
+    touched = [row for row in batches if "bank.accounts" in row["snapshots"]]
+    assert len(snapshots) == len(touched)  # nothing committed twice
+    assert status.batches_applied == len(batches)
 
 
 async def test_postgres_types_reach_the_lake_as_its_types(
