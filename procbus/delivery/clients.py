@@ -47,6 +47,7 @@ class Message:
     key: str | None
     batch_id: str | None = None  # a batch of events: the same ID on every retry
     entries: tuple[Entry, ...] = ()  # a batch's events as queued (for clients that apply them)
+    claim_id: str | None = None  # the delivery attempt's claim on them (a fence for appliers)
 
 
 def event_body(topic: str, entry: Entry) -> dict[str, Any]:
@@ -75,7 +76,12 @@ def message(topic: str, entry: Entry, now: datetime) -> Message:
 
 
 def batch_message(
-    topic: str, entries: list[Entry], now: datetime, batch_id: str | None = None
+    topic: str,
+    entries: list[Entry],
+    now: datetime,
+    batch_id: str | None = None,
+    *,
+    claim_id: str | None = None,
 ) -> Message:
     """Several events as one JSON array. Its ID is the kept batch's (grouped topics), else it
     follows from the events', so the same batch sent again carries the same ID."""
@@ -89,6 +95,7 @@ def batch_message(
         key=None,
         batch_id=batch_id,
         entries=tuple(entries),
+        claim_id=claim_id,
     )
 
 

@@ -60,6 +60,7 @@ async def dispatch(
     concurrency: int = SEND_CONCURRENCY,
     batches: list[tuple[str | None, list[Entry]]] | None = None,
     batch_size: int | None = None,
+    claim_id: str | None = None,
 ) -> dict[int, Sent]:
     """What became of each entry sent; entries not sent are absent.
 
@@ -76,7 +77,9 @@ async def dispatch(
         for batch_id, batch in batches:
             if clock() >= stop_at:
                 break
-            sent = await client.send(batch_message(topic, batch, datetime.now(UTC), batch_id))
+            sent = await client.send(
+                batch_message(topic, batch, datetime.now(UTC), batch_id, claim_id=claim_id)
+            )
             results.update((entry.id, sent) for entry in batch)
             if sent.outcome is not Outcome.ACK:
                 break
@@ -123,6 +126,7 @@ async def deliver_round(
         ]
         or None,
         batch_size=topic.batch_size,
+        claim_id=str(claim.id),
     )
     delivered = [entry_id for entry_id, sent in results.items() if sent.outcome is Outcome.ACK]
     # A 410 is no failure of the entry: it waits, untouched, until the topic is enabled again.

@@ -308,12 +308,11 @@ class Catalog:
         rows = await self.pool.fetch(self.queries["list_snapshots"], namespace, name)
         return [Snapshot.model_validate(dict(row)) for row in rows]
 
-    async def any_file_listed(self, namespace: str, table: str, paths: list[str]) -> bool:
-        """Whether a snapshot of the table lists any of these files (a commit whose answer was
+    async def listed_among(self, namespace: str, table: str, paths: list[str]) -> set[str]:
+        """Those of these files that a snapshot of the table lists (a commit whose answer was
         lost may have listed them)."""
-        return bool(
-            await self.pool.fetchval(self.queries["any_file_listed"], namespace, table, paths)
-        )
+        rows = await self.pool.fetch(self.queries["listed_among"], namespace, table, paths)
+        return {row["path"] for row in rows}
 
     async def set_key_columns(
         self, connection: asyncpg.Connection, namespace: str, table: str, keys: list[str]

@@ -18,6 +18,7 @@ behind it is applied first, until `procbus topic redrive` and `procbus topic ena
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import uuid
@@ -32,10 +33,11 @@ import asyncpg
 from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
 from procbus.delivery.endpoints import Endpoint
-from procbus.errors import InvalidRequest, SparkJobFailed
+from procbus.errors import AttemptFencedOut, InvalidRequest, SparkJobFailed
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
 from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.warehouse import DATA_FOLDER
 from procbus.pipeline.models import PipelineStatus
 from procbus.spark import staging
 from procbus.spark.backends import SparkBackend, run_watched
@@ -200,12 +202,21 @@ class Pipelines:
         batch_id: str,
         entries: tuple[Entry, ...],
         written: list[tuple[TableChanges, list[DataFile]]],
+        claim_id: str | None = None,
     ) -> dict[str, int] | None:
         """One transaction: the batch's fence, a snapshot of each lake table adding its change
         files, the position reached. The snapshots committed; None when the batch was applied
-        already (nothing committed)."""
+        already (nothing committed). With `claim_id` (a delivery attempt's), AttemptFencedOut
+        when another attempt took the batch over: its files may be swept already."""
         queries = self.queries
         async with self.pool.acquire() as connection, connection.transaction():
+            if claim_id is not None and not await connection.fetchval(
+                queries["batch_still_claimed"], topic, entries[0].id, claim_id
+            ):
+                raise AttemptFencedOut(
+                    f"topic {topic!r}: batch {batch_id} was taken over by another delivery "
+                    "attempt; this one commits nothing"
+                )
             await connection.execute(queries["ensure_pipeline"], topic)
             fenced = await connection.fetchval(
                 queries["record_batch"], topic, batch_id, len(entries), {}
@@ -277,6 +288,29 @@ class TableApplier(EndpointClient):
         self.endpoint = endpoint
         self.pipelines = pipelines
         self.backend = backend
+        # This topic's apply attempts name their files so; one client per delivery run.
+        self.token_prefix = f"apply-{hashlib.sha256(topic.encode()).hexdigest()[:12]}-"
+        self.swept: set[str] = set()
+
+    async def sweep_leftovers(self, table: TableDescriptor) -> int:
+        """Remove what earlier apply attempts of this topic left in the table's folder (a
+        worker killed mid-apply): staging, and moved files no snapshot lists. Run by the
+        topic's one owner after its take-over, which fences every earlier attempt's commit
+        out (`batch_still_claimed`), so none of them can still list what goes here."""
+        folder = Path(table.location)
+        staged = folder / staging.STAGING_FOLDER
+        for leftover in staged.glob(f"{self.token_prefix}*") if staged.exists() else []:
+            await asyncio.to_thread(shutil.rmtree, leftover, True)
+        data = folder / DATA_FOLDER
+        moved = sorted(data.rglob(f"{self.token_prefix}*")) if data.exists() else []
+        paths = [path.relative_to(folder).as_posix() for path in moved]
+        listed = await self.pipelines.catalog.listed_among(table.namespace, table.name, paths)
+        removed = 0
+        for path in paths:
+            if path not in listed:
+                (folder / path).unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     async def send(self, message: Message) -> Sent:
         batch_id = message.batch_id
@@ -285,7 +319,7 @@ class TableApplier(EndpointClient):
         try:
             if await self.pipelines.applied(self.topic, batch_id):
                 return Sent(Outcome.ACK)  # a resend after a commit whose answer was lost
-            await self.apply(batch_id, message.entries)
+            await self.apply(batch_id, message.entries, message.claim_id)
         except ChangeMisfit as misfit:
             await self.pipelines.record_error(self.topic, str(misfit))
             return Sent(Outcome.REJECTED, error=str(misfit))
@@ -295,7 +329,9 @@ class TableApplier(EndpointClient):
             return Sent(Outcome.FAILED, error=said)
         return Sent(Outcome.ACK)
 
-    async def apply(self, batch_id: str, entries: tuple[Entry, ...]) -> None:
+    async def apply(
+        self, batch_id: str, entries: tuple[Entry, ...], claim_id: str | None = None
+    ) -> None:
         namespace = self.endpoint.namespace or ""
         names = {
             lake_table_name(self.endpoint, entry.payload)
@@ -304,8 +340,12 @@ class TableApplier(EndpointClient):
         }
         tables = {name: await self.pipelines.catalog.get_table(namespace, name) for name in names}
         planned = plan_batch(self.endpoint, entries, tables)
-        token = f"apply-{uuid.uuid4().hex}"
         parts = list(planned.values())
+        for part in parts:
+            if part.table.qualified_name not in self.swept:
+                await self.sweep_leftovers(part.table)
+                self.swept.add(part.table.qualified_name)
+        token = f"{self.token_prefix}{uuid.uuid4().hex}"
         written: list[tuple[TableChanges, list[DataFile]]] = []
         try:
             await asyncio.to_thread(_write_inputs, parts, token)
@@ -331,7 +371,9 @@ class TableApplier(EndpointClient):
                 ]
                 await asyncio.to_thread(staging.publish_files, folder, token, files)
                 written.append((part, files))
-            committed = await self.pipelines.commit(self.topic, batch_id, entries, written)
+            committed = await self.pipelines.commit(
+                self.topic, batch_id, entries, written, claim_id
+            )
             if committed is None:  # applied already by an overlapping attempt
                 for part in parts:
                     await asyncio.to_thread(
@@ -342,7 +384,7 @@ class TableApplier(EndpointClient):
             moved = {part.table.qualified_name: files for part, files in written}
             for part in parts:
                 table, files = part.table, moved.get(part.table.qualified_name, [])
-                if files and await self.pipelines.catalog.any_file_listed(
+                if files and await self.pipelines.catalog.listed_among(
                     table.namespace, table.name, [file.path for file in files]
                 ):
                     continue

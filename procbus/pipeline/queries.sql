@@ -5,6 +5,13 @@ SELECT EXISTS (
     SELECT FROM "procbus_pipeline_batches" WHERE "topic" = $1 AND "batch_id" = $2
 );
 
+-- name: batch_still_claimed
+-- The fence of a delivery attempt: its claim still holds the batch. The row lock keeps a new
+-- owner's take-over (which clears every claim) behind this commit, or this commit behind it.
+SELECT "claim" = $3::uuid AS "held" FROM "procbus_topic_entries"
+WHERE "topic" = $1 AND "id" = $2
+FOR SHARE;
+
 -- name: ensure_pipeline
 INSERT INTO "procbus_pipelines" ("topic") VALUES ($1) ON CONFLICT DO NOTHING;
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -29,6 +31,7 @@ from procbus.lakehouse.reader import read_snapshot
 from procbus.pipeline import Pipelines, TableApplier
 from procbus.spark.backends import LocalBackend
 from procbus.topics import Entry, Topics, TopicSettings
+from tests.services import subprocess_environment, worker_process
 from worker import build_worker
 from workflows.data import CompactTable
 
@@ -404,3 +407,49 @@ async def test_postgres_types_reach_the_lake_as_its_types(
     assert str(first["day"]) == "2026-11-24" and str(first["amount"]) == "12.50"
     assert (first["ratio"], first["ok"], first["note"]) == (0.25, True, "x")
     assert rows[1]["amount"] is None and rows[1]["at"] == datetime(2026, 11, 24, 5, 30, tzinfo=UTC)
+
+
+async def test_a_worker_killed_mid_apply_loses_nothing_and_leaves_nothing(
+    client: Client,
+    bank: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    temporal_address: str,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    topic = await pipeline(bank, "accounts", batch_size=3000)
+    async with bank.acquire() as connection:
+        for first in range(0, 24_000, 200):  # 120 transactions of 200 rows
+            await connection.execute(
+                "INSERT INTO accounts SELECT g, 'o' || g, g FROM generate_series($1::bigint, $2::bigint) AS g",
+                first,
+                first + 199,
+            )
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        warehouse=str(warehouse),
+        spark_master="local[2]",
+    )
+    folder = warehouse / "bank" / "accounts"
+    with worker_process(env) as doomed:
+        await ensure_delivery(client, topic, task_queue)
+        async with asyncio.timeout(120):  # until it is inside an apply: its staging exists
+            while not list((folder / "_staging").glob("apply-*")):
+                await asyncio.sleep(0.02)
+        os.kill(doomed.pid, signal.SIGKILL)
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic, timeout=180)
+    (rows,) = await lake(bank, "accounts")
+    assert rows == await source(bank, "accounts") and len(rows) == 24_000
+    # Each batch committed once, and nothing of the killed attempt is left on disk.
+    batches = await bank.fetchval(
+        'SELECT count(*) FROM "procbus_pipeline_batches" WHERE "topic" = $1', topic
+    )
+    current = await Catalog(bank).table_files("bank", "accounts")
+    assert len(await Catalog(bank).list_snapshots("bank", "accounts")) == batches
+    on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert on_disk == sorted(["_procbus_table.json", *(file.path for file in current.files)])
