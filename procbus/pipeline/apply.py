@@ -343,8 +343,8 @@ class TableApplier(EndpointClient):
         parts = list(planned.values())
         for part in parts:
             if part.table.qualified_name not in self.swept:
-                await self.sweep_leftovers(part.table)
                 self.swept.add(part.table.qualified_name)
+                await self.sweep_leftovers(part.table)
         token = f"{self.token_prefix}{uuid.uuid4().hex}"
         written: list[tuple[TableChanges, list[DataFile]]] = []
         try:

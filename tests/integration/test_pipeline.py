@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import signal
@@ -231,16 +232,17 @@ async def test_a_batch_applied_twice_commits_once(
     async def local() -> LocalBackend:
         return backend
 
-    appliers = [
-        TableApplier(topic, parse_endpoint("table://bank"), Pipelines(bank), local)
-        for _ in range(2)
-    ]
+    def applier() -> TableApplier:
+        return TableApplier(topic, parse_endpoint("table://bank"), Pipelines(bank), local)
+
     message = Message(
         id="b1", body="", timestamp=now, key=None, batch_id="batch-1", entries=entries
     )
-    # Two overlapping attempts of one batch (a zombie and its successor), then a late resend.
-    first, second = await asyncio.gather(*(applier.send(message) for applier in appliers))
-    third = await appliers[0].send(message)
+    # Two overlapping sends of one batch (a retry racing the first try), then a late resend
+    # from the next delivery run.
+    first_run = applier()
+    first, second = await asyncio.gather(first_run.send(message), first_run.send(message))
+    third = await applier().send(message)
     assert [sent.outcome for sent in (first, second, third)] == [Outcome.ACK] * 3
     snapshots = await Catalog(bank).list_snapshots("bank", "accounts")
     assert [snapshot.operation for snapshot in snapshots] == ["apply"]
@@ -248,9 +250,15 @@ async def test_a_batch_applied_twice_commits_once(
     assert [row["id"] for row in rows] == [1, 2, 3]
     status = await Pipelines(bank).status(topic)
     assert (status.batches_applied, status.changes_applied, status.position) == (1, 3, 3)
-    # The loser's files are gone: only the committed file is under data/.
-    data_files = list((Path(warehouse) / "bank" / "accounts").rglob("*.parquet"))
-    assert len(data_files) == 1
+    # An attempt whose claim on the batch was taken over (a zombie) commits nothing.
+    zombie = dataclasses.replace(message, batch_id="batch-2", claim_id=str(uuid.uuid4()))
+    fenced = await applier().send(zombie)
+    assert fenced.outcome is Outcome.FAILED and "taken over" in (fenced.error or "")
+    assert len(await Catalog(bank).list_snapshots("bank", "accounts")) == 1
+    # The losers' files are gone: only the committed file is under data/, nothing staged.
+    files = [p for p in (Path(warehouse) / "bank" / "accounts").rglob("*") if p.is_file()]
+    assert len([p for p in files if p.suffix == ".parquet"]) == 1
+    assert not [p for p in files if "_staging" in p.parts]
 
 
 async def transfers(pool: asyncpg.Pool, writer: int, count: int) -> tuple[int, int]:
