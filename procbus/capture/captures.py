@@ -144,12 +144,18 @@ class Captures:
         return [Capture(**dict(row)) for row in rows]
 
     async def delete(self, source: str, topic: str) -> Capture:
-        """Stop capturing `source` into `topic` (what is queued stays queued)."""
-        schema, _, table = source.rpartition(".")
+        """Stop capturing `source` into `topic` (what is queued stays queued). The name is
+        resolved as `create` resolves it; a table dropped since is matched by its name."""
+        found = await self.pool.fetchrow(self.queries["source_table"], source)
+        if found is not None:
+            schema, table = found["schema"], found["name"]
+        else:
+            schema, _, table = source.rpartition(".")
+            schema = schema or "public"
         matches = [
             capture
             for capture in await self.list_captures(topic)
-            if capture.source_table == table and capture.source_schema == (schema or "public")
+            if (capture.source_schema, capture.source_table) == (schema, table)
         ]
         if not matches:
             raise InvalidRequest(f"table {source!r} is not captured into {topic!r}")

@@ -111,6 +111,14 @@ $$;
 CREATE CONSTRAINT TRIGGER "procbus_capture_commit" AFTER INSERT ON "procbus_capture_open"
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "procbus_capture_commit"();
 
+CREATE FUNCTION "procbus_capture_refuse_truncate"() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'table %.% is captured into topic %: TRUNCATE would not be captured; DELETE the rows, or delete the capture first',
+        TG_TABLE_SCHEMA, TG_TABLE_NAME, quote_literal(TG_ARGV[0]) USING ERRCODE = 'PBC01';
+END
+$$;
+
 -- Start capturing "p_table" into "p_topic": the trigger, then every row already there published
 -- as an insert, in the caller's transaction. CREATE TRIGGER takes a lock that waits for the
 -- table's running writers and holds off new ones until commit, so no change falls between the
@@ -136,6 +144,12 @@ BEGIN
         "p_trigger", "p_table",
         (SELECT string_agg(quote_literal(a), ', ') FROM unnest(ARRAY["p_topic"] || "p_keys") AS a)
     );
+    -- TRUNCATE fires no row trigger: refused, so no change goes uncaptured.
+    EXECUTE format(
+        'CREATE TRIGGER %I BEFORE TRUNCATE ON %s FOR EACH STATEMENT '
+        'EXECUTE FUNCTION "procbus_capture_refuse_truncate"(%L)',
+        "p_trigger" || '_truncate', "p_table", "p_topic"
+    );
     EXECUTE format(
         'SELECT count(*) FROM %s AS r, '
         'LATERAL "procbus_capture_publish"($1, $2, $3, $4, ''insert'', to_jsonb(r)) AS p',
@@ -152,6 +166,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF to_regclass(format('%I.%I', "p_schema", "p_table")) IS NOT NULL THEN
         EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', "p_trigger", "p_schema", "p_table");
+        EXECUTE format('DROP TRIGGER IF EXISTS %I ON %I.%I', "p_trigger" || '_truncate', "p_schema", "p_table");
     END IF;
 END
 $$;
