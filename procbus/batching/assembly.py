@@ -173,23 +173,51 @@ def assemble_batch(
         raise ValueError(f"max_size must be more than 0, got {max_size}")
     if not group_transactions:
         return list(queue[:max_size])
+    return assemble_batches(queue, max_size, 1, overdue=overdue)[0]
+
+
+def assemble_batches(
+    queue: Sequence[Event],
+    max_size: int,
+    count: int,
+    *,
+    overdue: Collection[str] = frozenset(),
+) -> list[list[Event]]:
+    """Up to `count` batches, one after the other: the same as calling `assemble_batch` on the
+    queue, then on what it left, and so on, in one pass over the queue (what a delivery round
+    claims). Fewer when the queue runs out, or when what is left cannot go; at least one batch,
+    possibly empty."""
+    if max_size <= 0:
+        raise ValueError(f"max_size must be more than 0, got {max_size}")
     scan = _Scan(queue, overdue)
     cut = _Cut(scan)
-    taken: list[int] = []
     position = 0
-    while len(taken) < max_size and (position < scan.end or scan.read()):
-        if position in cut.sent or cut.take(position):
-            taken.append(position)
-        position += 1
-    return _emit(scan, taken)
+    emitted: set[int] = set()
+    batches: list[list[Event]] = []
+    while len(batches) < count:
+        # What the last batch sent is gone from the queue; every event before `position` that
+        # is left was held back, and is held back again for the same reason.
+        sent_before = set(cut.sent)
+        taken: list[int] = []
+        while len(taken) < max_size and (position < scan.end or scan.read()):
+            if position not in sent_before and (position in cut.sent or cut.take(position)):
+                taken.append(position)
+            position += 1
+        batch = _emit(scan, taken, emitted)
+        if batches and not batch:
+            break
+        batches.append([scan.queue[index] for index in batch])
+        emitted.update(batch)
+    return batches
 
 
-def _emit(scan: _Scan, cut: list[int]) -> list[Event]:
+def _emit(scan: _Scan, cut: list[int], emitted: set[int]) -> list[int]:
     """The batch in send order: the cut in queue order, then, for each transaction it holds in
     part (in order of first appearance), its missing events in queue order, each after the
-    earlier events of its key and of its transaction that are not sent yet."""
+    earlier events of its key and of its transaction that are not sent yet (`emitted`: sent in
+    an earlier batch)."""
     queue = scan.queue
-    sent = set(cut)
+    sent = set(cut) | emitted
     batch = list(cut)
     to_complete: list[str] = []
     seen_txns: set[str] = set()
@@ -239,4 +267,4 @@ def _emit(scan: _Scan, cut: list[int]) -> list[Event]:
         for position in scan.txns[to_complete[index]].positions:
             append(position)
         index += 1
-    return [queue[position] for position in batch]
+    return batch

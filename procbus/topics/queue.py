@@ -31,7 +31,7 @@ import asyncpg
 from pydantic_core import to_json
 
 from procbus.batching import Event as BatchEvent
-from procbus.batching import assemble_batch
+from procbus.batching import assemble_batches
 from procbus.db.queries import load_queries
 from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
@@ -509,7 +509,7 @@ class Topics:
                     and (now - row["created_at"]).total_seconds() >= topic.incomplete_wait_seconds
                 ):
                     overdue.add(txn_id)
-            remaining = [
+            window = [
                 BatchEvent(
                     id=str(row["id"]),
                     key=row["key"],
@@ -520,14 +520,11 @@ class Topics:
                 )
                 for row in view
             ]
-            batches: list[list[int]] = []
-            while len(batches) < count and remaining:
-                batch = assemble_batch(remaining, topic.batch_size, overdue=overdue)
-                if not batch:
-                    break
-                batches.append([int(event.id) for event in batch])
-                taken = {event.id for event in batch}
-                remaining = [event for event in remaining if event.id not in taken]
+            batches = [
+                [int(event.id) for event in batch]
+                for batch in assemble_batches(window, topic.batch_size, count, overdue=overdue)
+                if batch
+            ]
             if batches or whole_queue:
                 break
             limit *= 4  # everything read waits on what lies beyond it: read further

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from procbus.batching import Event, assemble_batch
+from procbus.batching import Event, assemble_batch, assemble_batches
 
 
 def queue_of(notation: str) -> list[Event]:
@@ -212,3 +212,30 @@ def test_one_batch_is_deterministic_and_holds_no_part_of_a_complete_transaction(
     for event in batch:
         if event.txn_id is not None:
             assert members[event.txn_id] <= ids
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    queue=queues(),
+    max_size=st.integers(1, 12),
+    count=st.integers(1, 6),
+    held=st.sets(st.integers(0, 59), max_size=4),
+    overdue=st.sets(st.sampled_from([f"t{n}" for n in range(8)]), max_size=2),
+)
+def test_several_batches_in_one_pass_are_the_batches_one_at_a_time(
+    queue: list[Event], max_size: int, count: int, held: set[int], overdue: set[str]
+) -> None:
+    # Some events are not ready (behind a batch being retried): they hold back what needs them.
+    queue = [
+        Event(e.id, e.key, e.txn_id, e.last_in_txn, e.txn_size, ready=index not in held)
+        for index, e in enumerate(queue)
+    ]
+    one_at_a_time, left = [], list(queue)
+    while len(one_at_a_time) < count:
+        batch = assemble_batch(left, max_size, overdue=overdue)
+        if one_at_a_time and not batch:
+            break
+        one_at_a_time.append(batch)
+        sent = {event.id for event in batch}
+        left = [event for event in left if event.id not in sent]
+    assert assemble_batches(queue, max_size, count, overdue=overdue) == one_at_a_time
