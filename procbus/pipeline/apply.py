@@ -7,12 +7,16 @@ one PostgreSQL transaction commits a snapshot of every lake table the batch touc
 with the batch's ID and the source position reached. A lake reader never sees part of a source
 transaction, in one table or across tables.
 
-Exactly once: the batch ID is recorded in that transaction, so a retried or duplicated apply of
-the same batch (a delivery attempt that timed out after its commit, an overlapping zombie)
-finds it and commits nothing; its files are removed. A change that does not fit its lake table
-(a column missing or unknown, a value of the wrong type, a table that does not exist) is
-refused: the batch is dead-lettered with nothing applied, and the topic is disabled, so nothing
-behind it is applied first, until `procbus topic redrive` and `procbus topic enable`.
+Exactly once: the batch ID is recorded in that transaction, so a retried apply of the same
+batch (its commit's answer was lost) finds it and commits nothing; its files are removed, never
+those a snapshot lists. The commit also locks the delivery attempt's claim on the batch: a new
+owner's take-over clears every claim first, so a zombie attempt commits nothing, and the new
+owner may sweep what killed attempts left (their staging, files no snapshot lists).
+
+A change that does not fit its lake table (a column missing or unknown, a value of the wrong
+type, a table that does not exist) is refused: the batch is dead-lettered with nothing applied,
+and the topic is disabled, so nothing behind it is applied first, until `procbus topic redrive`
+and `procbus topic enable`.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import asyncpg
 from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
 from procbus.delivery.endpoints import Endpoint
-from procbus.errors import AttemptFencedOut, InvalidRequest, SparkJobFailed
+from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
 from procbus.lakehouse.models import TableDescriptor
@@ -324,7 +328,7 @@ class TableApplier(EndpointClient):
             await self.pipelines.record_error(self.topic, str(misfit))
             return Sent(Outcome.REJECTED, error=str(misfit))
         except Exception as error:  # any other failure: the batch is retried
-            said = str(error) if isinstance(error, InvalidRequest | SparkJobFailed) else repr(error)
+            said = str(error) if isinstance(error, ProcbusError) else repr(error)
             await self.pipelines.record_error(self.topic, said)
             return Sent(Outcome.FAILED, error=said)
         return Sent(Outcome.ACK)
