@@ -11,21 +11,20 @@ wal_level=logical, no replication slot that pins WAL while a consumer is away, n
 The price is a queue row written in the application's transaction, which is what the outbox
 already costs.
 
-Each change is one event on the topic: its key is the table and the row's key, its payload a
-ChangeEvent (operation, table, key, the row after), its transaction the database's own
-(`pg_<xid>`), and its last event is marked with the transaction's event count at commit, so
-the topic's grouped batches never split it. Per key, the queue position (the entry's ID) is
-commit order: the row lock and the topic's key lock serialise a key's writers.
+Each change is one event on the topic: its key is the table and the row's key; its payload
+{"op", "schema", "table", "key", "row"} (the row after; null for a delete); its transaction the
+database's own (`pg_<xid>`), whose last event is marked with the transaction's event count at
+commit, so the topic's grouped batches never split it. Per key, the queue position (the
+entry's ID) is commit order: the row lock and the topic's key lock serialise a key's writers.
 """
 
 from __future__ import annotations
 
 import hashlib
 from datetime import datetime
-from typing import Any, Literal
 
 import asyncpg
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, QueueFull
@@ -34,16 +33,6 @@ from procbus.topics.queue import topic_error
 
 QUERIES = "procbus.capture"
 TABLE_KINDS = {"r": "table", "p": "partitioned table"}
-
-
-class ChangeEvent(BaseModel):
-    """The payload of one captured change."""
-
-    op: Literal["insert", "update", "delete"]
-    schema_: str = Field(alias="schema")
-    table: str
-    key: dict[str, Any]
-    row: dict[str, Any] | None = Field(description="the row after the change; None: deleted")
 
 
 class Capture(BaseModel):

@@ -1102,29 +1102,30 @@ BEGIN
 END
 $$;
 
--- The row trigger: TG_ARGV[0] is the topic, the rest the key columns. An UPDATE that changes
--- the key is the old key's delete and the new key's insert.
+-- The row trigger: TG_ARGV holds the topic, the captured table's schema and name (a partitioned
+-- table's, not the partition's), then the key columns. An UPDATE that changes the key is the old
+-- key's delete and the new key's insert.
 CREATE FUNCTION "procbus_capture_change"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    "keys" text[] := TG_ARGV[1:];
+    "keys" text[] := TG_ARGV[3:];
     "old_image" jsonb;
     "new_image" jsonb;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", 'delete', to_jsonb(OLD));
+        PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_ARGV[1], TG_ARGV[2], "keys", 'delete', to_jsonb(OLD));
         RETURN NULL;
     END IF;
     "new_image" := to_jsonb(NEW);
     IF TG_OP = 'UPDATE' THEN
         "old_image" := to_jsonb(OLD);
         IF EXISTS (SELECT FROM unnest("keys") AS k WHERE "old_image" -> k IS DISTINCT FROM "new_image" -> k) THEN
-            PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", 'delete', "old_image");
-            PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", 'insert', "new_image");
+            PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_ARGV[1], TG_ARGV[2], "keys", 'delete', "old_image");
+            PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_ARGV[1], TG_ARGV[2], "keys", 'insert', "new_image");
             RETURN NULL;
         END IF;
     END IF;
-    PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_TABLE_SCHEMA, TG_TABLE_NAME, "keys", lower(TG_OP), "new_image");
+    PERFORM "procbus_capture_publish"(TG_ARGV[0], TG_ARGV[1], TG_ARGV[2], "keys", lower(TG_OP), "new_image");
     RETURN NULL;
 END
 $$;
@@ -1179,7 +1180,8 @@ BEGIN
         'CREATE TRIGGER %I AFTER INSERT OR UPDATE OR DELETE ON %s FOR EACH ROW '
         'EXECUTE FUNCTION "procbus_capture_change"(%s)',
         "p_trigger", "p_table",
-        (SELECT string_agg(quote_literal(a), ', ') FROM unnest(ARRAY["p_topic"] || "p_keys") AS a)
+        (SELECT string_agg(quote_literal(a), ', ')
+         FROM unnest(ARRAY["p_topic", "schema_name", "table_name"] || "p_keys") AS a)
     );
     -- TRUNCATE fires no row trigger: refused, so no change goes uncaptured.
     EXECUTE format(

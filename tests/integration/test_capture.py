@@ -194,3 +194,24 @@ async def test_deleting_a_capture_stops_it_and_a_captured_topic_is_not_deleted(
     with pytest.raises(InvalidRequest, match="not captured"):
         await captures.delete("accounts", name)
     await topics.delete(name, force=True)
+
+
+async def test_a_partitioned_table_is_captured_under_its_own_name(pool: asyncpg.Pool) -> None:
+    await pool.execute(
+        'CREATE TABLE "readings" ("id" bigint, "day" date, "value" double precision, '
+        'PRIMARY KEY ("id", "day")) PARTITION BY RANGE ("day")'
+    )
+    await pool.execute(
+        'CREATE TABLE "readings_nov" PARTITION OF "readings" '
+        "FOR VALUES FROM ('2026-11-01') TO ('2026-12-01')"
+    )
+    topics = Topics(pool)
+    name = await topic(topics)
+    capture = await Captures(pool).create("readings", name)
+    assert capture.key_columns == ["id", "day"]
+    await pool.execute("INSERT INTO readings VALUES (1, '2026-11-24', 0.5)")
+    [entry] = await queued(pool, name)
+    assert (entry["payload"]["table"], entry["payload"]["key"]) == (
+        "readings",
+        {"id": 1, "day": "2026-11-24"},
+    )
