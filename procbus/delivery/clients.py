@@ -82,6 +82,7 @@ def batch_message(
     batch_id: str | None = None,
     *,
     claim_id: str | None = None,
+    encode: bool = True,
 ) -> Message:
     """Several events as one JSON array. Its ID is the kept batch's (grouped topics), else it
     follows from the events', so the same batch sent again carries the same ID."""
@@ -90,7 +91,7 @@ def batch_message(
         batch_id = f"batch_{digest[:32]}"
     return Message(
         id=batch_id,
-        body=to_json([event_body(topic, entry) for entry in entries]).decode(),
+        body=to_json([event_body(topic, entry) for entry in entries]).decode() if encode else "",
         timestamp=now,
         key=None,
         batch_id=batch_id,
@@ -104,6 +105,8 @@ class EndpointClient(ABC):
 
     # Whether the endpoint takes a batch of events in one message (webhooks with ?batch=1).
     batch: bool = False
+    # Whether it reads a batch's entries, not its JSON body (which is then not encoded).
+    takes_entries: bool = False
 
     async def __aenter__(self) -> EndpointClient:
         return self

@@ -78,7 +78,14 @@ async def dispatch(
             if clock() >= stop_at:
                 break
             sent = await client.send(
-                batch_message(topic, batch, datetime.now(UTC), batch_id, claim_id=claim_id)
+                batch_message(
+                    topic,
+                    batch,
+                    datetime.now(UTC),
+                    batch_id,
+                    claim_id=claim_id,
+                    encode=not client.takes_entries,
+                )
             )
             results.update((entry.id, sent) for entry in batch)
             if sent.outcome is not Outcome.ACK:

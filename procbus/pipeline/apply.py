@@ -95,6 +95,10 @@ class TableChanges:
     seen_keys: set[str] = field(default_factory=set)
     repeats: bool = False  # a key changes more than once in the batch: the job reduces
 
+    @property
+    def columns(self) -> list[str]:
+        return [column.name for column in self.table.columns]
+
 
 def plan_batch(
     endpoint: Endpoint, entries: tuple[Entry, ...], tables: dict[str, TableDescriptor | None]
@@ -102,6 +106,7 @@ def plan_batch(
     """The batch's changes per lake table (`tables`: each name looked up, None when missing),
     each checked against its table; ChangeMisfit naming the first change that does not fit."""
     planned: dict[str, TableChanges] = {}
+    wanted: dict[str, list[str]] = {}  # each table's columns, in order
     for place, entry in enumerate(entries):
         change = entry.payload
         if entry.type != CHANGE_TYPE or not isinstance(change, dict) or "op" not in change:
@@ -118,10 +123,11 @@ def plan_batch(
         if part is None:
             part = planned[name] = TableChanges(table=table, keys=keys)
             _check_table(table, keys, change)
+            wanted[name] = part.columns
         elif keys != part.keys:
             raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
         row = change["row"] if change["op"] != "delete" else change["key"]
-        part.lines.append(_line(table, entry.id, change, row, place))
+        part.lines.append(_line(table, wanted[name], entry.id, change, row, place))
         key = json.dumps(change["key"], sort_keys=True)
         part.repeats = part.repeats or key in part.seen_keys
         part.seen_keys.add(key)
@@ -156,13 +162,17 @@ def _check_table(table: TableDescriptor, keys: list[str], change: dict[str, Any]
 
 
 def _line(
-    table: TableDescriptor, entry_id: int, change: dict[str, Any], row: Any, place: int
+    table: TableDescriptor,
+    wanted: list[str],
+    entry_id: int,
+    change: dict[str, Any],
+    row: Any,
+    place: int,
 ) -> str:
-    source = f"{change['schema']}.{change['table']}"
     if not isinstance(row, dict):
-        raise ChangeMisfit(f"change {entry_id} of {source} carries no row")
-    wanted = [column.name for column in table.columns]
-    if change["op"] != "delete":
+        raise ChangeMisfit(f"change {entry_id} of {change['schema']}.{change['table']} has no row")
+    if change["op"] != "delete" and (len(row) != len(wanted) or not all(n in row for n in wanted)):
+        source = f"{change['schema']}.{change['table']}"
         missing = [name for name in wanted if name not in row]
         unknown = [name for name in row if name not in wanted]
         if missing or unknown:
@@ -177,8 +187,9 @@ def _line(
         value = row.get(column.name)
         if not value_fits(column.type, value):
             raise ChangeMisfit(
-                f"change {entry_id} of {source}: {column.name} = {value!r} does not fit lake "
-                f"table {table.qualified_name}'s column type {column.type}"
+                f"change {entry_id} of {change['schema']}.{change['table']}: {column.name} = "
+                f"{value!r} does not fit lake table {table.qualified_name}'s column type "
+                f"{column.type}"
             )
         line[column.name] = _timestamp(value) if column.type == "timestamp" and value else value
     line[DELETED_COLUMN] = change["op"] == "delete"
@@ -280,6 +291,7 @@ class TableApplier(EndpointClient):
     """The endpoint client of a table:// topic: applies each batch it is sent."""
 
     batch = True
+    takes_entries = True
 
     def __init__(
         self,
