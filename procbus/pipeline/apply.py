@@ -91,6 +91,7 @@ class TableChanges:
 
     table: TableDescriptor
     keys: list[str]
+    source: str  # the captured table, SCHEMA.TABLE
     lines: list[str] = field(default_factory=list)
     seen_keys: set[str] = field(default_factory=set)
     repeats: bool = False  # a key changes more than once in the batch: the job reduces
@@ -119,11 +120,18 @@ def plan_batch(
                 f"columns of {change['schema']}.{change['table']}"
             )
         keys = list(change["key"])
+        source = f"{change['schema']}.{change['table']}"
         part = planned.get(name)
         if part is None:
-            part = planned[name] = TableChanges(table=table, keys=keys)
+            part = planned[name] = TableChanges(table=table, keys=keys, source=source)
             _check_table(table, keys, change)
             wanted[name] = part.columns
+        elif source != part.source:
+            raise ChangeMisfit(
+                f"changes of {part.source} and {source} would both go to lake table "
+                f"{table.qualified_name}: a table:// endpoint naming one table takes one source "
+                "table"
+            )
         elif keys != part.keys:
             raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
         row = change["row"] if change["op"] != "delete" else change["key"]

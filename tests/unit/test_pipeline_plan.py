@@ -119,6 +119,15 @@ def test_what_does_not_fit_is_named(
         plan(entry, tables=tables)
 
 
+def test_one_lake_table_takes_one_source_table() -> None:
+    accounts = change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 1})
+    other = change(2, "insert", 1, {"id": 1, "owner": "a", "balance": 1}, "old_accounts")
+    with pytest.raises(ChangeMisfit, match="public.accounts and public.old_accounts would both go"):
+        plan_batch(
+            parse_endpoint("table://bank.accounts"), (accounts, other), {"accounts": ACCOUNTS}
+        )
+
+
 def test_an_event_that_is_no_change_is_refused() -> None:
     plain = change(1, "insert", 1, None).model_copy(
         update={"type": "OrderPaid", "payload": {"a": 1}}
