@@ -470,7 +470,7 @@ async def test_a_capture_created_under_writes_misses_no_row_at_the_seam(
     changes after it make the lake equal the source, no row missed, none doubled."""
     topic = f"p-{uuid.uuid4().hex[:8]}"
     await Topics(bank).create(
-        topic, TopicSettings(endpoint="table://bank", group_transactions=True, batch_size=200)
+        topic, TopicSettings(endpoint="table://bank", group_transactions=True, batch_size=2000)
     )
     stop = asyncio.Event()
 
@@ -489,9 +489,9 @@ async def test_a_capture_created_under_writes_misses_no_row_at_the_seam(
                 await asyncio.sleep(0)
 
     writing = [asyncio.create_task(writer(lane)) for lane in range(4)]
-    await asyncio.sleep(1)
+    await asyncio.sleep(0.5)
     capture = await Captures(bank).create("accounts", topic)
-    await asyncio.sleep(1)
+    await asyncio.sleep(0.5)
     stop.set()
     await asyncio.gather(*writing)
     assert capture.snapshot_rows > 0
