@@ -50,6 +50,8 @@ from procbus.topics.models import Entry
 
 QUERIES = "procbus.pipeline"
 CHANGE_TYPE = "change"  # the event type of a captured change (procbus.capture)
+# A batch's fence row outlives its settlement this long (then no attempt can still send it).
+FORGET_BATCHES_AFTER_SECONDS = 24 * 3600.0
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 
 
@@ -267,6 +269,9 @@ class Pipelines:
                     [],
                 )
             await connection.execute(queries["record_snapshots"], topic, batch_id, snapshots)
+            await connection.execute(
+                queries["forget_settled_batches"], topic, FORGET_BATCHES_AFTER_SECONDS
+            )
             await connection.execute(
                 queries["advance"],
                 topic,

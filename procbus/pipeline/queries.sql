@@ -38,6 +38,16 @@ SET "position" = greatest("position", $2),
     "last_error_at" = NULL
 WHERE "topic" = $1;
 
+-- name: forget_settled_batches
+-- Fence rows of batches settled long ago: their entries are gone from the queue, so no attempt
+-- can send them again (a zombie's commit is refused by its claim).
+DELETE FROM "procbus_pipeline_batches" AS b
+WHERE b."topic" = $1 AND b."applied_at" < now() - make_interval(secs => $2)
+  AND NOT EXISTS (
+      SELECT FROM "procbus_topic_entries" AS e
+      WHERE e."topic" = b."topic" AND e."batch_id" = b."batch_id"
+  );
+
 -- name: record_error
 INSERT INTO "procbus_pipelines" ("topic", "last_error", "last_error_at") VALUES ($1, $2, now())
 ON CONFLICT ("topic") DO UPDATE SET "last_error" = $2, "last_error_at" = now();

@@ -30,6 +30,7 @@ from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
 from procbus.pipeline import Pipelines, TableApplier
+from procbus.pipeline import apply as apply_module
 from procbus.spark.backends import LocalBackend
 from procbus.topics import Entry, Topics, TopicSettings
 from tests.services import subprocess_environment, worker_process
@@ -115,7 +116,11 @@ async def source(pool: asyncpg.Pool, table: str) -> list[dict[str, Any]]:
 
 
 async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
-    client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
+    client: Client,
+    bank: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = await pipeline(bank, "accounts", batch_size=100)
     async with bank.acquire() as connection:
@@ -141,6 +146,8 @@ async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
     files = (await Catalog(bank).table_files("bank", "accounts")).files
     assert [(file.kind, file.records) for file in files] == [("changes", 3)]  # 1, 2 and 3 (deleted)
     # A second batch deletes a key of the first file; compaction folds both files into one.
+    # (Fence rows of settled batches are forgotten at once here, not after a day.)
+    monkeypatch.setattr(apply_module, "FORGET_BATCHES_AFTER_SECONDS", 0.0)
     await bank.execute("DELETE FROM accounts WHERE id = 1")
     await bank.execute("UPDATE accounts SET owner = 'bee' WHERE id = 2")
     await bank.execute("INSERT INTO accounts VALUES (4, 'dan', 4)")
@@ -155,6 +162,11 @@ async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
             task_queue=task_queue,
         )
     assert (compacted.files_removed, compacted.files_added) == (2, 1)
+    fences = await bank.fetch(
+        'SELECT "batch_id" FROM "procbus_pipeline_batches" WHERE "topic" = $1', topic
+    )
+    assert len(fences) == 1  # the first batch's was forgotten when the second committed
+    assert (await Pipelines(bank).status(topic)).batches_applied == 2
     after = await Catalog(bank).table_files("bank", "accounts")
     assert [(file.kind, file.records) for file in after.files] == [("data", 2)]
     assert read_snapshot(after) == await source(bank, "accounts")

@@ -197,7 +197,8 @@ CREATE TABLE "procbus_pipelines" (
     "last_error_at" timestamptz
 );
 
--- Every batch applied, by its ID: a second apply of one finds it here and commits nothing.
+-- Every batch applied, by its ID: a second apply of one finds it here and commits nothing. Kept
+-- a day after its batch left the queue (no attempt can send it again after that).
 CREATE TABLE "procbus_pipeline_batches" (
     "topic" text NOT NULL REFERENCES "procbus_pipelines" ("topic") ON DELETE CASCADE,
     "batch_id" text NOT NULL,
@@ -206,3 +207,5 @@ CREATE TABLE "procbus_pipeline_batches" (
     "applied_at" timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY ("topic", "batch_id")
 );
+-- Old fence rows are forgotten by age (procbus_pipeline_batches is pruned on each commit).
+CREATE INDEX "procbus_pipeline_batches_age" ON "procbus_pipeline_batches" ("topic", "applied_at");
