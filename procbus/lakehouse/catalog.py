@@ -308,10 +308,10 @@ class Catalog:
         rows = await self.pool.fetch(self.queries["list_snapshots"], namespace, name)
         return [Snapshot.model_validate(dict(row)) for row in rows]
 
-    async def listed_among(self, namespace: str, table: str, paths: list[str]) -> set[str]:
-        """Those of these files that a snapshot of the table lists (a commit whose answer was
-        lost may have listed them)."""
-        rows = await self.pool.fetch(self.queries["listed_among"], namespace, table, paths)
+    async def live_among(self, namespace: str, table: str, paths: list[str]) -> set[str]:
+        """Those of these files that the table's current snapshot lists (a commit whose answer
+        was lost may have listed them)."""
+        rows = await self.pool.fetch(self.queries["live_files_among"], namespace, table, paths)
         return {row["path"] for row in rows}
 
     async def set_key_columns(

@@ -130,10 +130,6 @@ WHERE "namespace" = $1 AND "table_name" = $2
   AND "added_in" <= $3 AND ("removed_in" IS NULL OR "removed_in" > $3)
 ORDER BY "added_in", "path";
 
--- name: listed_among
-SELECT "path" FROM "procbus_table_files"
-WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY ($3::text[]);
-
 -- name: set_key_columns
 -- A table's merge key, set by its first change apply; the same key after that, or no row.
 UPDATE "procbus_tables" SET "key_columns" = $3

@@ -323,9 +323,9 @@ class TableApplier(EndpointClient):
 
     async def sweep_leftovers(self, table: TableDescriptor) -> int:
         """Remove what earlier apply attempts of this topic left in the table's folder (a
-        worker killed mid-apply): staging, and moved files no snapshot lists. Run by the
-        topic's one owner after its take-over, which fences every earlier attempt's commit
-        out (`batch_still_claimed`), so none of them can still list what goes here."""
+        worker killed mid-apply): staging, and moved files the current snapshot does not list.
+        Run by the topic's one owner after its take-over, which fences every earlier attempt's
+        commit out (`batch_still_claimed`), so none of them can still list what goes here."""
         folder = Path(table.location)
         staged = folder / staging.STAGING_FOLDER
         for leftover in staged.glob(f"{self.token_prefix}*") if staged.exists() else []:
@@ -333,7 +333,7 @@ class TableApplier(EndpointClient):
         data = folder / DATA_FOLDER
         moved = sorted(data.rglob(f"{self.token_prefix}*")) if data.exists() else []
         paths = [path.relative_to(folder).as_posix() for path in moved]
-        listed = await self.pipelines.catalog.listed_among(table.namespace, table.name, paths)
+        listed = await self.pipelines.catalog.live_among(table.namespace, table.name, paths)
         removed = 0
         for path in paths:
             if path not in listed:
@@ -413,7 +413,7 @@ class TableApplier(EndpointClient):
             moved = {part.table.qualified_name: files for part, files in written}
             for part in parts:
                 table, files = part.table, moved.get(part.table.qualified_name, [])
-                if files and await self.pipelines.catalog.listed_among(
+                if files and await self.pipelines.catalog.live_among(
                     table.namespace, table.name, [file.path for file in files]
                 ):
                     continue
