@@ -26,8 +26,8 @@ from procbus.temporal.metrics import TopicMetrics
 from procbus.topics.models import Topic
 from procbus.topics.queue import TopicNotFound, Topics
 
-# A delivery round holds its batch this long at most.
-CLAIM_SECONDS = 60.0
+# A delivery round starts no send after this long: then it settles, and the next one claims.
+ROUND_SECONDS = 60.0
 HEARTBEAT_EVERY_SECONDS = 5.0
 # An empty queue is asked again after IDLE_FIRST, doubling up to IDLE_MAX: new entries are
 # picked up within IDLE_MAX, and an idle topic costs two index probes a second.
@@ -97,7 +97,7 @@ class TopicActivities:
                         await client.close()
                     client = self._client(topic, secrets)
                     client_made_for = (topic.endpoint, secrets)
-                done = await deliver_round(self.topics, topic, client, claim_seconds=CLAIM_SECONDS)
+                done = await deliver_round(self.topics, topic, client, round_seconds=ROUND_SECONDS)
                 progress.rounds += 1
                 progress.delivered += done.delivered
                 progress.failed += done.failed

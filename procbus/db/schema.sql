@@ -548,9 +548,6 @@ CREATE TABLE "procbus_topic_entries" (
     "next_attempt_at" timestamptz NOT NULL DEFAULT '-infinity',
     "last_error" text,
     "history" jsonb NOT NULL DEFAULT '[]',
-    -- The delivery attempt that holds the entry: only that attempt may settle it.
-    "claim" uuid,
-    "claimed_until" timestamptz,
     "txn_id" text,
     "txn_last" boolean NOT NULL DEFAULT false,
     "txn_size" integer,
@@ -589,6 +586,14 @@ CREATE TABLE "procbus_topic_dead_letters" (
     "batch_id" text
 );
 CREATE INDEX "procbus_topic_dead_letters_topic" ON "procbus_topic_dead_letters" ("topic", "id");
+
+-- A topic's delivery claim: the one attempt that may settle what it sent. A new claim replaces
+-- the row (one owner per topic), fencing out an older, overlapping attempt.
+CREATE TABLE "procbus_topic_claims" (
+    "topic" text PRIMARY KEY REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
+    "claim" uuid NOT NULL,
+    "claimed_at" timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 
 -- Take capacity for one event of "p_bytes" from a shard of "p_topic", the caller's own shard
 -- first; returns the shard, or NULL when the topic is full. A shard another publisher is
@@ -921,14 +926,13 @@ END
 $$;
 
 -- Keep assembled batches: each entry's batch ("p_batch_ids", parallel to "p_ids") and its place
--- in the send order, claimed by "p_claim", and count the batches that go without a
+-- in the send order, for the claim "p_claim", and count the batches that go without a
 -- transaction's missing events ("p_incomplete"). All or nothing: PBB01 when an overlapping
 -- attempt took some of the entries first. By primary key, whatever the statistics say.
 CREATE FUNCTION "procbus_topic_assign"(
     "p_topic" text,
     "p_batch_ids" text[],
     "p_claim" uuid,
-    "p_seconds" double precision,
     "p_ids" bigint[],
     "p_incomplete" integer
 ) RETURNS TABLE (
@@ -955,10 +959,10 @@ AS $$
 DECLARE
     "taken" integer;
 BEGIN
+    PERFORM "procbus_topic_hold"("p_topic", "p_claim");
     RETURN QUERY
     UPDATE "procbus_topic_entries" AS e
-    SET "batch_id" = o."batch_id", "batch_seq" = o."seq", "claim" = "p_claim",
-        "claimed_until" = clock_timestamp() + make_interval(secs => "p_seconds")
+    SET "batch_id" = o."batch_id", "batch_seq" = o."seq"
     FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
     WHERE e."id" = o."id" AND e."topic" = "p_topic" AND e."batch_id" IS NULL
     RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
@@ -993,16 +997,14 @@ BEGIN
 END
 $$;
 
--- A delivery attempt's batch, in queue order: entries due, not held by a live claim, and not
--- behind an earlier entry of the same key that waits for its retry (only that key waits).
--- The claim is fenced by the UPDATE's own condition, re-checked against a concurrent claim, so
--- no row lock is taken to read. Index probes in queue order, whatever the table's statistics
--- say: a freshly filled queue looks tiny to the planner.
+-- A delivery attempt's batch, in queue order: entries due and not behind an earlier entry of
+-- the same key that waits for its retry (only that key waits). The claim becomes the topic's
+-- one claim. Index probes in queue order, whatever the table's statistics say: a freshly
+-- filled queue looks tiny to the planner.
 CREATE FUNCTION "procbus_topic_claim"(
     "p_topic" text,
     "p_limit" integer,
-    "p_claim" uuid,
-    "p_seconds" double precision
+    "p_claim" uuid
 ) RETURNS TABLE (
     "id" bigint,
     "key" text,
@@ -1021,28 +1023,29 @@ SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 BEGIN
+    PERFORM "procbus_topic_hold"("p_topic", "p_claim");
     RETURN QUERY
-    WITH "due" AS (
-        SELECT e."id" FROM "procbus_topic_entries" AS e
-        WHERE e."topic" = "p_topic"
-          AND e."next_attempt_at" <= clock_timestamp()
-          AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
-          AND (e."key" IS NULL OR NOT EXISTS (
-              SELECT 1 FROM "procbus_topic_entries" AS p
-              WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
-                AND (p."next_attempt_at" > clock_timestamp() OR p."claimed_until" >= clock_timestamp())
-          ))
-        ORDER BY e."id"
-        LIMIT "p_limit"
-    )
-    UPDATE "procbus_topic_entries" AS e
-    SET "claim" = "p_claim", "claimed_until" = clock_timestamp() + make_interval(secs => "p_seconds")
-    FROM "due" AS d
-    WHERE e."id" = d."id"
-      AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
-    RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
-              e."attempts", e."last_error";
+    SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+           e."attempts", e."last_error"
+    FROM "procbus_topic_entries" AS e
+    WHERE e."topic" = "p_topic"
+      AND e."next_attempt_at" <= clock_timestamp()
+      AND (e."key" IS NULL OR NOT EXISTS (
+          SELECT 1 FROM "procbus_topic_entries" AS p
+          WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+            AND p."next_attempt_at" > clock_timestamp()
+      ))
+    ORDER BY e."id"
+    LIMIT "p_limit";
 END
+$$;
+
+-- Make "p_claim" the topic's one claim: an older one is fenced out from now on.
+CREATE FUNCTION "procbus_topic_hold"("p_topic" text, "p_claim" uuid) RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO "procbus_topic_claims" ("topic", "claim") VALUES ("p_topic", "p_claim")
+    ON CONFLICT ("topic") DO UPDATE
+    SET "claim" = excluded."claim", "claimed_at" = excluded."claimed_at";
 $$;
 
 -- ---- change capture (procbus/capture) and the change pipeline (procbus/pipeline) ----

@@ -3,7 +3,7 @@
 A key's entries go one after the other, and a key stops at its first failure (the entries
 behind it stay queued, untouched); other keys and unkeyed entries go at the same time. With a
 batching endpoint the whole claim is one message, acknowledged or failed as a whole. Nothing is
-sent after the claim's deadline: whatever is left goes back to the queue as it was.
+started after the round's deadline: whatever is left stays in the queue as it was.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ SEND_CONCURRENCY = 16
 # A batching endpoint gets up to this many batches per claim, one after the other: the claim's
 # and the settlement's round trips are shared by them.
 ROUND_BATCHES = 4
-# Stop starting sends this long before the claim runs out.
-CLAIM_MARGIN_SECONDS = 5.0
 
 
 class Round(BaseModel):
@@ -109,15 +107,15 @@ async def dispatch(
 
 
 async def deliver_round(
-    topics: Topics, topic: Topic, client: EndpointClient, *, claim_seconds: float
+    topics: Topics, topic: Topic, client: EndpointClient, *, round_seconds: float
 ) -> Round:
     """Claim due entries (up to ROUND_BATCHES batches for a batching endpoint, one batch
     otherwise; a grouped topic's next batches), send them, settle the claim."""
     rounds = ROUND_BATCHES if client.batch else 1
     if topic.group_transactions:
-        claim = await topics.claim_batches(topic, rounds, seconds=claim_seconds)
+        claim = await topics.claim_batches(topic, rounds)
     else:
-        claim = await topics.claim(topic.name, topic.batch_size * rounds, seconds=claim_seconds)
+        claim = await topics.claim(topic.name, topic.batch_size * rounds)
     if not claim.entries:
         return Round()
     loop = asyncio.get_running_loop()
@@ -126,7 +124,7 @@ async def deliver_round(
         client,
         topic.name,
         claim.entries,
-        stop_at=loop.time() + claim_seconds - CLAIM_MARGIN_SECONDS,
+        stop_at=loop.time() + round_seconds,
         clock=loop.time,
         batches=[
             (batch.id, [by_id[entry_id] for entry_id in batch.entry_ids]) for batch in claim.batches

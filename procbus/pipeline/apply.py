@@ -236,7 +236,7 @@ class Pipelines:
         queries = self.queries
         async with self.pool.acquire() as connection, connection.transaction():
             if claim_id is not None and not await connection.fetchval(
-                queries["batch_still_claimed"], topic, entries[0].id, claim_id
+                queries["batch_still_claimed"], topic, claim_id
             ):
                 raise AttemptFencedOut(
                     f"topic {topic!r}: batch {batch_id} was taken over by another delivery "

@@ -6,10 +6,10 @@ SELECT EXISTS (
 );
 
 -- name: batch_still_claimed
--- The fence of a delivery attempt: its claim still holds the batch. The row lock keeps a new
--- owner's take-over (which clears every claim) behind this commit, or this commit behind it.
-SELECT "claim" = $3::uuid AS "held" FROM "procbus_topic_entries"
-WHERE "topic" = $1 AND "id" = $2
+-- The fence of a delivery attempt: its claim is still the topic's claim. The row lock keeps a
+-- new owner's take-over (which ends the claim) behind this commit, or this commit behind it.
+SELECT "claim" = $2::uuid AS "held" FROM "procbus_topic_claims"
+WHERE "topic" = $1
 FOR SHARE;
 
 -- name: ensure_pipeline

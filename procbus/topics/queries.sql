@@ -104,14 +104,19 @@ SELECT "procbus_topic_reclaim"($1);
 -- name: claim_entries
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
        "last_error"
-FROM "procbus_topic_claim"($1, $2, $3, $4)
+FROM "procbus_topic_claim"($1, $2, $3)
 ORDER BY "id";
 
+-- name: end_claim
+-- A settlement's first step: the topic's claim ends if it is this one. Its row lock keeps a new
+-- claim or a take-over behind the settlement; an older, overlapping attempt finds no row and
+-- settles nothing.
+DELETE FROM "procbus_topic_claims" WHERE "topic" = $1 AND "claim" = $2 RETURNING true;
+
 -- name: remove_delivered
--- Only the claim that holds them settles them: an older, overlapping attempt changes nothing.
 WITH "gone" AS (
     DELETE FROM "procbus_topic_entries"
-    WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3
+    WHERE "topic" = $1 AND "id" = ANY ($2::bigint[])
     RETURNING "shard", "bytes"
 ), "per_shard" AS (
     SELECT g."shard", count(*) AS "entries", sum(g."bytes") AS "bytes"
@@ -128,39 +133,31 @@ WITH "gone" AS (
 SELECT count(*) FROM "gone";
 
 -- name: record_failures
--- Failed sends of this claim: attempts, the next attempt's time and the history, with the
--- entry, so a new owner goes on counting. $4 holds each entry's backoff in seconds.
+-- Failed sends: attempts, the next attempt's time and the history, with the entry, so a new
+-- owner goes on counting. $4 holds each entry's backoff in seconds.
 UPDATE "procbus_topic_entries" AS e
 SET "attempts" = e."attempts" + 1,
     "next_attempt_at" = clock_timestamp() + make_interval(secs => f."backoff"),
     "last_error" = f."error",
     "history" = e."history" || jsonb_build_array(
-        jsonb_build_object('at', clock_timestamp(), 'error', f."error")),
-    "claim" = NULL, "claimed_until" = NULL
+        jsonb_build_object('at', clock_timestamp(), 'error', f."error"))
 FROM unnest($2::bigint[], $3::text[], $4::double precision[]) AS f("id", "error", "backoff")
-WHERE e."topic" = $1 AND e."id" = f."id" AND e."claim" = $5
+WHERE e."topic" = $1 AND e."id" = f."id"
 RETURNING e."id", e."attempts", e."created_at";
 
 -- name: count_retried
 UPDATE "procbus_topics" SET "retried" = "retried" + $2 WHERE "name" = $1;
 
 -- name: take_over_claims
--- A new owner's first act: every claim on the topic belongs to an attempt that is not the
--- current one any more (a dead worker's, or a zombie that the claim IDs fence out).
-UPDATE "procbus_topic_entries" SET "claim" = NULL, "claimed_until" = NULL
-WHERE "topic" = $1 AND "claim" IS NOT NULL;
-
--- name: release_claim
--- Entries of this claim that were not sent (behind a failed key): back to the queue as they were.
-UPDATE "procbus_topic_entries" SET "claim" = NULL, "claimed_until" = NULL
-WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3;
+-- A new owner's first act: the topic's claim belongs to an attempt that is not the current one
+-- any more (a dead worker's, or a zombie that this fences out).
+DELETE FROM "procbus_topic_claims" WHERE "topic" = $1;
 
 -- name: dead_letter_ids
 -- Past max_retries or the TTL: out of the queue, into the dead letters, capacity given back.
 WITH "dead" AS (
     DELETE FROM "procbus_topic_entries"
     WHERE "topic" = $1 AND "id" = ANY ($2::bigint[])
-      AND ($4::uuid IS NULL OR "claim" = $4 OR "claim" IS NULL)
     RETURNING *
 ), "kept" AS (
     INSERT INTO "procbus_topic_dead_letters"
@@ -191,7 +188,6 @@ SELECT coalesce(array_agg("id" ORDER BY "id"), '{}') FROM "kept";
 WITH "old" AS (
     SELECT "id", "txn_id", "batch_id" FROM "procbus_topic_entries"
     WHERE "topic" = $1 AND "created_at" < clock_timestamp() - make_interval(secs => $2)
-      AND ("claimed_until" IS NULL OR "claimed_until" < clock_timestamp())
     ORDER BY "id"
     LIMIT $3
 )
@@ -200,12 +196,10 @@ UNION
 SELECT e."id" FROM "procbus_topic_entries" AS e  -- by the transaction index
 WHERE e."topic" = $1
   AND e."txn_id" = ANY (ARRAY(SELECT o."txn_id" FROM "old" AS o WHERE o."txn_id" IS NOT NULL))
-  AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
 UNION
 SELECT e."id" FROM "procbus_topic_entries" AS e  -- by the index of kept batches
 WHERE e."topic" = $1 AND e."batch_id" IS NOT NULL
-  AND e."batch_id" = ANY (ARRAY(SELECT o."batch_id" FROM "old" AS o WHERE o."batch_id" IS NOT NULL))
-  AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp());
+  AND e."batch_id" = ANY (ARRAY(SELECT o."batch_id" FROM "old" AS o WHERE o."batch_id" IS NOT NULL));
 
 -- name: list_dead_letters
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
@@ -254,22 +248,21 @@ WHERE "name" = $1;
 -- ---- grouped topics (procbus.batching): a batch is assembled once, then kept ----
 
 -- name: claim_kept_batch
--- The oldest batch that was sent and failed, once it is due again: claimed whole, in its order.
-WITH "batch" AS (
+-- The oldest batch that was sent and failed, once it is due again: claimed whole, in its order
+-- (the claim becomes the topic's one claim when there is such a batch).
+WITH "batch" AS MATERIALIZED (
     SELECT "batch_id" FROM "procbus_topic_entries"
     WHERE "topic" = $1 AND "batch_id" IS NOT NULL AND "next_attempt_at" <= clock_timestamp()
-      AND ("claimed_until" IS NULL OR "claimed_until" < clock_timestamp())
     ORDER BY "id"
     LIMIT 1
+), "held" AS MATERIALIZED (
+    SELECT "procbus_topic_hold"($1, $2) FROM "batch"
 )
-UPDATE "procbus_topic_entries" AS e
-SET "claim" = $2, "claimed_until" = clock_timestamp() + make_interval(secs => $3)
-FROM "batch" AS b
-WHERE e."topic" = $1 AND e."batch_id" = b."batch_id"
-  AND (e."claimed_until" IS NULL OR e."claimed_until" < clock_timestamp())
-RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
           e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size", e."batch_id",
-          e."batch_seq";
+          e."batch_seq"
+FROM "batch" AS b, "procbus_topic_entries" AS e
+WHERE e."topic" = $1 AND e."batch_id" = b."batch_id" AND EXISTS (SELECT FROM "held");
 
 -- name: grouped_view
 SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",
@@ -279,13 +272,13 @@ FROM "procbus_topic_view"($1, $2);
 -- name: assign_batches
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
        "last_error", "txn_id", "txn_last", "txn_size"
-FROM "procbus_topic_assign"($1, $2, $3, $4, $5, $6);
+FROM "procbus_topic_assign"($1, $2, $3, $4, $5);
 
 -- name: unassign_batches
 -- Batches of this claim that were never sent: their entries back to the queue, in no batch.
 UPDATE "procbus_topic_entries"
-SET "batch_id" = NULL, "batch_seq" = NULL, "claim" = NULL, "claimed_until" = NULL
-WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]) AND "claim" = $3;
+SET "batch_id" = NULL, "batch_seq" = NULL
+WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]);
 
 -- name: database_time
 SELECT clock_timestamp();

@@ -57,8 +57,6 @@ log = logging.getLogger(__name__)
 
 # A grouped topic reads its batches' worth of events and this many more at first.
 WINDOW_SLACK = 100
-# A delivery attempt holds its batch this long; past it, another attempt may take it.
-CLAIM_SECONDS = 60.0
 # Retries wait at most this long between attempts, jitter aside.
 MAX_BACKOFF_SECONDS = 3600.0
 JITTER = 0.2
@@ -463,19 +461,18 @@ class Topics:
 
     # ---- delivery: claim a batch, settle what happened to it ----
 
-    async def claim(self, topic: str, limit: int, *, seconds: float = CLAIM_SECONDS) -> Claim:
-        """The next entries due, in queue order, held for `seconds` by a new claim: none behind
-        an earlier entry of its key that waits for its retry. Only this claim settles them."""
+    async def claim(self, topic: str, limit: int) -> Claim:
+        """The next entries due, in queue order, none behind an earlier entry of its key that
+        waits for its retry. The new claim becomes the topic's one claim: only it settles them,
+        and an older one settles nothing from now on."""
         claim_id = uuid.uuid4()
-        rows = await self.pool.fetch(self.queries["claim_entries"], topic, limit, claim_id, seconds)
+        rows = await self.pool.fetch(self.queries["claim_entries"], topic, limit, claim_id)
         # Built without validation: the rows' types are the table's, and this is the hot path.
         entries = [_entry(row) for row in rows]
         return Claim(topic=topic, id=claim_id, entries=entries)
 
-    async def claim_batches(
-        self, topic: Topic, count: int = 1, *, seconds: float = CLAIM_SECONDS
-    ) -> Claim:
-        """A grouped topic's next batches, held for `seconds` by a new claim: a batch sent
+    async def claim_batches(self, topic: Topic, count: int = 1) -> Claim:
+        """A grouped topic's next batches, claimed as by `claim`: a batch sent
         before and due again, whole and in its order; else up to `count` new ones assembled
         from the queue (procbus.batching), one after the other, each kept so that every retry
         sends exactly it. Sent in the order given: a batch may hold later events of a key that
@@ -488,7 +485,7 @@ class Topics:
             view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit)
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
-                kept = await self._claim_kept_batch(topic, claim_id, seconds)
+                kept = await self._claim_kept_batch(topic, claim_id)
                 if kept is not None:
                     return kept
             if not view:
@@ -547,7 +544,6 @@ class Topics:
                 topic.name,
                 batch_of,
                 claim_id,
-                seconds,
                 all_ids,
                 len(incomplete),
             )
@@ -573,13 +569,9 @@ class Topics:
             incomplete_txns=sorted({txn for txns in incomplete.values() for txn in txns}),
         )
 
-    async def _claim_kept_batch(
-        self, topic: Topic, claim_id: uuid.UUID, seconds: float
-    ) -> Claim | None:
+    async def _claim_kept_batch(self, topic: Topic, claim_id: uuid.UUID) -> Claim | None:
         """The oldest batch that was sent, failed and is due again, claimed whole in its order."""
-        kept = await self.pool.fetch(
-            self.queries["claim_kept_batch"], topic.name, claim_id, seconds
-        )
+        kept = await self.pool.fetch(self.queries["claim_kept_batch"], topic.name, claim_id)
         if not kept:
             return None
         rows = sorted(kept, key=lambda row: row["batch_seq"])
@@ -594,11 +586,11 @@ class Topics:
             ],
         )
 
-    async def take_over(self, topic: str) -> int:
-        """Free every claim on the topic, for its delivery's new owner to send those entries
-        again at once (with the same webhook IDs); how many were held."""
+    async def take_over(self, topic: str) -> bool:
+        """End the topic's claim, for its delivery's new owner to send what it held again at
+        once (with the same webhook IDs); whether there was one."""
         status: str = await self.pool.execute(self.queries["take_over_claims"], topic)
-        return int(status.rsplit(" ", 1)[-1])
+        return status != "DELETE 0"
 
     async def settle(
         self,
@@ -608,13 +600,15 @@ class Topics:
     ) -> Settled:
         """Record a delivery attempt: remove what the endpoint acknowledged, count the failures
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
-        max_retries or their TTL to the dead letters, and give the rest of the claim back. An
+        max_retries or their TTL to the dead letters; what was not sent stays as it was. An
         older, overlapping claim settles nothing."""
         topic = await self.get(claim.topic)
         attempted = {entry.id for entry in claim.entries}
         async with self.pool.acquire() as connection, connection.transaction():
+            if not await connection.fetchval(self.queries["end_claim"], claim.topic, claim.id):
+                return Settled(delivered=0, failed=0, dead_lettered=[])
             removed: int = await connection.fetchval(
-                self.queries["remove_delivered"], claim.topic, list(delivered), claim.id
+                self.queries["remove_delivered"], claim.topic, list(delivered)
             )
             dead: list[int] = []
             # A kept batch is retried whole: one backoff for all of it.
@@ -626,7 +620,6 @@ class Topics:
                     [failure.id for failure in failed],
                     [failure.error for failure in failed],
                     [shared_backoff or backoff(topic, failure) for failure in failed],
-                    claim.id,
                 )
                 await connection.execute(self.queries["count_retried"], claim.topic, len(rows))
                 now = await connection.fetchval(self.queries["database_time"])
@@ -652,7 +645,7 @@ class Topics:
                     if ids:
                         dead += (
                             await connection.fetchval(
-                                self.queries["dead_letter_ids"], claim.topic, ids, reason, None
+                                self.queries["dead_letter_ids"], claim.topic, ids, reason
                             )
                             or []
                         )
@@ -668,14 +661,7 @@ class Topics:
             }
             if never_sent:
                 await connection.execute(
-                    self.queries["unassign_batches"], claim.topic, sorted(never_sent), claim.id
-                )
-            if untouched - never_sent:
-                await connection.execute(
-                    self.queries["release_claim"],
-                    claim.topic,
-                    sorted(untouched - never_sent),
-                    claim.id,
+                    self.queries["unassign_batches"], claim.topic, sorted(never_sent)
                 )
         return Settled(delivered=removed, failed=len(failed), dead_lettered=sorted(dead))
 
@@ -693,7 +679,7 @@ class Topics:
                 return []
             reason = f"older than the topic's TTL of {settings.ttl_seconds:g} s"
             dead: list[int] = await connection.fetchval(
-                self.queries["dead_letter_ids"], topic, ids, reason, None
+                self.queries["dead_letter_ids"], topic, ids, reason
             )
         return dead or []
 

@@ -13,7 +13,7 @@ import pytest
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, TopicNotFound, Topics, TopicSettings
-from procbus.topics.models import SHARDS
+from procbus.topics.models import SHARDS, Settled
 from procbus.topics.queue import check_secret
 
 RECEIVER = "http://127.0.0.1:9/hooks"
@@ -275,15 +275,26 @@ async def test_a_failing_key_waits_alone_and_retry_state_stays_with_the_entry(
 
 
 async def test_an_older_overlapping_claim_settles_nothing(topics: Topics) -> None:
-    topic = await make(topics)
+    topic = await make(topics, max_retries=0)
     await topics.publish(topic, Event(payload=1))
-    stale = await topics.claim(topic, 10, seconds=0.2)
-    await asyncio.sleep(0.4)  # its holder stalled past its claim
+    await topics.publish(topic, Event(payload=2))
+    stale = await topics.claim(topic, 10)  # its holder stalls; the next claim fences it out
     current = await topics.claim(topic, 10)
     assert [e.id for e in current.entries] == [e.id for e in stale.entries]
-    assert (await topics.settle(stale, delivered=[stale.entries[0].id])).delivered == 0
+    first, second = stale.entries
+    fenced = await topics.settle(
+        stale, delivered=[first.id], failed=[Failure(id=second.id, error="HTTP 500", attempts=0)]
+    )
+    assert fenced == Settled(delivered=0, failed=0, dead_lettered=[])
+    stats = await topics.stats(topic)
+    assert (stats.depth, stats.retrying, stats.dead_letters) == (2, 0, 0)
+    assert (await topics.settle(current, delivered=[first.id, second.id])).delivered == 2
+    # A take-over ends the claim too: the attempt that held it settles nothing.
+    await topics.publish(topic, Event(payload=3))
+    held = await topics.claim(topic, 10)
+    assert await topics.take_over(topic) and not await topics.take_over(topic)
+    assert (await topics.settle(held, delivered=[held.entries[0].id])).delivered == 0
     assert (await topics.stats(topic)).depth == 1
-    assert (await topics.settle(current, delivered=[current.entries[0].id])).delivered == 1
 
 
 async def test_entries_past_their_ttl_are_dead_letters_not_dropped(topics: Topics) -> None:
