@@ -24,9 +24,10 @@ import time
 import uuid
 
 import asyncpg
+from drained import until_empty  # bench/, beside this script
 from pydantic_core import to_json
 from temporalio.worker import Worker
-from webhook_sink import running_sink  # bench/, beside this script
+from webhook_sink import running_sink
 
 from activities.topics import TopicActivities
 from procbus.batching import Event, assemble_batch
@@ -194,14 +195,6 @@ async def fill(pool: asyncpg.Pool, topic: str, queue: list[Event], grouped: bool
         )
 
 
-async def until_empty(topics: Topics, topic: str) -> float:
-    started = time.perf_counter()
-    async with asyncio.timeout(900):
-        while (await topics.stats(topic)).depth > 0:  # noqa: ASYNC110  # polling is the point
-            await asyncio.sleep(0.05)
-    return time.perf_counter() - started
-
-
 async def delivery() -> dict[str, float | int]:
     queue = make_queue(EVENTS)
     async with running_sink() as base:
@@ -239,7 +232,7 @@ async def delivery() -> dict[str, float | int]:
                     )
                     await fill(pool, name, queue, grouped)
                     await ensure_delivery(client, name, task_queue)
-                    rate = len(queue) / await until_empty(topics, name)
+                    rate = len(queue) / await until_empty(pool, name)
                     rates[kind] = max(rates.get(kind, 0.0), rate)
                     incomplete += (await topics.stats(name)).incomplete_batches
             await pool.close()

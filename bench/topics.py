@@ -31,8 +31,9 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 import asyncpg
+from drained import until_empty  # bench/, beside this script
 from temporalio.worker import Worker
-from webhook_sink import running_sink  # bench/, beside this script
+from webhook_sink import running_sink
 
 from activities.topics import TopicActivities
 from procbus.db import connect, create_pool
@@ -168,15 +169,6 @@ async def fill(pool: asyncpg.Pool, topic: str, count: int, payload: Callable[[in
         await pool.fetchval(FILL, topic, batch)
 
 
-async def until_empty(topics: Topics, topic: str) -> float:
-    """Seconds until the topic's queue is empty (at most 15 minutes)."""
-    started = time.perf_counter()
-    async with asyncio.timeout(900):
-        while (await topics.stats(topic)).depth > 0:  # noqa: ASYNC110  # polling is the point
-            await asyncio.sleep(0.05)
-    return time.perf_counter() - started
-
-
 async def raw_drain(pool: asyncpg.Pool, count: int) -> float:
     """Rows per second of a loop that selects and deletes a batch of rows at a time."""
     await pool.execute('TRUNCATE "bench_event_rows"')
@@ -254,7 +246,7 @@ async def main() -> dict[str, float | int]:
                     await topics.create("drain", settings)
                     await fill(pool, "drain", DRAIN_EVENTS, lambda n: json.dumps({"n": n}))
                     await ensure_delivery(client, "drain", queue)
-                    drain_rate = DRAIN_EVENTS / await until_empty(topics, "drain")
+                    drain_rate = DRAIN_EVENTS / await until_empty(pool, "drain")
                     raw_rate = await raw_drain(pool, DRAIN_EVENTS)
                     # (2) drain, one event per POST
                     await topics.create(
@@ -263,7 +255,7 @@ async def main() -> dict[str, float | int]:
                     )
                     await fill(pool, "single", SINGLE_EVENTS, lambda n: json.dumps({"n": n}))
                     await ensure_delivery(client, "single", queue)
-                    single_rate = SINGLE_EVENTS / await until_empty(topics, "single")
+                    single_rate = SINGLE_EVENTS / await until_empty(pool, "single")
                     raw_http_rate = await raw_http(sink, SINGLE_EVENTS)
                     # (3) steady state at half the publishing rate
                     await (await http.post(f"{base}/reset")).read()
@@ -302,7 +294,7 @@ async def main() -> dict[str, float | int]:
                             await asyncio.sleep(0.5)
 
                     await asyncio.gather(*(producer() for _ in range(WRITERS)), sampler())
-                    await until_empty(topics, "steady")
+                    await until_empty(pool, "steady")
                     stats = await (await http.get(f"{base}/stats")).json()
                 await pool.close()
     p99 = percentile([latency for _, latency in stats["latencies"]], 0.99)

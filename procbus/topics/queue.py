@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 import asyncpg
+from pydantic import TypeAdapter
 from pydantic_core import to_json
 
 from procbus.batching import Event as BatchEvent
@@ -185,10 +186,14 @@ def _topic(row: asyncpg.Record) -> Topic:
     return Topic(**dict(row))
 
 
-def _entry(row: asyncpg.Record) -> Entry:
-    # Validated: pydantic's validator is faster than model_construct here (1 µs against 3),
-    # and other columns of the row (batch_id, ...) are left out.
-    return Entry.model_validate(dict(row))
+_ENTRY_LIST = TypeAdapter(list[Entry])
+
+
+def _entries(rows: Iterable[asyncpg.Record]) -> list[Entry]:
+    # Validated, all in one call: pydantic's validator is faster than model_construct here
+    # (1.5 µs an entry against 3.5, and against 2.5 validating them one by one); other columns
+    # of the rows (batch_id, ...) are left out.
+    return _ENTRY_LIST.validate_python([dict(row) for row in rows])
 
 
 def _complete_txns(rows: Iterable[asyncpg.Record]) -> set[str]:
@@ -467,9 +472,7 @@ class Topics:
         and an older one settles nothing from now on."""
         claim_id = uuid.uuid4()
         rows = await self.pool.fetch(self.queries["claim_entries"], topic, limit, claim_id)
-        # Built without validation: the rows' types are the table's, and this is the hot path.
-        entries = [_entry(row) for row in rows]
-        return Claim(topic=topic, id=claim_id, entries=entries)
+        return Claim(topic=topic, id=claim_id, entries=_entries(rows))
 
     async def claim_batches(self, topic: Topic, count: int = 1) -> Claim:
         """A grouped topic's next batches, claimed as by `claim`: a batch sent
@@ -564,7 +567,7 @@ class Topics:
         return Claim(
             topic=topic.name,
             id=claim_id,
-            entries=[_entry(by_id[entry_id]) for entry_id in all_ids],
+            entries=_entries(by_id[entry_id] for entry_id in all_ids),
             batches=claimed,
             incomplete_txns=sorted({txn for txns in incomplete.values() for txn in txns}),
         )
@@ -578,7 +581,7 @@ class Topics:
         return Claim(
             topic=topic.name,
             id=claim_id,
-            entries=[_entry(row) for row in rows],
+            entries=_entries(rows),
             batches=[
                 ClaimedBatch(
                     id=rows[0]["batch_id"], entry_ids=[row["id"] for row in rows], fresh=False
@@ -602,7 +605,6 @@ class Topics:
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
         max_retries or their TTL to the dead letters; what was not sent stays as it was. An
         older, overlapping claim settles nothing."""
-        topic = await self.get(claim.topic)
         attempted = {entry.id for entry in claim.entries}
         async with self.pool.acquire() as connection, connection.transaction():
             if not await connection.fetchval(self.queries["end_claim"], claim.topic, claim.id):
@@ -611,9 +613,11 @@ class Topics:
                 self.queries["remove_delivered"], claim.topic, list(delivered)
             )
             dead: list[int] = []
-            # A kept batch is retried whole: one backoff for all of it.
-            shared_backoff = backoff(topic, failed[0]) if failed and claim.batches else None
             if failed:
+                # The claim's row was there: so is its topic (deleting it deletes the claim).
+                topic = _topic(await connection.fetchrow(self.queries["get_topic"], claim.topic))
+                # A kept batch is retried whole: one backoff for all of it.
+                shared_backoff = backoff(topic, failed[0]) if claim.batches else None
                 rows = await connection.fetch(
                     self.queries["record_failures"],
                     claim.topic,
