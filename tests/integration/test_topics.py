@@ -297,6 +297,12 @@ async def test_an_older_overlapping_claim_settles_nothing(topics: Topics) -> Non
     assert (await topics.stats(topic)).depth == 1
 
 
+async def test_looking_at_an_empty_queue_claims_nothing(topics: Topics) -> None:
+    topic = await make(topics)
+    assert (await topics.claim(topic, 10)).entries == []
+    assert not await topics.take_over(topic)  # no claim was written: an idle look only reads
+
+
 async def test_entries_past_their_ttl_are_dead_letters_not_dropped(topics: Topics) -> None:
     topic = await make(topics, ttl_seconds=0.2)
     published = await topics.publish(topic, Event(payload={"late": True}))

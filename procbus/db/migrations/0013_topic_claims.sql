@@ -19,8 +19,8 @@ ALTER TABLE "procbus_topic_entries" DROP COLUMN "claim", DROP COLUMN "claimed_un
 
 -- A delivery attempt's batch, in queue order: entries due and not behind an earlier entry of
 -- the same key that waits for its retry (only that key waits). The claim becomes the topic's
--- one claim. Index probes in queue order, whatever the table's statistics say: a freshly
--- filled queue looks tiny to the planner.
+-- one claim when it holds anything (an idle topic's look writes nothing). Index probes in queue
+-- order, whatever the table's statistics say: a freshly filled queue looks tiny to the planner.
 CREATE FUNCTION "procbus_topic_claim"(
     "p_topic" text,
     "p_limit" integer,
@@ -42,8 +42,9 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
+DECLARE
+    "found" integer;
 BEGIN
-    PERFORM "procbus_topic_hold"("p_topic", "p_claim");
     RETURN QUERY
     SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
            e."attempts", e."last_error"
@@ -57,6 +58,10 @@ BEGIN
       ))
     ORDER BY e."id"
     LIMIT "p_limit";
+    GET DIAGNOSTICS "found" = ROW_COUNT;
+    IF "found" > 0 THEN
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
+    END IF;
 END
 $$;
 
