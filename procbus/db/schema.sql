@@ -516,6 +516,11 @@ CREATE TABLE "procbus_topic_shards" (
     "bytes" bigint NOT NULL DEFAULT 0,
     "max_entries" bigint NOT NULL,
     "max_bytes" bigint NOT NULL,
+    -- Copies of the topic's settings, for a publish without a topic lookup (it is no
+    -- synchronous topic, the payload fits, the transaction fields are kept).
+    "queues" boolean NOT NULL,
+    "max_payload_bytes" bigint NOT NULL,
+    "grouped" boolean NOT NULL,
     PRIMARY KEY ("topic", "shard"),
     CHECK ("entries" >= 0 AND "bytes" >= 0)
 );

@@ -141,19 +141,24 @@ async def publish_in_transaction(
     if not connection.is_in_transaction():
         raise InvalidRequest("publish_in_transaction needs an open transaction")
     webhook_id = webhook_id or new_webhook_id()
+    queries = load_queries(QUERIES)
+    arguments = (
+        topic,
+        preferred_shard(connection),
+        event.key,
+        event.type,
+        encode_payload(event.payload),
+        webhook_id,
+        event.txn_id,
+        event.last_in_txn,
+        event.txn_size,
+    )
     try:
-        row = await connection.fetchrow(
-            load_queries(QUERIES)["publish"],
-            topic,
-            preferred_shard(connection),
-            event.key,
-            event.type,
-            encode_payload(event.payload),
-            webhook_id,
-            event.txn_id,
-            event.last_in_txn,
-            event.txn_size,
-        )
+        # One statement when the connection's own shard is free and has room; else the checked
+        # path, which tries the other shards and says what was wrong.
+        row = await connection.fetchrow(queries["publish"], *arguments)
+        if row is None:
+            row = await connection.fetchrow(queries["publish_checked"], *arguments)
     except asyncpg.PostgresError as error:
         raise topic_error(error) from None
     return Published(
@@ -269,6 +274,9 @@ class Topics:
                 settings.max_entries,
                 settings.max_bytes,
                 SHARDS,
+                not settings.sync,
+                settings.max_payload_bytes,
+                settings.group_transactions,
             )
             await connection.execute(self.queries["insert_secret"], name, secret)
         return await self.get(name), secret
