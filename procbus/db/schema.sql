@@ -600,6 +600,15 @@ CREATE TABLE "procbus_topic_claims" (
     "claimed_at" timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- A grouped topic's batches as assembled, one row each (entries in send order), until their
+-- claim is settled: then a batch sent and not acknowledged is written onto its entries.
+CREATE TABLE "procbus_topic_batches" (
+    "topic" text NOT NULL REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
+    "batch_id" text NOT NULL,
+    "entry_ids" bigint[] NOT NULL,
+    PRIMARY KEY ("topic", "batch_id")
+);
+
 -- Take capacity for one event of "p_bytes" from a shard of "p_topic", the caller's own shard
 -- first; returns the shard, or NULL when the topic is full. A shard another publisher is
 -- writing is skipped rather than waited for; only when all are busy does it wait. Expired
@@ -847,13 +856,29 @@ BEGIN
 END
 $$;
 
+-- Batches assembled for a claim, as it is settled (or as they are found unsettled): those named
+-- in "p_kept" (all, when NULL) are written onto their entries, to be resent whole and in their
+-- order; every row of "p_settled" (all, when NULL) goes.
+CREATE FUNCTION "procbus_topic_keep_batches"("p_topic" text, "p_kept" text[], "p_settled" text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE "procbus_topic_entries" AS e SET "batch_id" = b."batch_id", "batch_seq" = o."seq"
+    FROM "procbus_topic_batches" AS b, unnest(b."entry_ids") WITH ORDINALITY AS o("id", "seq")
+    WHERE b."topic" = "p_topic" AND ("p_kept" IS NULL OR b."batch_id" = ANY ("p_kept"))
+      AND e."id" = o."id" AND e."topic" = "p_topic";
+    DELETE FROM "procbus_topic_batches" AS b
+    WHERE b."topic" = "p_topic" AND ("p_settled" IS NULL OR b."batch_id" = ANY ("p_settled"));
+$$;
+
 -- What decides a grouped topic's next batch, in one round trip: the head of its queue outside
 -- kept batches ("in_window", read by index probes in queue order whatever the statistics say: a
 -- freshly filled queue looks tiny to the planner, which would then read all of it), and, when the
 -- head is full, the rest of the transactions that start in it and end beyond it, read through the
 -- transaction index (never by reading on). "blocked": the event may not go yet, because an earlier
 -- event of its key waits in a kept batch, or (beyond the head) lies unread between the head's end
--- and it. "any_kept": the topic has kept batches.
+-- and it. "any_kept": the topic has kept batches. First, batches that another attempt assembled and
+-- did not settle (it died, or was fenced out) are kept on their entries: they may have been
+-- sent, so each is resent exactly. (The topic's own rounds settle theirs before the next.)
 CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer)
 RETURNS TABLE (
     "id" bigint,
@@ -874,11 +899,15 @@ SET enable_bitmapscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
-    "kept" boolean := EXISTS (
+    "kept" boolean;
+BEGIN
+    IF EXISTS (SELECT 1 FROM "procbus_topic_batches" AS b WHERE b."topic" = "p_topic") THEN
+        PERFORM "procbus_topic_keep_batches"("p_topic", NULL);
+    END IF;
+    "kept" := EXISTS (
         SELECT 1 FROM "procbus_topic_entries" AS k
         WHERE k."topic" = "p_topic" AND k."batch_id" IS NOT NULL
     );
-BEGIN
     RETURN QUERY
     WITH "head" AS MATERIALIZED (
         SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at"
@@ -930,10 +959,11 @@ BEGIN
 END
 $$;
 
--- Keep assembled batches: each entry's batch ("p_batch_ids", parallel to "p_ids") and its place
--- in the send order, for the claim "p_claim", and count the batches that go without a
--- transaction's missing events ("p_incomplete"). All or nothing: PBB01 when an overlapping
--- attempt took some of the entries first. By primary key, whatever the statistics say.
+-- Keep assembled batches, one row each: each entry's batch ("p_batch_ids", parallel to "p_ids",
+-- in send order), for the claim "p_claim"; count the batches that go without a transaction's
+-- missing events ("p_incomplete"); the entries. All or nothing: PBB01 when an overlapping attempt
+-- took some of the entries first (the claim's row lock makes assemblers of a topic take turns).
+-- By primary key, whatever the statistics say.
 CREATE FUNCTION "procbus_topic_assign"(
     "p_topic" text,
     "p_batch_ids" text[],
@@ -966,17 +996,22 @@ DECLARE
 BEGIN
     PERFORM "procbus_topic_hold"("p_topic", "p_claim");
     RETURN QUERY
-    UPDATE "procbus_topic_entries" AS e
-    SET "batch_id" = o."batch_id", "batch_seq" = o."seq"
-    FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
-    WHERE e."id" = o."id" AND e."topic" = "p_topic" AND e."batch_id" IS NULL
-    RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
-              e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size";
+    SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+           e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size"
+    FROM "procbus_topic_entries" AS e
+    WHERE e."id" = ANY ("p_ids") AND e."topic" = "p_topic" AND e."batch_id" IS NULL;
     GET DIAGNOSTICS "taken" = ROW_COUNT;
-    IF "taken" <> cardinality("p_ids") THEN
-        RAISE EXCEPTION 'another delivery attempt took % of the % entries of these batches first',
-            cardinality("p_ids") - "taken", cardinality("p_ids") USING ERRCODE = 'PBB01';
+    IF "taken" <> cardinality("p_ids") OR EXISTS (
+        SELECT 1 FROM "procbus_topic_batches" AS b
+        WHERE b."topic" = "p_topic" AND b."entry_ids" && "p_ids"
+    ) THEN
+        RAISE EXCEPTION 'another delivery attempt took entries of these batches first'
+            USING ERRCODE = 'PBB01';
     END IF;
+    INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
+    SELECT "p_topic", o."batch_id", array_agg(o."id" ORDER BY o."seq")
+    FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
+    GROUP BY o."batch_id";
     IF "p_incomplete" > 0 THEN
         UPDATE "procbus_topics" AS t SET "incomplete_batches" = t."incomplete_batches" + "p_incomplete"
         WHERE t."name" = "p_topic";

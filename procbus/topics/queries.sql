@@ -309,11 +309,11 @@ SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "att
        "last_error", "txn_id", "txn_last", "txn_size"
 FROM "procbus_topic_assign"($1, $2, $3, $4, $5);
 
--- name: unassign_batches
--- Batches of this claim that were never sent: their entries back to the queue, in no batch.
-UPDATE "procbus_topic_entries"
-SET "batch_id" = NULL, "batch_seq" = NULL
-WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]);
+-- name: settle_batches
+-- The batches this claim assembled ($3) are settled: those sent and not acknowledged ($2) are
+-- kept on their entries, to be resent whole and in their order; the others (acknowledged, or
+-- never sent) were only their rows.
+SELECT "procbus_topic_keep_batches"($1, $2::text[], $3::text[]);
 
 -- name: database_time
 SELECT clock_timestamp();

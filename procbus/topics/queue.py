@@ -599,7 +599,8 @@ class Topics:
 
     async def take_over(self, topic: str) -> bool:
         """End the topic's claim, for its delivery's new owner to send what it held again at
-        once (with the same webhook IDs); whether there was one."""
+        once (with the same webhook IDs; a grouped topic's next look keeps the batches it
+        assembled, to be resent exactly); whether there was one."""
         status: str = await self.pool.execute(self.queries["take_over_claims"], topic)
         return status != "DELETE 0"
 
@@ -613,10 +614,21 @@ class Topics:
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
         max_retries or their TTL to the dead letters; what was not sent stays as it was. An
         older, overlapping claim settles nothing."""
-        attempted = {entry.id for entry in claim.entries}
         async with self.pool.acquire() as connection, connection.transaction():
             if not await connection.fetchval(self.queries["end_claim"], claim.topic, claim.id):
                 return Settled(delivered=0, failed=0, dead_lettered=[])
+            # Batches assembled for this claim: one that failed is kept, to be resent exactly;
+            # one never sent is no batch (its entries are assembled again with what blocks them
+            # then). First, so that dead letters note their batch.
+            fresh = [batch for batch in claim.batches if batch.fresh]
+            if fresh:
+                failed_ids = {failure.id for failure in failed}
+                await connection.execute(
+                    self.queries["settle_batches"],
+                    claim.topic,
+                    [batch.id for batch in fresh if batch.entry_ids[0] in failed_ids],
+                    [batch.id for batch in fresh],
+                )
             removed: int = await connection.fetchval(
                 self.queries["remove_delivered"], claim.topic, list(delivered)
             )
@@ -661,20 +673,6 @@ class Topics:
                             )
                             or []
                         )
-            untouched = attempted - set(delivered) - {failure.id for failure in failed}
-            # A batch assembled for this claim and never sent is no batch: its entries go back
-            # to the queue, to be assembled again with what blocks them now.
-            never_sent = {
-                entry_id
-                for batch in claim.batches
-                if batch.fresh
-                for entry_id in batch.entry_ids
-                if entry_id in untouched
-            }
-            if never_sent:
-                await connection.execute(
-                    self.queries["unassign_batches"], claim.topic, sorted(never_sent)
-                )
         return Settled(delivered=removed, failed=len(failed), dead_lettered=sorted(dead))
 
     async def expire(self, topic: str, limit: int = 1000) -> list[int]:

@@ -265,3 +265,43 @@ async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
     ]
     # Until the kept batch goes, the later events of its keys wait behind it.
     assert (await topics.claim_batches(topic, 2)).entries == []
+
+
+async def test_batches_an_attempt_left_unsettled_are_resent_exactly(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    await topics.create(
+        name,
+        TopicSettings(
+            endpoint="http://127.0.0.1:9/h?batch=1", group_transactions=True, batch_size=2
+        ),
+    )
+    for i in range(4):
+        await topics.publish(name, Event(payload=i, key=f"k{i}"))
+    topic = await topics.get(name)
+    # An attempt assembles two batches, may have sent them, and never settles (it hangs, then
+    # is fenced out by a new owner).
+    stalled = await topics.claim_batches(topic, 2)
+    assert [len(batch.entry_ids) for batch in stalled.batches] == [2, 2]
+    assert await topics.take_over(name)
+    # The new owner's next look keeps them: the same batches, with the same IDs, one by one.
+    resent = []
+    for _ in stalled.batches:
+        claim = await topics.claim_batches(topic, 2)
+        assert [batch.fresh for batch in claim.batches] == [False]
+        resent.append((claim.batches[0].id, claim.batches[0].entry_ids))
+        await topics.settle(claim, delivered=claim.batches[0].entry_ids)
+    assert resent == [(batch.id, batch.entry_ids) for batch in stalled.batches]
+    # The stalled attempt settles nothing, and leaves nothing behind.
+    fenced = await topics.settle(stalled, delivered=[e.id for e in stalled.entries])
+    assert fenced.delivered == 0
+    assert (
+        await pool.fetchval('SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1', name)
+        == 0
+    )
+    assert (
+        await pool.fetchval('SELECT count(*) FROM "procbus_topic_batches" WHERE "topic" = $1', name)
+        == 0
+    )
+    assert (await topics.stats(name)).delivered == 4

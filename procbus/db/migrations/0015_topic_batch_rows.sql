@@ -1,0 +1,179 @@
+-- A grouped topic's batch is written once, as one row, when it is assembled: its ID and its
+-- entries in send order. Only a batch that was sent and not acknowledged (or that an attempt
+-- left unsettled: it died, or was fenced out) is written onto its entries ("batch_id",
+-- "batch_seq"), when its claim is settled (or by the topic's next look), to be resent whole and
+-- in its order until acknowledged. A batch acknowledged at once costs one row, not a write of
+-- each of its entries.
+
+CREATE TABLE "procbus_topic_batches" (
+    "topic" text NOT NULL REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
+    "batch_id" text NOT NULL,
+    "entry_ids" bigint[] NOT NULL,
+    PRIMARY KEY ("topic", "batch_id")
+);
+
+DROP FUNCTION "procbus_topic_view"(text, integer);
+DROP FUNCTION "procbus_topic_assign"(text, text[], uuid, bigint[], integer);
+
+-- Batches assembled for a claim, as it is settled (or as they are found unsettled): those named
+-- in "p_kept" (all, when NULL) are written onto their entries, to be resent whole and in their
+-- order; every row of "p_settled" (all, when NULL) goes.
+CREATE FUNCTION "procbus_topic_keep_batches"("p_topic" text, "p_kept" text[], "p_settled" text[] DEFAULT NULL)
+RETURNS void
+LANGUAGE sql AS $$
+    UPDATE "procbus_topic_entries" AS e SET "batch_id" = b."batch_id", "batch_seq" = o."seq"
+    FROM "procbus_topic_batches" AS b, unnest(b."entry_ids") WITH ORDINALITY AS o("id", "seq")
+    WHERE b."topic" = "p_topic" AND ("p_kept" IS NULL OR b."batch_id" = ANY ("p_kept"))
+      AND e."id" = o."id" AND e."topic" = "p_topic";
+    DELETE FROM "procbus_topic_batches" AS b
+    WHERE b."topic" = "p_topic" AND ("p_settled" IS NULL OR b."batch_id" = ANY ("p_settled"));
+$$;
+
+-- What decides a grouped topic's next batch, in one round trip: the head of its queue outside
+-- kept batches ("in_window", read by index probes in queue order whatever the statistics say: a
+-- freshly filled queue looks tiny to the planner, which would then read all of it), and, when the
+-- head is full, the rest of the transactions that start in it and end beyond it, read through the
+-- transaction index (never by reading on). "blocked": the event may not go yet, because an earlier
+-- event of its key waits in a kept batch, or (beyond the head) lies unread between the head's end
+-- and it. "any_kept": the topic has kept batches. First, batches that another attempt assembled and
+-- did not settle (it died, or was fenced out) are kept on their entries: they may have been
+-- sent, so each is resent exactly. (The topic's own rounds settle theirs before the next.)
+CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer)
+RETURNS TABLE (
+    "id" bigint,
+    "key" text,
+    "txn_id" text,
+    "txn_last" boolean,
+    "txn_size" integer,
+    "created_at" timestamptz,
+    "blocked" boolean,
+    "in_window" boolean,
+    "any_kept" boolean,
+    "now" timestamptz
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    "kept" boolean;
+BEGIN
+    IF EXISTS (SELECT 1 FROM "procbus_topic_batches" AS b WHERE b."topic" = "p_topic") THEN
+        PERFORM "procbus_topic_keep_batches"("p_topic", NULL);
+    END IF;
+    "kept" := EXISTS (
+        SELECT 1 FROM "procbus_topic_entries" AS k
+        WHERE k."topic" = "p_topic" AND k."batch_id" IS NOT NULL
+    );
+    RETURN QUERY
+    WITH "head" AS MATERIALIZED (
+        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at"
+        FROM "procbus_topic_entries" AS e
+        WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
+        ORDER BY e."id"
+        LIMIT "p_limit"
+    ), "edge" AS (
+        SELECT max(h."id") AS "last", count(*) AS "read" FROM "head" AS h
+    ), "open" AS (
+        SELECT h."txn_id" FROM "head" AS h
+        WHERE h."txn_id" IS NOT NULL
+        GROUP BY h."txn_id"
+        HAVING NOT bool_or(h."txn_last") OR count(*) < max(h."txn_size")
+    ), "rest" AS (
+        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
+               "edge"."last" AS "head_end"
+        FROM "edge", "procbus_topic_entries" AS e
+        WHERE "edge"."read" = "p_limit" AND e."topic" = "p_topic"
+          AND e."txn_id" IN (SELECT o."txn_id" FROM "open" AS o)
+          AND e."id" > "edge"."last" AND e."batch_id" IS NULL
+    )
+    SELECT h."id", h."key", h."txn_id", h."txn_last", h."txn_size", h."created_at",
+           ("kept" AND h."key" IS NOT NULL AND EXISTS (
+               SELECT 1 FROM "procbus_topic_entries" AS p
+               WHERE p."topic" = "p_topic" AND p."key" = h."key" AND p."id" < h."id"
+                 AND p."batch_id" IS NOT NULL
+           )),
+           true, "kept", clock_timestamp()
+    FROM "head" AS h
+    UNION ALL
+    SELECT r."id", r."key", r."txn_id", r."txn_last", r."txn_size", r."created_at",
+           (r."key" IS NOT NULL AND (
+               EXISTS (
+                   SELECT 1 FROM "procbus_topic_entries" AS p
+                   WHERE p."topic" = "p_topic" AND p."key" = r."key" AND p."id" > r."head_end"
+                     AND p."id" < r."id" AND p."batch_id" IS NULL
+                     AND (p."txn_id" IS NULL OR p."txn_id" NOT IN (SELECT o."txn_id" FROM "open" AS o))
+               )
+               OR ("kept" AND EXISTS (
+                   SELECT 1 FROM "procbus_topic_entries" AS p
+                   WHERE p."topic" = "p_topic" AND p."key" = r."key" AND p."id" < r."id"
+                     AND p."batch_id" IS NOT NULL
+               ))
+           )),
+           false, "kept", clock_timestamp()
+    FROM "rest" AS r
+    ORDER BY 1;
+END
+$$;
+
+-- Keep assembled batches, one row each: each entry's batch ("p_batch_ids", parallel to "p_ids",
+-- in send order), for the claim "p_claim"; count the batches that go without a transaction's
+-- missing events ("p_incomplete"); the entries. All or nothing: PBB01 when an overlapping attempt
+-- took some of the entries first (the claim's row lock makes assemblers of a topic take turns).
+-- By primary key, whatever the statistics say.
+CREATE FUNCTION "procbus_topic_assign"(
+    "p_topic" text,
+    "p_batch_ids" text[],
+    "p_claim" uuid,
+    "p_ids" bigint[],
+    "p_incomplete" integer
+) RETURNS TABLE (
+    "id" bigint,
+    "key" text,
+    "type" text,
+    "payload" jsonb,
+    "bytes" bigint,
+    "webhook_id" text,
+    "created_at" timestamptz,
+    "attempts" integer,
+    "last_error" text,
+    "txn_id" text,
+    "txn_last" boolean,
+    "txn_size" integer
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    "taken" integer;
+BEGIN
+    PERFORM "procbus_topic_hold"("p_topic", "p_claim");
+    RETURN QUERY
+    SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
+           e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size"
+    FROM "procbus_topic_entries" AS e
+    WHERE e."id" = ANY ("p_ids") AND e."topic" = "p_topic" AND e."batch_id" IS NULL;
+    GET DIAGNOSTICS "taken" = ROW_COUNT;
+    IF "taken" <> cardinality("p_ids") OR EXISTS (
+        SELECT 1 FROM "procbus_topic_batches" AS b
+        WHERE b."topic" = "p_topic" AND b."entry_ids" && "p_ids"
+    ) THEN
+        RAISE EXCEPTION 'another delivery attempt took entries of these batches first'
+            USING ERRCODE = 'PBB01';
+    END IF;
+    INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
+    SELECT "p_topic", o."batch_id", array_agg(o."id" ORDER BY o."seq")
+    FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
+    GROUP BY o."batch_id";
+    IF "p_incomplete" > 0 THEN
+        UPDATE "procbus_topics" AS t SET "incomplete_batches" = t."incomplete_batches" + "p_incomplete"
+        WHERE t."name" = "p_topic";
+    END IF;
+END
+$$;
