@@ -301,19 +301,21 @@ WHERE e."topic" = $1 AND e."batch_id" = b."batch_id" AND EXISTS (SELECT FROM "he
 
 -- name: grouped_view
 SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",
-       "any_kept", "now"
-FROM "procbus_topic_view"($1, $2);
+       "any_kept", "now", "type", "payload", "bytes", "webhook_id", "attempts", "last_error"
+FROM "procbus_topic_view"($1, $2, $3);
 
 -- name: assign_batches
-SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
-       "last_error", "txn_id", "txn_last", "txn_size"
-FROM "procbus_topic_assign"($1, $2, $3, $4, $5);
+SELECT "procbus_topic_assign"($1, $2, $3, $4, $5);
 
 -- name: settle_batches
 -- The batches this claim assembled ($3) are settled: those sent and not acknowledged ($2) are
 -- kept on their entries, to be resent whole and in their order; the others (acknowledged, or
 -- never sent) were only their rows.
 SELECT "procbus_topic_keep_batches"($1, $2::text[], $3::text[]);
+
+-- name: hold_claim
+-- A new claim on the topic, for a change that any attempt in flight must not settle over.
+SELECT "procbus_topic_hold"($1, $2);
 
 -- name: database_time
 SELECT clock_timestamp();

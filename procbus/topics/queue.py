@@ -493,7 +493,9 @@ class Topics:
         limit = topic.batch_size * count + WINDOW_SLACK
         kept_tried = False
         while True:
-            view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit)
+            view = await self.pool.fetch(
+                self.queries["grouped_view"], topic.name, limit, claim_id
+            )
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
                 kept = await self._claim_kept_batch(topic, claim_id)
@@ -550,7 +552,7 @@ class Topics:
         all_ids = [entry_id for batch in claimed for entry_id in batch.entry_ids]
         batch_of = [batch.id for batch in claimed for _ in batch.entry_ids]
         try:
-            rows = await self.pool.fetch(
+            await self.pool.execute(
                 self.queries["assign_batches"],
                 topic.name,
                 batch_of,
@@ -571,7 +573,7 @@ class Topics:
                 ", ".join(txns),
                 topic.incomplete_wait_seconds,
             )
-        by_id = {row["id"]: row for row in rows}
+        by_id = {row["id"]: row for row in view}
         return Claim(
             topic=topic.name,
             id=claim_id,
@@ -687,6 +689,8 @@ class Topics:
             ]
             if not ids:
                 return []
+            # Batches being assembled from these entries must not be kept (procbus_topic_assign).
+            await connection.execute(self.queries["hold_claim"], topic, uuid.uuid4())
             reason = f"older than the topic's TTL of {settings.ttl_seconds:g} s"
             dead: list[int] = await connection.fetchval(
                 self.queries["dead_letter_ids"], topic, ids, reason

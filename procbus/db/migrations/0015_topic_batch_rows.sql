@@ -29,16 +29,19 @@ LANGUAGE sql AS $$
     WHERE b."topic" = "p_topic" AND ("p_settled" IS NULL OR b."batch_id" = ANY ("p_settled"));
 $$;
 
--- What decides a grouped topic's next batch, in one round trip: the head of its queue outside
+-- What decides a grouped topic's next batch, and the entries it is made of, in one round trip
+-- (a batch assembled from it is sent as read here): the head of its queue outside
 -- kept batches ("in_window", read by index probes in queue order whatever the statistics say: a
 -- freshly filled queue looks tiny to the planner, which would then read all of it), and, when the
 -- head is full, the rest of the transactions that start in it and end beyond it, read through the
 -- transaction index (never by reading on). "blocked": the event may not go yet, because an earlier
 -- event of its key waits in a kept batch, or (beyond the head) lies unread between the head's end
--- and it. "any_kept": the topic has kept batches. First, batches that another attempt assembled and
--- did not settle (it died, or was fenced out) are kept on their entries: they may have been
--- sent, so each is resent exactly. (The topic's own rounds settle theirs before the next.)
-CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer)
+-- and it. "any_kept": the topic has kept batches. A look that may find something first makes
+-- "p_claim" the topic's claim: what it reads stays as read until another attempt claims (see
+-- procbus_topic_assign). Then batches that another attempt assembled and did not settle (it
+-- died, or was fenced out) are kept on their entries: they may have been sent, so each is resent
+-- exactly. (The topic's own rounds settle theirs before the next.)
+CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer, "p_claim" uuid)
 RETURNS TABLE (
     "id" bigint,
     "key" text,
@@ -49,7 +52,13 @@ RETURNS TABLE (
     "blocked" boolean,
     "in_window" boolean,
     "any_kept" boolean,
-    "now" timestamptz
+    "now" timestamptz,
+    "type" text,
+    "payload" jsonb,
+    "bytes" bigint,
+    "webhook_id" text,
+    "attempts" integer,
+    "last_error" text
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -61,7 +70,13 @@ DECLARE
     "kept" boolean;
 BEGIN
     IF EXISTS (SELECT 1 FROM "procbus_topic_batches" AS b WHERE b."topic" = "p_topic") THEN
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
         PERFORM "procbus_topic_keep_batches"("p_topic", NULL);
+    ELSIF EXISTS (
+        SELECT 1 FROM "procbus_topic_entries" AS e
+        WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
+    ) THEN
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
     END IF;
     "kept" := EXISTS (
         SELECT 1 FROM "procbus_topic_entries" AS k
@@ -69,7 +84,8 @@ BEGIN
     );
     RETURN QUERY
     WITH "head" AS MATERIALIZED (
-        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at"
+        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at", e."type",
+               e."payload", e."bytes", e."webhook_id", e."attempts", e."last_error"
         FROM "procbus_topic_entries" AS e
         WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
         ORDER BY e."id"
@@ -82,7 +98,8 @@ BEGIN
         GROUP BY h."txn_id"
         HAVING NOT bool_or(h."txn_last") OR count(*) < max(h."txn_size")
     ), "rest" AS (
-        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at",
+        SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at", e."type",
+               e."payload", e."bytes", e."webhook_id", e."attempts", e."last_error",
                "edge"."last" AS "head_end"
         FROM "edge", "procbus_topic_entries" AS e
         WHERE "edge"."read" = "p_limit" AND e."topic" = "p_topic"
@@ -95,7 +112,8 @@ BEGIN
                WHERE p."topic" = "p_topic" AND p."key" = h."key" AND p."id" < h."id"
                  AND p."batch_id" IS NOT NULL
            )),
-           true, "kept", clock_timestamp()
+           true, "kept", clock_timestamp(), h."type", h."payload", h."bytes", h."webhook_id",
+           h."attempts", h."last_error"
     FROM "head" AS h
     UNION ALL
     SELECT r."id", r."key", r."txn_id", r."txn_last", r."txn_size", r."created_at",
@@ -112,59 +130,33 @@ BEGIN
                      AND p."batch_id" IS NOT NULL
                ))
            )),
-           false, "kept", clock_timestamp()
+           false, "kept", clock_timestamp(), r."type", r."payload", r."bytes", r."webhook_id",
+           r."attempts", r."last_error"
     FROM "rest" AS r
     ORDER BY 1;
 END
 $$;
 
 -- Keep assembled batches, one row each: each entry's batch ("p_batch_ids", parallel to "p_ids",
--- in send order), for the claim "p_claim"; count the batches that go without a transaction's
--- missing events ("p_incomplete"); the entries. All or nothing: PBB01 when an overlapping attempt
--- took some of the entries first (the claim's row lock makes assemblers of a topic take turns).
--- By primary key, whatever the statistics say.
+-- in send order), and count the batches that go without a transaction's missing events
+-- ("p_incomplete"). The entries were read by procbus_topic_view for the claim "p_claim": if it is
+-- not the topic's claim any more, another attempt may have taken them since (every change to
+-- an entry's batch is made by the topic's claim), and nothing is kept (PBB01). The claim's row
+-- lock holds off a new claim until this commits.
 CREATE FUNCTION "procbus_topic_assign"(
     "p_topic" text,
     "p_batch_ids" text[],
     "p_claim" uuid,
     "p_ids" bigint[],
     "p_incomplete" integer
-) RETURNS TABLE (
-    "id" bigint,
-    "key" text,
-    "type" text,
-    "payload" jsonb,
-    "bytes" bigint,
-    "webhook_id" text,
-    "created_at" timestamptz,
-    "attempts" integer,
-    "last_error" text,
-    "txn_id" text,
-    "txn_last" boolean,
-    "txn_size" integer
-)
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_hashjoin = off
-AS $$
-#variable_conflict use_column
-DECLARE
-    "taken" integer;
+) RETURNS void
+LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM "procbus_topic_hold"("p_topic", "p_claim");
-    RETURN QUERY
-    SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
-           e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size"
-    FROM "procbus_topic_entries" AS e
-    WHERE e."id" = ANY ("p_ids") AND e."topic" = "p_topic" AND e."batch_id" IS NULL;
-    GET DIAGNOSTICS "taken" = ROW_COUNT;
-    IF "taken" <> cardinality("p_ids") OR EXISTS (
-        SELECT 1 FROM "procbus_topic_batches" AS b
-        WHERE b."topic" = "p_topic" AND b."entry_ids" && "p_ids"
-    ) THEN
-        RAISE EXCEPTION 'another delivery attempt took entries of these batches first'
+    PERFORM 1 FROM "procbus_topic_claims" AS c
+    WHERE c."topic" = "p_topic" AND c."claim" = "p_claim"
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'another delivery attempt claimed the topic since these batches were read'
             USING ERRCODE = 'PBB01';
     END IF;
     INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
