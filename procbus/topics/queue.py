@@ -493,9 +493,7 @@ class Topics:
         limit = topic.batch_size * count + WINDOW_SLACK
         kept_tried = False
         while True:
-            view = await self.pool.fetch(
-                self.queries["grouped_view"], topic.name, limit, claim_id
-            )
+            view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit, claim_id)
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
                 kept = await self._claim_kept_batch(topic, claim_id)
