@@ -305,7 +305,7 @@ SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "
 FROM "procbus_topic_view"($1, $2, $3);
 
 -- name: assign_batches
-SELECT "procbus_topic_assign"($1, $2, $3, $4, $5);
+SELECT "procbus_topic_assign"($1, $2, $3, $4, $5, $6);
 
 -- name: settle_batches
 -- The batches this claim assembled ($3) are settled: those sent and not acknowledged ($2) are

@@ -548,12 +548,12 @@ class Topics:
             if short:
                 incomplete[claimed[-1].id] = sorted(str(txn) for txn in short)
         all_ids = [entry_id for batch in claimed for entry_id in batch.entry_ids]
-        batch_of = [batch.id for batch in claimed for _ in batch.entry_ids]
         try:
             await self.pool.execute(
                 self.queries["assign_batches"],
                 topic.name,
-                batch_of,
+                [batch.id for batch in claimed],
+                [len(batch.entry_ids) for batch in claimed],
                 claim_id,
                 all_ids,
                 len(incomplete),

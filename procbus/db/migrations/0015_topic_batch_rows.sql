@@ -90,7 +90,7 @@ BEGIN
         WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
         ORDER BY e."id"
         LIMIT "p_limit"
-    ), "edge" AS (
+    ), "edge" AS MATERIALIZED (  -- once, not once per row it is joined with
         SELECT max(h."id") AS "last", count(*) AS "read" FROM "head" AS h
     ), "open" AS (
         SELECT h."txn_id" FROM "head" AS h
@@ -137,15 +137,16 @@ BEGIN
 END
 $$;
 
--- Keep assembled batches, one row each: each entry's batch ("p_batch_ids", parallel to "p_ids",
--- in send order), and count the batches that go without a transaction's missing events
--- ("p_incomplete"). The entries were read by procbus_topic_view for the claim "p_claim": if it is
+-- Keep assembled batches, one row each: "p_batch_ids", of "p_sizes" entries each, their entries
+-- one batch after the other in "p_ids" (each in send order); and count the batches that go
+-- without a transaction's missing events ("p_incomplete"). The entries were read by procbus_topic_view for the claim "p_claim": if it is
 -- not the topic's claim any more, another attempt may have taken them since (every change to
 -- an entry's batch is made by the topic's claim), and nothing is kept (PBB01). The claim's row
 -- lock holds off a new claim until this commits.
 CREATE FUNCTION "procbus_topic_assign"(
     "p_topic" text,
     "p_batch_ids" text[],
+    "p_sizes" integer[],
     "p_claim" uuid,
     "p_ids" bigint[],
     "p_incomplete" integer
@@ -160,9 +161,11 @@ BEGIN
             USING ERRCODE = 'PBB01';
     END IF;
     INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
-    SELECT "p_topic", o."batch_id", array_agg(o."id" ORDER BY o."seq")
-    FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
-    GROUP BY o."batch_id";
+    SELECT "p_topic", b."batch_id", "p_ids"[b."ends" - b."size" + 1 : b."ends"]
+    FROM (
+        SELECT u."batch_id", u."size", sum(u."size") OVER (ORDER BY u."n") AS "ends"
+        FROM unnest("p_batch_ids", "p_sizes") WITH ORDINALITY AS u("batch_id", "size", "n")
+    ) AS b;
     IF "p_incomplete" > 0 THEN
         UPDATE "procbus_topics" AS t SET "incomplete_batches" = t."incomplete_batches" + "p_incomplete"
         WHERE t."name" = "p_topic";
