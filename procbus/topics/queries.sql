@@ -142,16 +142,20 @@ SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "att
 FROM "procbus_topic_claim"($1, $2, $3)
 ORDER BY "id";
 
--- name: end_claim
--- A settlement's first step: the topic's claim ends if it is this one. Its row lock keeps a new
--- claim or a take-over behind the settlement; an older, overlapping attempt finds no row and
--- settles nothing.
-DELETE FROM "procbus_topic_claims" WHERE "topic" = $1 AND "claim" = $2 RETURNING true;
-
--- name: remove_delivered
-WITH "gone" AS (
+-- name: settle_round
+-- A delivery round's settlement, in one statement: the topic's claim ends if it is this one
+-- ($2), and only then do the batches it assembled ($4) go, those that failed ($5) kept on their
+-- entries first, and the acknowledged entries ($3) go, their capacity given back, counted.
+-- "held" is false for an older, overlapping attempt: it settled nothing. The claim's row lock
+-- keeps a new claim or a take-over behind this.
+WITH "ended" AS (
+    DELETE FROM "procbus_topic_claims" WHERE "topic" = $1 AND "claim" = $2 RETURNING 1
+), "batches" AS MATERIALIZED (
+    SELECT "procbus_topic_keep_batches"($1, $5::text[], $4::text[]) FROM "ended"
+    WHERE cardinality($4::text[]) > 0
+), "gone" AS (
     DELETE FROM "procbus_topic_entries"
-    WHERE "topic" = $1 AND "id" = ANY ($2::bigint[])
+    WHERE "topic" = $1 AND "id" = ANY ($3::bigint[]) AND EXISTS (SELECT FROM "ended")
     RETURNING "shard", "bytes"
 ), "per_shard" AS (
     SELECT g."shard", count(*) AS "entries", sum(g."bytes") AS "bytes"
@@ -163,9 +167,10 @@ WITH "gone" AS (
     WHERE s."topic" = $1 AND s."shard" = p."shard"
 ), "counted" AS (
     UPDATE "procbus_topics" SET "delivered" = "delivered" + (SELECT count(*) FROM "gone")
-    WHERE "name" = $1
+    WHERE "name" = $1 AND EXISTS (SELECT FROM "ended")
 )
-SELECT count(*) FROM "gone";
+SELECT EXISTS (SELECT FROM "ended") AS "held", (SELECT count(*) FROM "gone") AS "removed",
+       (SELECT count(*) FROM "batches") AS "batches";
 
 -- name: record_failures
 -- Failed sends: attempts, the next attempt's time and the history, with the entry, so a new
@@ -306,12 +311,6 @@ FROM "procbus_topic_view"($1, $2, $3);
 
 -- name: assign_batches
 SELECT "procbus_topic_assign"($1, $2, $3, $4, $5, $6);
-
--- name: settle_batches
--- The batches this claim assembled ($3) are settled: those sent and not acknowledged ($2) are
--- kept on their entries, to be resent whole and in their order; the others (acknowledged, or
--- never sent) were only their rows.
-SELECT "procbus_topic_keep_batches"($1, $2::text[], $3::text[]);
 
 -- name: hold_claim
 -- A new claim on the topic, for a change that any attempt in flight must not settle over.

@@ -19,6 +19,7 @@ entries past max_retries or their TTL move to the dead letters, never dropped.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import random
@@ -614,24 +615,26 @@ class Topics:
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
         max_retries or their TTL to the dead letters; what was not sent stays as it was. An
         older, overlapping claim settles nothing."""
-        async with self.pool.acquire() as connection, connection.transaction():
-            if not await connection.fetchval(self.queries["end_claim"], claim.topic, claim.id):
-                return Settled(delivered=0, failed=0, dead_lettered=[])
-            # Batches assembled for this claim: one that failed is kept, to be resent exactly;
-            # one never sent is no batch (its entries are assembled again with what blocks them
-            # then). First, so that dead letters note their batch.
-            fresh = [batch for batch in claim.batches if batch.fresh]
-            if fresh:
-                failed_ids = {failure.id for failure in failed}
-                await connection.execute(
-                    self.queries["settle_batches"],
-                    claim.topic,
-                    [batch.id for batch in fresh if batch.entry_ids[0] in failed_ids],
-                    [batch.id for batch in fresh],
-                )
-            removed: int = await connection.fetchval(
-                self.queries["remove_delivered"], claim.topic, list(delivered)
+        # Batches assembled for this claim: one that failed is kept, to be resent exactly; one
+        # never sent is no batch (its entries are assembled again with what blocks them then).
+        fresh = [batch for batch in claim.batches if batch.fresh]
+        failed_ids = {failure.id for failure in failed}
+        async with (
+            self.pool.acquire() as connection,
+            # Without failures the settlement is one statement, atomic by itself.
+            connection.transaction() if failed else contextlib.nullcontext(),
+        ):
+            settled = await connection.fetchrow(
+                self.queries["settle_round"],
+                claim.topic,
+                claim.id,
+                list(delivered),
+                [batch.id for batch in fresh],
+                [batch.id for batch in fresh if batch.entry_ids[0] in failed_ids],
             )
+            if not settled["held"]:
+                return Settled(delivered=0, failed=0, dead_lettered=[])
+            removed: int = settled["removed"]
             dead: list[int] = []
             if failed:
                 # The claim's row was there: so is its topic (deleting it deletes the claim).
