@@ -29,7 +29,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built for every event a grouped topic's delivery reads, and a frozen
+# dataclass takes four times as long to build (0.46 µs against 0.10). Nothing here changes one.
+@dataclass(slots=True)
 class Event:
     """An event as the assembly sees it: its ID, key and place in a transaction."""
 

@@ -593,8 +593,9 @@ CREATE TABLE "procbus_topic_dead_letters" (
 CREATE INDEX "procbus_topic_dead_letters_topic" ON "procbus_topic_dead_letters" ("topic", "id");
 
 -- A topic's delivery claim: the one attempt that may settle what it sent. A new claim replaces
--- the row (one owner per topic), fencing out an older, overlapping attempt.
-CREATE TABLE "procbus_topic_claims" (
+-- the row (one owner per topic), fencing out an older, overlapping attempt. Unlogged: a fence
+-- between live attempts, not data (empty after a database crash: every attempt claims again).
+CREATE UNLOGGED TABLE "procbus_topic_claims" (
     "topic" text PRIMARY KEY REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
     "claim" uuid NOT NULL,
     "claimed_at" timestamptz NOT NULL DEFAULT clock_timestamp()

@@ -4,9 +4,11 @@
 -- so an entry never needs to be held against another claimer: only the attempt that may settle
 -- must be known. A new claim replaces the topic's row, and with it fences out any older,
 -- overlapping attempt (a zombie past its timeout); settling deletes the row, first, under its
--- lock. Claiming thus writes one row instead of rewriting every entry it reads.
+-- lock. Claiming thus writes one row instead of rewriting every entry it reads. The table is
+-- unlogged: a claim is a fence between live attempts, not data, so a claim that only writes it
+-- waits for no WAL flush; after a database crash it is empty, and every attempt claims again.
 
-CREATE TABLE "procbus_topic_claims" (
+CREATE UNLOGGED TABLE "procbus_topic_claims" (
     "topic" text PRIMARY KEY REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
     "claim" uuid NOT NULL,
     "claimed_at" timestamptz NOT NULL DEFAULT clock_timestamp()
