@@ -132,6 +132,13 @@ class _Cut:
         Every event before `position` is decided already (sent, or blocked, and then its key is
         blocked from there on), so of a key only the events between `position` and the one
         pulled in need a look."""
+        if self.scan.queue[position].txn_id is None:
+            # Nothing to pull in: the earlier events of its key are decided already.
+            if self.bad(position):
+                self.block(position)
+                return False
+            self.sent.add(position)
+            return True
         needed = {position}
         stack = [position]
         expanded: set[str] = set()
