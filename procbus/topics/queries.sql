@@ -310,7 +310,27 @@ SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "
 FROM "procbus_topic_view"($1, $2, $3);
 
 -- name: assign_batches
-SELECT "procbus_topic_assign"($1, $2, $3, $4, $5, $6);
+-- Keep assembled batches, one row each: IDs $2 of $3 entries each, their entries one batch
+-- after the other in $5 (each in send order); count the batches that go without a transaction's
+-- missing events ($6). The entries were read by procbus_topic_view for the claim $4, and are
+-- kept only while it is still the topic's claim: every change to an entry's batch is made under
+-- the topic's claim, so nothing read has changed since. Its row lock holds off a new claim until
+-- this commits. False: another attempt claimed the topic since, and nothing was kept.
+WITH "held" AS (
+    SELECT 1 FROM "procbus_topic_claims" WHERE "topic" = $1 AND "claim" = $4 FOR UPDATE
+), "kept" AS (
+    INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
+    SELECT $1, b."batch_id", ($5::bigint[])[b."ends" - b."size" + 1 : b."ends"]
+    FROM (
+        SELECT u."batch_id", u."size", sum(u."size") OVER (ORDER BY u."n") AS "ends"
+        FROM unnest($2::text[], $3::integer[]) WITH ORDINALITY AS u("batch_id", "size", "n")
+    ) AS b
+    WHERE EXISTS (SELECT FROM "held")
+), "counted" AS (
+    UPDATE "procbus_topics" SET "incomplete_batches" = "incomplete_batches" + $6
+    WHERE "name" = $1 AND $6 > 0 AND EXISTS (SELECT FROM "held")
+)
+SELECT EXISTS (SELECT FROM "held");
 
 -- name: hold_claim
 -- A new claim on the topic, for a change that any attempt in flight must not settle over.

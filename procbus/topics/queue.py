@@ -549,20 +549,17 @@ class Topics:
             if short:
                 incomplete[claimed[-1].id] = sorted(str(txn) for txn in short)
         all_ids = [entry_id for batch in claimed for entry_id in batch.entry_ids]
-        try:
-            await self.pool.execute(
-                self.queries["assign_batches"],
-                topic.name,
-                [batch.id for batch in claimed],
-                [len(batch.entry_ids) for batch in claimed],
-                claim_id,
-                all_ids,
-                len(incomplete),
-            )
-        except asyncpg.PostgresError as error:
-            if getattr(error, "sqlstate", None) != "PBB01":
-                raise
-            return empty  # an overlapping attempt took some of these: the next round sees it
+        kept = await self.pool.fetchval(
+            self.queries["assign_batches"],
+            topic.name,
+            [batch.id for batch in claimed],
+            [len(batch.entry_ids) for batch in claimed],
+            claim_id,
+            all_ids,
+            len(incomplete),
+        )
+        if not kept:
+            return empty  # an overlapping attempt claimed the topic: the next round sees it
         for batch_id, txns in incomplete.items():
             log.warning(
                 "topic %s: batch %s goes without the missing events of transaction(s) %s, "
@@ -690,7 +687,7 @@ class Topics:
             ]
             if not ids:
                 return []
-            # Batches being assembled from these entries must not be kept (procbus_topic_assign).
+            # Batches being assembled from these entries must not be kept (assign_batches).
             await connection.execute(self.queries["hold_claim"], topic, uuid.uuid4())
             reason = f"older than the topic's TTL of {settings.ttl_seconds:g} s"
             dead: list[int] = await connection.fetchval(

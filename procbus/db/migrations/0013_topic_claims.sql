@@ -15,6 +15,7 @@ CREATE UNLOGGED TABLE "procbus_topic_claims" (
 );
 
 DROP FUNCTION "procbus_topic_claim"(text, integer, uuid, double precision);
+-- Grouped topics keep their assembled batches as rows from 0015 on (assign_batches).
 DROP FUNCTION "procbus_topic_assign"(text, text[], uuid, double precision, bigint[], integer);
 
 ALTER TABLE "procbus_topic_entries" DROP COLUMN "claim", DROP COLUMN "claimed_until";
@@ -73,58 +74,4 @@ LANGUAGE sql AS $$
     INSERT INTO "procbus_topic_claims" ("topic", "claim") VALUES ("p_topic", "p_claim")
     ON CONFLICT ("topic") DO UPDATE
     SET "claim" = excluded."claim", "claimed_at" = excluded."claimed_at";
-$$;
-
--- Keep assembled batches: each entry's batch ("p_batch_ids", parallel to "p_ids") and its place
--- in the send order, for the claim "p_claim", and count the batches that go without a
--- transaction's missing events ("p_incomplete"). All or nothing: PBB01 when an overlapping
--- attempt took some of the entries first. By primary key, whatever the statistics say.
-CREATE FUNCTION "procbus_topic_assign"(
-    "p_topic" text,
-    "p_batch_ids" text[],
-    "p_claim" uuid,
-    "p_ids" bigint[],
-    "p_incomplete" integer
-) RETURNS TABLE (
-    "id" bigint,
-    "key" text,
-    "type" text,
-    "payload" jsonb,
-    "bytes" bigint,
-    "webhook_id" text,
-    "created_at" timestamptz,
-    "attempts" integer,
-    "last_error" text,
-    "txn_id" text,
-    "txn_last" boolean,
-    "txn_size" integer
-)
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-SET enable_hashjoin = off
-AS $$
-#variable_conflict use_column
-DECLARE
-    "taken" integer;
-BEGIN
-    PERFORM "procbus_topic_hold"("p_topic", "p_claim");
-    RETURN QUERY
-    UPDATE "procbus_topic_entries" AS e
-    SET "batch_id" = o."batch_id", "batch_seq" = o."seq"
-    FROM unnest("p_ids", "p_batch_ids") WITH ORDINALITY AS o("id", "batch_id", "seq")
-    WHERE e."id" = o."id" AND e."topic" = "p_topic" AND e."batch_id" IS NULL
-    RETURNING e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
-              e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size";
-    GET DIAGNOSTICS "taken" = ROW_COUNT;
-    IF "taken" <> cardinality("p_ids") THEN
-        RAISE EXCEPTION 'another delivery attempt took % of the % entries of these batches first',
-            cardinality("p_ids") - "taken", cardinality("p_ids") USING ERRCODE = 'PBB01';
-    END IF;
-    IF "p_incomplete" > 0 THEN
-        UPDATE "procbus_topics" AS t SET "incomplete_batches" = t."incomplete_batches" + "p_incomplete"
-        WHERE t."name" = "p_topic";
-    END IF;
-END
 $$;

@@ -13,7 +13,6 @@ CREATE TABLE "procbus_topic_batches" (
 );
 
 DROP FUNCTION "procbus_topic_view"(text, integer);
-DROP FUNCTION "procbus_topic_assign"(text, text[], uuid, bigint[], integer);
 
 -- Batches assembled for a claim, as it is settled (or as they are found unsettled): those named
 -- in "p_kept" (all, when NULL) are written onto their entries, to be resent whole and in their
@@ -38,7 +37,7 @@ $$;
 -- event of its key waits in a kept batch, or (beyond the head) lies unread between the head's end
 -- and it. "any_kept": the topic has kept batches. A look that may find something first makes
 -- "p_claim" the topic's claim: what it reads stays as read until another attempt claims (see
--- procbus_topic_assign). Then batches that another attempt assembled and did not settle (it
+-- assign_batches in procbus/topics/queries.sql). Then batches that another attempt assembled and did not settle (it
 -- died, or was fenced out) are kept on their entries: they may have been sent, so each is resent
 -- exactly. (The topic's own rounds settle theirs before the next.)
 CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer, "p_claim" uuid)
@@ -137,38 +136,3 @@ BEGIN
 END
 $$;
 
--- Keep assembled batches, one row each: "p_batch_ids", of "p_sizes" entries each, their entries
--- one batch after the other in "p_ids" (each in send order); and count the batches that go
--- without a transaction's missing events ("p_incomplete"). The entries were read by procbus_topic_view for the claim "p_claim": if it is
--- not the topic's claim any more, another attempt may have taken them since (every change to
--- an entry's batch is made by the topic's claim), and nothing is kept (PBB01). The claim's row
--- lock holds off a new claim until this commits.
-CREATE FUNCTION "procbus_topic_assign"(
-    "p_topic" text,
-    "p_batch_ids" text[],
-    "p_sizes" integer[],
-    "p_claim" uuid,
-    "p_ids" bigint[],
-    "p_incomplete" integer
-) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM 1 FROM "procbus_topic_claims" AS c
-    WHERE c."topic" = "p_topic" AND c."claim" = "p_claim"
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'another delivery attempt claimed the topic since these batches were read'
-            USING ERRCODE = 'PBB01';
-    END IF;
-    INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
-    SELECT "p_topic", b."batch_id", "p_ids"[b."ends" - b."size" + 1 : b."ends"]
-    FROM (
-        SELECT u."batch_id", u."size", sum(u."size") OVER (ORDER BY u."n") AS "ends"
-        FROM unnest("p_batch_ids", "p_sizes") WITH ORDINALITY AS u("batch_id", "size", "n")
-    ) AS b;
-    IF "p_incomplete" > 0 THEN
-        UPDATE "procbus_topics" AS t SET "incomplete_batches" = t."incomplete_batches" + "p_incomplete"
-        WHERE t."name" = "p_topic";
-    END IF;
-END
-$$;
