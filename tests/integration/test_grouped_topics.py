@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 from procbus.delivery.clients import BATCH_ID_HEADER
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
-from procbus.topics import Event, Failure, Topics, TopicSettings
+from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
 from tests.integration.test_topic_delivery import settled
 from tests.integration.webhook_receiver import WebhookReceiver
 
@@ -230,9 +230,8 @@ async def test_tx_publish_marks_the_last_event_of_what_committed(
     ]
 
 
-async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
-    topics: Topics, pool: asyncpg.Pool
-) -> None:
+async def undelivered_grouped_topic(topics: Topics, keys: list[str]) -> tuple[str, Topic]:
+    """A grouped topic (batch size 2) that no delivery runs, holding one event per key given."""
     name = f"g-{uuid.uuid4().hex[:8]}"
     await topics.create(
         name,
@@ -240,9 +239,15 @@ async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
             endpoint="http://127.0.0.1:9/h?batch=1", group_transactions=True, batch_size=2
         ),
     )
-    for i in range(4):
-        await topics.publish(name, Event(payload=i, key=f"k{i % 2}"))
-    topic = await topics.get(name)
+    for number, key in enumerate(keys):
+        await topics.publish(name, Event(payload=number, key=key))
+    return name, await topics.get(name)
+
+
+async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    name, topic = await undelivered_grouped_topic(topics, keys=["k0", "k1", "k0", "k1"])
     claim = await topics.claim_batches(topic, 2)
     first, second = claim.batches
     assert (first.entry_ids, second.entry_ids) == (
@@ -270,16 +275,7 @@ async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
 async def test_batches_an_attempt_left_unsettled_are_resent_exactly(
     topics: Topics, pool: asyncpg.Pool
 ) -> None:
-    name = f"g-{uuid.uuid4().hex[:8]}"
-    await topics.create(
-        name,
-        TopicSettings(
-            endpoint="http://127.0.0.1:9/h?batch=1", group_transactions=True, batch_size=2
-        ),
-    )
-    for i in range(4):
-        await topics.publish(name, Event(payload=i, key=f"k{i}"))
-    topic = await topics.get(name)
+    name, topic = await undelivered_grouped_topic(topics, keys=["k0", "k1", "k2", "k3"])
     # An attempt assembles two batches, may have sent them, and never settles (it hangs, then
     # is fenced out by a new owner).
     stalled = await topics.claim_batches(topic, 2)
