@@ -43,15 +43,14 @@ class Event:
     ready: bool = True  # False: it may not be sent now, nor anything that needs it
 
 
-@dataclass
+@dataclass(slots=True)
 class _Txn:
     positions: list[int]
     last_seen: bool = False
     size: int | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.last_seen and (self.size is None or len(self.positions) >= self.size)
+    # Its last event read, and all its events where their count is known: kept as they are read
+    # (it is asked about for nearly every event read while a transaction is resolved).
+    complete: bool = False
 
 
 class _Scan:
@@ -79,6 +78,8 @@ class _Scan:
             txn.positions.append(self.end)
             if event.last_in_txn:
                 txn.last_seen, txn.size = True, event.txn_size
+            if txn.last_seen:
+                txn.complete = txn.size is None or len(txn.positions) >= txn.size
         self.end += 1
         return True
 

@@ -195,10 +195,18 @@ def _topic(row: asyncpg.Record) -> Topic:
 _ENTRY_LIST = TypeAdapter(list[Entry])
 
 
-def _entries(rows: Iterable[asyncpg.Record]) -> list[Entry]:
+_ENTRY_COLUMNS = tuple(Entry.model_fields)
+
+
+def _entries(rows: Iterable[asyncpg.Record], *, only_entry_columns: bool = False) -> list[Entry]:
     # Validated, all in one call: pydantic's validator is faster than model_construct here
     # (1.5 µs an entry against 3.5, and against 2.5 validating them one by one); other columns
-    # of the rows (batch_id, ...) are left out.
+    # of the rows (batch_id, ...) are left out, or, with `only_entry_columns` (rows that carry
+    # many more, as a grouped look's do), not even copied: 0.35 µs an entry less.
+    if only_entry_columns:
+        return _ENTRY_LIST.validate_python(
+            [{name: row[name] for name in _ENTRY_COLUMNS} for row in rows]
+        )
     return _ENTRY_LIST.validate_python([dict(row) for row in rows])
 
 
@@ -573,7 +581,7 @@ class Topics:
         return Claim(
             topic=topic.name,
             id=claim_id,
-            entries=_entries(by_id[entry_id] for entry_id in all_ids),
+            entries=_entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True),
             batches=claimed,
             incomplete_txns=sorted({txn for txns in incomplete.values() for txn in txns}),
         )
