@@ -723,10 +723,10 @@ $$;
 
 -- Publish one event in the caller's transaction, in one round trip: capacity from a shard,
 -- the entry, and, for a keyed event, the key's lock, so that publishers of one key commit in
--- the order of their entries' IDs. The fast path takes the caller's own shard when it has room
--- and no other publisher is writing it; anything else (another shard, a full topic, a refusal)
--- goes through procbus_topic_admit. The transaction fields are kept on grouped topics only;
--- "grouped" tells the caller to mark its transaction's last event before it commits.
+-- the order of their entries' IDs. Capacity comes through procbus_topic_admit (the caller's own
+-- shard first); clients try the one-statement fast path first (procbus/topics/queries.sql,
+-- publish) and come here when it did nothing. The transaction fields are kept on grouped topics
+-- only; "grouped" tells the caller to mark its transaction's last event before it commits.
 -- Errors: those of procbus_topic_admit.
 CREATE FUNCTION "procbus_topic_publish"(
     "p_topic" text,
@@ -743,29 +743,11 @@ LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
     "size" bigint := octet_length("p_payload");
-    "topic" record;
     "taken" integer;
     "is_grouped" boolean;
 BEGIN
-    SELECT t."sync", t."max_payload_bytes", t."group_transactions" INTO "topic"
-    FROM "procbus_topics" AS t WHERE t."name" = "p_topic";
-    IF FOUND AND NOT "topic"."sync" AND "size" <= "topic"."max_payload_bytes" THEN
-        UPDATE "procbus_topic_shards" AS s
-        SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "size"
-        WHERE s."topic" = "p_topic" AND s."shard" = "p_shard"
-          AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "size" <= s."max_bytes"
-          AND s."shard" = (
-              SELECT c."shard" FROM "procbus_topic_shards" AS c
-              WHERE c."topic" = "p_topic" AND c."shard" = "p_shard"
-              FOR UPDATE SKIP LOCKED
-          )
-        RETURNING s."shard" INTO "taken";
-        "is_grouped" := "topic"."group_transactions";
-    END IF;
-    IF "taken" IS NULL THEN
-        SELECT a."shard", a."grouped" INTO "taken", "is_grouped"
-        FROM "procbus_topic_admit"("p_topic", "p_shard", "size") AS a;
-    END IF;
+    SELECT a."shard", a."grouped" INTO "taken", "is_grouped"
+    FROM "procbus_topic_admit"("p_topic", "p_shard", "size") AS a;
     IF "p_key" IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "p_topic" || '/' || "p_key", 0));
     END IF;
