@@ -76,40 +76,40 @@ WHERE "name" = $1 RETURNING "name";
 
 -- name: publish
 -- A publish in one statement, when the caller's own shard is free and has room: its capacity,
--- the key's lock, then the entry (its ID drawn after the lock, so one key's IDs follow its
+-- then the key's lock, then the entry (its ID drawn after the lock, so one key's IDs follow its
 -- commits). No row means nothing was done (a busy or full shard; an unknown or synchronous
--- topic; a payload too large): then publish_checked decides, and says what was wrong.
+-- topic; a payload too large): then publish_checked decides, and says what was wrong. The
+-- entry's txn_id is the event's on a grouped topic, else NULL.
 WITH "taken" AS (
     UPDATE "procbus_topic_shards" AS s
     SET "entries" = s."entries" + 1, "bytes" = s."bytes" + octet_length($5)
     WHERE s."topic" = $1 AND s."shard" = $2 AND s."queues"
       AND octet_length($5) <= s."max_payload_bytes"
-      AND s."entries" + 1 <= s."max_entries" AND s."bytes" + octet_length($5) <= s."max_bytes"
+      AND s."entries" < s."max_entries" AND s."bytes" + octet_length($5) <= s."max_bytes"
       AND s."shard" = (
           SELECT c."shard" FROM "procbus_topic_shards" AS c
           WHERE c."topic" = $1 AND c."shard" = $2
           FOR UPDATE SKIP LOCKED
       )
+      -- The key's lock as a filter of this row, cheaper than a step of its own
+      -- (pg_advisory_xact_lock returns void, which casts to the empty text).
+      AND ($3::text IS NULL OR pg_advisory_xact_lock(
+          hashtextextended('procbus_topic_key:' || $1 || '/' || $3::text, 0))::text = '')
     RETURNING s."shard", s."grouped"
-), "entry" AS (
-    INSERT INTO "procbus_topic_entries"
-        ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
-         "txn_size")
-    SELECT $1, k."shard", $3, $4, $5::jsonb, octet_length($5), $6,
-           CASE WHEN k."grouped" THEN $7::text END, k."grouped" AND coalesce($8::boolean, false),
-           CASE WHEN k."grouped" THEN $9::integer END
-    FROM "taken" AS k
-    WHERE $3::text IS NULL OR EXISTS (
-        SELECT FROM pg_advisory_xact_lock(
-            hashtextextended('procbus_topic_key:' || $1 || '/' || $3::text, 0))
-    )
-    RETURNING "id", "created_at"
 )
-SELECT e."id", e."created_at", k."grouped" FROM "entry" AS e, "taken" AS k;
+INSERT INTO "procbus_topic_entries"
+    ("topic", "shard", "key", "type", "payload", "bytes", "webhook_id", "txn_id", "txn_last",
+     "txn_size")
+SELECT $1, k."shard", $3, $4, $5::jsonb, octet_length($5), $6,
+       CASE WHEN k."grouped" THEN $7::text END, k."grouped" AND coalesce($8::boolean, false),
+       CASE WHEN k."grouped" THEN $9::integer END
+FROM "taken" AS k
+RETURNING "id", "created_at", "txn_id";
 
 -- name: publish_checked
 -- The same publish with every check and the other shards: procbus_topic_publish.
-SELECT "id", "created_at", "grouped" FROM "procbus_topic_publish"($1, $2, $3, $4, $5, $6, $7, $8, $9);
+SELECT "id", "created_at", CASE WHEN "grouped" THEN $7::text END AS "txn_id"
+FROM "procbus_topic_publish"($1, $2, $3, $4, $5, $6, $7, $8, $9);
 
 -- name: mark_transaction_end
 -- Before a publishing transaction commits: on each grouped topic it published to, its last

@@ -167,7 +167,7 @@ async def publish_in_transaction(
         id=row["id"],
         webhook_id=webhook_id,
         created_at=row["created_at"],
-        txn_id=event.txn_id if row["grouped"] else None,
+        txn_id=row["txn_id"],
     )
 
 
