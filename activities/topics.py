@@ -37,7 +37,7 @@ IDLE_MAX_SECONDS = 0.5
 DISABLED_POLL_SECONDS = 2.0
 EXPIRE_EVERY_SECONDS = 10.0
 REFRESH_EVERY_SECONDS = 1.0
-STATS_EVERY_SECONDS = 5.0
+GAUGES_EVERY_SECONDS = 5.0
 
 
 class TopicActivities:
@@ -68,7 +68,7 @@ class TopicActivities:
         # The one owner starts here: what an earlier attempt held (its worker died, or it hangs
         # and is fenced out by its claim IDs) is sent again now, not when its claims run out.
         await self.topics.take_over(request.topic)
-        expire_due = stats_due = refresh_due = loop.time()
+        expire_due = gauges_due = refresh_due = loop.time()
         topic: Topic | None = None
         secrets: list[str] = []
         try:
@@ -106,11 +106,11 @@ class TopicActivities:
                 progress.state = "delivering" if done.claimed else "waiting for events"
                 if done.gone is not None:
                     refresh_due = loop.time()  # the topic was just disabled: read it again
-                if loop.time() >= stats_due:
-                    stats = await self.topics.stats(topic.name)
-                    metrics.depth.set(stats.depth, attributes)
-                    metrics.dead_letters.set(stats.dead_letters, attributes)
-                    stats_due = loop.time() + STATS_EVERY_SECONDS
+                if loop.time() >= gauges_due:
+                    gauges = await self.topics.gauges(topic.name)
+                    metrics.depth.set(gauges.depth, attributes)
+                    metrics.dead_letters.set(gauges.dead_letters, attributes)
+                    gauges_due = loop.time() + GAUGES_EVERY_SECONDS
                 if done.claimed:
                     idle = IDLE_FIRST_SECONDS
                 else:

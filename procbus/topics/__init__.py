@@ -12,6 +12,7 @@ from procbus.topics.models import (
     Reservation,
     Settled,
     Topic,
+    TopicGauges,
     TopicSettings,
     TopicStats,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "ReservationExpired",
     "Settled",
     "Topic",
+    "TopicGauges",
     "TopicNotFound",
     "TopicSettings",
     "TopicStats",

@@ -235,6 +235,13 @@ class DeadLetter(Entry):
     reason: str
 
 
+class TopicGauges(BaseModel):
+    """What a topic's delivery reports as metrics, read without scanning its queue."""
+
+    depth: int = Field(description="committed entries waiting")
+    dead_letters: int = Field(description="dead letters kept now")
+
+
 class TopicStats(BaseModel):
     """`procbus topic stats`: the queue now and its running totals."""
 

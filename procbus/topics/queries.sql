@@ -258,6 +258,14 @@ RETURNING "id", "key", "type", "payload", "webhook_id", "txn_id", "txn_last", "t
 -- A redriven entry of a grouped topic takes its original ID (its place in the queue) again.
 UPDATE "procbus_topic_entries" SET "id" = $2 WHERE "id" = $1;
 
+-- name: topic_gauges
+-- The depth without reading the queue: the capacity its shards count (committed and reserved)
+-- less the reservations, whose rows hold the rest. Index probes however deep the queue.
+SELECT
+    ((SELECT coalesce(sum("entries"), 0) FROM "procbus_topic_shards" WHERE "topic" = $1)
+     - (SELECT count(*) FROM "procbus_topic_reservations" WHERE "topic" = $1))::bigint AS "depth",
+    (SELECT count(*) FROM "procbus_topic_dead_letters" WHERE "topic" = $1) AS "dead_letters";
+
 -- name: topic_stats
 SELECT
     (SELECT coalesce(sum("entries"), 0) FROM "procbus_topic_shards" WHERE "topic" = $1)::bigint

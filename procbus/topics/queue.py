@@ -49,6 +49,7 @@ from procbus.topics.models import (
     Reservation,
     Settled,
     Topic,
+    TopicGauges,
     TopicSettings,
     TopicStats,
     check_topic_name,
@@ -748,6 +749,11 @@ class Topics:
                     again = again.model_copy(update={"id": row["id"]})
                 published.append(again)
         return published
+
+    async def gauges(self, name: str) -> TopicGauges:
+        """Depth and dead letters, for metrics taken often: `stats` reads the whole queue."""
+        row = await self.pool.fetchrow(self.queries["topic_gauges"], name)
+        return TopicGauges(depth=row["depth"], dead_letters=row["dead_letters"])
 
     async def stats(self, name: str) -> TopicStats:
         topic = await self.get(name)

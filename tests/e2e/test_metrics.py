@@ -12,7 +12,13 @@ from pathlib import Path
 import httpx
 
 from procbus.stack.processes import free_port
-from procbus.temporal.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS, OUTBOX_BACKLOG
+from procbus.temporal.metrics import (
+    LOCK_WAIT_SECONDS,
+    LOCK_WAITS,
+    OUTBOX_BACKLOG,
+    TOPIC_DEAD_LETTERS,
+    TOPIC_DEPTH,
+)
 from tests.e2e.conftest import DevStack, procbus
 from tests.services import subprocess_environment
 
@@ -44,6 +50,12 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         status = json.loads(procbus(env, "status", "--json").stdout)
         url = status["metrics_url"]
         assert url == f"http://127.0.0.1:{port}/metrics"
+        # A topic whose endpoint is down: what it holds shows in its gauges.
+        down = f"http://127.0.0.1:{free_port()}/hooks"
+        assert procbus(env, "topic", "create", "metered", "--endpoint", down).returncode == 0
+        for n in range(2):
+            published = procbus(env, "topic", "publish", "metered", "--payload", f'{{"n": {n}}}')
+            assert published.returncode == 0, published.stderr
         assert procbus(env, "namespace", "create", "sales", "--wait").returncode == 0
         creating = procbus(env, "table", "create", "sales.orders", "--schema", "id:int")
         time.sleep(0.5)  # CreateTable holds IX on sales now
@@ -56,8 +68,9 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the exporter shows what was recorded by now
             text = httpx.get(url, timeout=10).text
-            if samples(text, f"{LOCK_WAITS}_total"):
-                break
+            depths = [value for _, value in samples(text, TOPIC_DEPTH)]
+            if samples(text, f"{LOCK_WAITS}_total") and depths and depths[0] > 0:
+                break  # the topic's gauge is read every 5 s: its first may predate the events
             time.sleep(0.5)
         # The SDK's own.
         assert samples(text, "temporal_workflow_completed_total")
@@ -79,6 +92,10 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         }
         assert waited["DeleteNamespace"] > 0.5  # it waited for CreateTable's slow step
         assert samples(text, OUTBOX_BACKLOG) == [({"service_name": "temporal-core-sdk"}, 0.0)]
+        # The topic's, from its delivery: both events wait, none is a dead letter yet.
+        [(depth_labels, depth)] = samples(text, TOPIC_DEPTH)
+        assert depth_labels["topic"] == "metered" and depth == 2
+        assert [value for _, value in samples(text, TOPIC_DEAD_LETTERS)] == [0]
     finally:
         stack.stop()
 

@@ -303,6 +303,32 @@ async def test_looking_at_an_empty_queue_claims_nothing(topics: Topics) -> None:
     assert not await topics.take_over(topic)  # no claim was written: an idle look only reads
 
 
+async def test_the_gauges_count_what_the_stats_count_without_reading_the_queue(
+    topics: Topics,
+) -> None:
+    topic = await make(topics, ttl_seconds=0.3)
+
+    async def both() -> tuple[tuple[int, int], tuple[int, int]]:
+        gauges, stats = await topics.gauges(topic), await topics.stats(topic)
+        return (gauges.depth, gauges.dead_letters), (stats.depth, stats.dead_letters)
+
+    doomed = await topics.publish(topic, Event(payload={"n": 0}))
+    await asyncio.sleep(0.4)
+    for n in range(1, 5):
+        await topics.publish(topic, Event(payload={"n": n}))
+    held = await topics.reserve(topic, 100)  # capacity taken, nothing committed yet
+    dropped = await topics.reserve(topic, 100)
+    gauges, stats = await both()
+    assert gauges == stats == (5, 0)
+    await topics.commit(held, Event(payload={"n": 5}))
+    await topics.abort(dropped)
+    assert await topics.expire(topic) == [doomed.id]
+    claim = await topics.claim(topic, 2)
+    await topics.settle(claim, [entry.id for entry in claim.entries])
+    gauges, stats = await both()
+    assert gauges == stats == (3, 1)
+
+
 async def test_entries_past_their_ttl_are_dead_letters_not_dropped(topics: Topics) -> None:
     topic = await make(topics, ttl_seconds=0.2)
     published = await topics.publish(topic, Event(payload={"late": True}))
