@@ -306,15 +306,13 @@ async def test_looking_at_an_empty_queue_claims_nothing(topics: Topics) -> None:
 async def test_the_gauges_count_what_the_stats_count_without_reading_the_queue(
     topics: Topics,
 ) -> None:
-    topic = await make(topics, ttl_seconds=0.3)
+    topic = await make(topics)
 
     async def both() -> tuple[tuple[int, int], tuple[int, int]]:
         gauges, stats = await topics.gauges(topic), await topics.stats(topic)
         return (gauges.depth, gauges.dead_letters), (stats.depth, stats.dead_letters)
 
-    doomed = await topics.publish(topic, Event(payload={"n": 0}))
-    await asyncio.sleep(0.4)
-    for n in range(1, 5):
+    for n in range(5):
         await topics.publish(topic, Event(payload={"n": n}))
     held = await topics.reserve(topic, 100)  # capacity taken, nothing committed yet
     dropped = await topics.reserve(topic, 100)
@@ -322,9 +320,10 @@ async def test_the_gauges_count_what_the_stats_count_without_reading_the_queue(
     assert gauges == stats == (5, 0)
     await topics.commit(held, Event(payload={"n": 5}))
     await topics.abort(dropped)
-    assert await topics.expire(topic) == [doomed.id]
-    claim = await topics.claim(topic, 2)
-    await topics.settle(claim, [entry.id for entry in claim.entries])
+    claim = await topics.claim(topic, 3)
+    refused = Failure(id=claim.entries[2].id, error="410", attempts=0, permanent=True)
+    settled = await topics.settle(claim, [entry.id for entry in claim.entries[:2]], [refused])
+    assert settled.dead_lettered == [refused.id]
     gauges, stats = await both()
     assert gauges == stats == (3, 1)
 
