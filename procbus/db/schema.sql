@@ -508,7 +508,9 @@ CREATE TABLE "procbus_topic_secrets" (
 
 -- A topic's capacity, split in shards so that its publishers do not queue up on one hot row:
 -- each publisher takes capacity from a shard of its own when it can (entries and bytes,
--- committed and reserved). The shards' bounds add up to the topic's.
+-- committed and reserved). The shards' bounds add up to the topic's. Whoever changes a shard's
+-- counts holds its advisory lock (procbus_topic_shard_lock), which a publisher tries and others
+-- wait for; the counts carry no CHECK, which PostgreSQL would prepare again on every publish.
 CREATE TABLE "procbus_topic_shards" (
     "topic" text NOT NULL,
     "shard" integer NOT NULL,
@@ -521,8 +523,7 @@ CREATE TABLE "procbus_topic_shards" (
     "queues" boolean NOT NULL,
     "max_payload_bytes" bigint NOT NULL,
     "grouped" boolean NOT NULL,
-    PRIMARY KEY ("topic", "shard"),
-    CHECK ("entries" >= 0 AND "bytes" >= 0)
+    PRIMARY KEY ("topic", "shard")
 );
 
 -- Capacity taken for an event that is not committed yet (two-phase publish).
@@ -610,48 +611,74 @@ CREATE TABLE "procbus_topic_batches" (
     PRIMARY KEY ("topic", "batch_id")
 );
 
+-- The advisory lock that stands for a shard: whoever changes its counts holds it.
+CREATE FUNCTION "procbus_topic_shard_lock"("p_topic" text, "p_shard" integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashtextextended('procbus_topic_shard:' || "p_topic" || '/' || "p_shard"::text, 0)
+$$;
+
+-- Capacity given back to shards of "p_topic" (delivered, dead-lettered, aborted or expired):
+-- "p_entries" entries and "p_bytes" bytes to the shard at the same place in "p_shards" (a shard
+-- may come more than once). The shards' locks are taken in shard order, waiting.
+CREATE FUNCTION "procbus_topic_give_back"(
+    "p_topic" text,
+    "p_shards" integer[],
+    "p_entries" bigint[],
+    "p_bytes" bigint[]
+) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", g."shard"))
+    FROM (SELECT DISTINCT u."shard" FROM unnest("p_shards") AS u("shard")) AS g
+    ORDER BY g."shard";
+    UPDATE "procbus_topic_shards" AS s
+    SET "entries" = s."entries" - g."entries", "bytes" = s."bytes" - g."bytes"
+    FROM (
+        SELECT u."shard", sum(u."entries") AS "entries", sum(u."bytes") AS "bytes"
+        FROM unnest("p_shards", "p_entries", "p_bytes") AS u("shard", "entries", "bytes")
+        GROUP BY u."shard"
+    ) AS g
+    WHERE s."topic" = "p_topic" AND s."shard" = g."shard";
+END
+$$;
+
 -- Take capacity for one event of "p_bytes" from a shard of "p_topic", the caller's own shard
--- first; returns the shard, or NULL when the topic is full. A shard another publisher is
--- writing is skipped rather than waited for; only when all are busy does it wait. Expired
+-- first; returns the shard, or NULL when the topic is full. A shard whose lock another
+-- publisher holds is skipped rather than waited for; only when all are busy does it wait. Expired
 -- reservations give their capacity back before a topic is called full.
 CREATE FUNCTION "procbus_topic_take"("p_topic" text, "p_shard" integer, "p_bytes" bigint)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    "taken" integer;
+    "candidate" integer;
+    "waiting" boolean;
     "attempt" integer;
 BEGIN
     FOR "attempt" IN 1..2 LOOP
-        UPDATE "procbus_topic_shards" AS s
-        SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
-        WHERE (s."topic", s."shard") = (
-            SELECT c."topic", c."shard" FROM "procbus_topic_shards" AS c
-            WHERE c."topic" = "p_topic"
-              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
-            ORDER BY c."shard" < "p_shard", c."shard"
-            LIMIT 1
-            FOR UPDATE SKIP LOCKED
-        )
-        RETURNING s."shard" INTO "taken";
-        IF "taken" IS NOT NULL THEN
-            RETURN "taken";
-        END IF;
-        -- Every shard with room is busy, or none has room: wait for the first with room.
-        UPDATE "procbus_topic_shards" AS s
-        SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
-        WHERE (s."topic", s."shard") = (
-            SELECT c."topic", c."shard" FROM "procbus_topic_shards" AS c
-            WHERE c."topic" = "p_topic"
-              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
-            ORDER BY c."shard" < "p_shard", c."shard"
-            LIMIT 1
-            FOR UPDATE
-        )
-          AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes"
-        RETURNING s."shard" INTO "taken";
-        IF "taken" IS NOT NULL THEN
-            RETURN "taken";
-        END IF;
+        -- The shards with room whose lock is free, the caller's own first; when all are busy,
+        -- the same again, waiting for each lock in turn.
+        FOREACH "waiting" IN ARRAY ARRAY[false, true] LOOP
+            FOR "candidate" IN
+                SELECT c."shard" FROM "procbus_topic_shards" AS c
+                WHERE c."topic" = "p_topic"
+                  AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+                ORDER BY c."shard" < "p_shard", c."shard"
+            LOOP
+                IF "waiting" THEN
+                    PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+                ELSIF NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate")) THEN
+                    CONTINUE;
+                END IF;
+                -- Under the lock, the room again: another publisher may have taken it.
+                UPDATE "procbus_topic_shards" AS s
+                SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+                WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+                  AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+                IF FOUND THEN
+                    RETURN "candidate";
+                END IF;
+            END LOOP;
+        END LOOP;
         IF "attempt" = 1 THEN
             PERFORM "procbus_topic_reclaim"("p_topic");
         END IF;
@@ -664,24 +691,20 @@ $$;
 CREATE FUNCTION "procbus_topic_reclaim"("p_topic" text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
-    "reclaimed" integer;
+    "shards" integer[];
+    "sizes" bigint[];
 BEGIN
     WITH "expired" AS (
         DELETE FROM "procbus_topic_reservations" AS r
         WHERE r."topic" = "p_topic" AND r."expires_at" < clock_timestamp()
         RETURNING r."shard", r."bytes"
-    ), "per_shard" AS (
-        SELECT e."shard", count(*) AS "entries", sum(e."bytes") AS "bytes"
-        FROM "expired" AS e GROUP BY e."shard"
-    ), "given_back" AS (
-        UPDATE "procbus_topic_shards" AS s
-        SET "entries" = s."entries" - p."entries", "bytes" = s."bytes" - p."bytes"
-        FROM "per_shard" AS p
-        WHERE s."topic" = "p_topic" AND s."shard" = p."shard"
-        RETURNING p."entries"
     )
-    SELECT coalesce(sum(g."entries"), 0) INTO "reclaimed" FROM "given_back" AS g;
-    RETURN "reclaimed";
+    SELECT coalesce(array_agg(e."shard"), '{}'), coalesce(array_agg(e."bytes"), '{}')
+    INTO "shards", "sizes"
+    FROM "expired" AS e;
+    PERFORM "procbus_topic_give_back"(
+        "p_topic", "shards", array_fill(1::bigint, ARRAY[cardinality("shards")]), "sizes");
+    RETURN cardinality("shards");
 END
 $$;
 
@@ -812,9 +835,8 @@ BEGIN
         RETURN;
     END IF;
     IF "held"."expired" THEN
-        UPDATE "procbus_topic_shards" AS s
-        SET "entries" = s."entries" - 1, "bytes" = s."bytes" - "held"."bytes"
-        WHERE s."topic" = "held"."topic" AND s."shard" = "held"."shard";
+        PERFORM "procbus_topic_give_back"(
+            "held"."topic", ARRAY["held"."shard"], ARRAY[1::bigint], ARRAY["held"."bytes"]);
         RETURN QUERY SELECT 'expired'::text, "held"."topic", NULL::bigint, NULL::timestamptz;
         RETURN;
     END IF;
@@ -823,8 +845,8 @@ BEGIN
             USING ERRCODE = 'PBP02';
     END IF;
     IF "size" < "held"."bytes" THEN
-        UPDATE "procbus_topic_shards" AS s SET "bytes" = s."bytes" - ("held"."bytes" - "size")
-        WHERE s."topic" = "held"."topic" AND s."shard" = "held"."shard";
+        PERFORM "procbus_topic_give_back"(
+            "held"."topic", ARRAY["held"."shard"], ARRAY[0::bigint], ARRAY["held"."bytes" - "size"]);
     END IF;
     IF "p_key" IS NOT NULL THEN
         PERFORM pg_advisory_xact_lock(hashtextextended('procbus_topic_key:' || "held"."topic" || '/' || "p_key", 0));
@@ -976,9 +998,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    UPDATE "procbus_topic_shards" AS s
-    SET "entries" = s."entries" - 1, "bytes" = s."bytes" - "held"."bytes"
-    WHERE s."topic" = "held"."topic" AND s."shard" = "held"."shard";
+    PERFORM "procbus_topic_give_back"(
+        "held"."topic", ARRAY["held"."shard"], ARRAY[1::bigint], ARRAY["held"."bytes"]);
     RETURN true;
 END
 $$;

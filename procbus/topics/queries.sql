@@ -56,6 +56,13 @@ FROM "procbus_captures" WHERE "topic" = $1;
 -- name: count_pending
 SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1;
 
+-- name: lock_topic_shards
+-- Before a topic's shards go: their locks, in shard order, as every writer of their counts
+-- takes them (procbus_topic_give_back).
+SELECT pg_advisory_xact_lock("procbus_topic_shard_lock"($1, s."shard"))
+FROM "procbus_topic_shards" AS s WHERE s."topic" = $1
+ORDER BY s."shard";
+
 -- name: delete_topic_rows
 -- Everything of a topic but its row (its secrets go with it by the foreign key).
 WITH "entries" AS (DELETE FROM "procbus_topic_entries" WHERE "topic" = $1),
@@ -86,11 +93,8 @@ WITH "taken" AS (
     WHERE s."topic" = $1 AND s."shard" = $2 AND s."queues"
       AND octet_length($5) <= s."max_payload_bytes"
       AND s."entries" < s."max_entries" AND s."bytes" + octet_length($5) <= s."max_bytes"
-      AND s."shard" = (
-          SELECT c."shard" FROM "procbus_topic_shards" AS c
-          WHERE c."topic" = $1 AND c."shard" = $2
-          FOR UPDATE SKIP LOCKED
-      )
+      -- The shard's lock, tried: a shard another publisher holds is skipped, not waited for.
+      AND pg_try_advisory_xact_lock("procbus_topic_shard_lock"($1, $2))
       -- The key's lock as a filter of this row, cheaper than a step of its own
       -- (pg_advisory_xact_lock returns void, which casts to the empty text).
       AND ($3::text IS NULL OR pg_advisory_xact_lock(
@@ -157,20 +161,18 @@ WITH "ended" AS (
     DELETE FROM "procbus_topic_entries"
     WHERE "topic" = $1 AND "id" = ANY ($3::bigint[]) AND EXISTS (SELECT FROM "ended")
     RETURNING "shard", "bytes"
-), "per_shard" AS (
-    SELECT g."shard", count(*) AS "entries", sum(g."bytes") AS "bytes"
-    FROM "gone" AS g GROUP BY g."shard"
 ), "given_back" AS (
-    UPDATE "procbus_topic_shards" AS s
-    SET "entries" = s."entries" - p."entries", "bytes" = s."bytes" - p."bytes"
-    FROM "per_shard" AS p
-    WHERE s."topic" = $1 AND s."shard" = p."shard"
+    SELECT "procbus_topic_give_back"(
+        $1, array_agg(g."shard"), array_agg(1::bigint), array_agg(g."bytes")) AS "done"
+    FROM "gone" AS g
 ), "counted" AS (
     UPDATE "procbus_topics" SET "delivered" = "delivered" + (SELECT count(*) FROM "gone")
     WHERE "name" = $1 AND EXISTS (SELECT FROM "ended")
 )
+-- (given_back's one row: reading it gives the capacity back.)
 SELECT EXISTS (SELECT FROM "ended") AS "held", (SELECT count(*) FROM "gone") AS "removed",
-       (SELECT count(*) FROM "batches") AS "batches";
+       (SELECT count(*) FROM "batches") AS "batches"
+FROM "given_back";
 
 -- name: record_failures
 -- Failed sends: attempts, the next attempt's time and the history, with the entry, so a new
@@ -208,19 +210,17 @@ WITH "dead" AS (
            d."txn_last", d."txn_size", d."batch_id"
     FROM "dead" AS d
     RETURNING "id"
-), "per_shard" AS (
-    SELECT d."shard", count(*) AS "entries", sum(d."bytes") AS "bytes"
-    FROM "dead" AS d GROUP BY d."shard"
 ), "given_back" AS (
-    UPDATE "procbus_topic_shards" AS s
-    SET "entries" = s."entries" - p."entries", "bytes" = s."bytes" - p."bytes"
-    FROM "per_shard" AS p
-    WHERE s."topic" = $1 AND s."shard" = p."shard"
+    SELECT "procbus_topic_give_back"(
+        $1, array_agg(d."shard"), array_agg(1::bigint), array_agg(d."bytes")) AS "done"
+    FROM "dead" AS d
 ), "counted" AS (
     UPDATE "procbus_topics" SET "dead_lettered" = "dead_lettered" + (SELECT count(*) FROM "kept")
     WHERE "name" = $1
 )
-SELECT coalesce(array_agg("id" ORDER BY "id"), '{}') FROM "kept";
+-- (given_back's one row: reading it gives the capacity back.)
+SELECT (SELECT coalesce(array_agg(k."id" ORDER BY k."id"), '{}') FROM "kept" AS k)
+FROM "given_back";
 
 -- name: expired_entries
 -- Entries past the topic's TTL, whatever their attempts: for the dead letters. With them go the

@@ -341,6 +341,7 @@ class Topics:
                     f"topic {name!r} still holds {pending} undelivered entries: they would be "
                     "lost; delete it with --force to drop them"
                 )
+            await connection.execute(self.queries["lock_topic_shards"], name)
             await connection.execute(self.queries["delete_topic_rows"], name)
             await connection.execute(self.queries["delete_topic"], name)
         return pending

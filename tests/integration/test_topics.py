@@ -14,7 +14,7 @@ from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, TopicNotFound, Topics, TopicSettings
 from procbus.topics.models import SHARDS, Settled
-from procbus.topics.queue import check_secret
+from procbus.topics.queue import check_secret, publish_in_transaction
 
 RECEIVER = "http://127.0.0.1:9/hooks"
 
@@ -26,11 +26,15 @@ async def make(topics: Topics, **settings: Any) -> str:
 
 
 async def capacity(pool: asyncpg.Pool, topic: str) -> tuple[int, int]:
+    """The capacity a topic's shards count as taken; no shard's count below zero (the table
+    has no CHECK for it: see migration 0016)."""
     row = await pool.fetchrow(
-        'SELECT sum("entries")::bigint AS e, sum("bytes")::bigint AS b '
+        'SELECT sum("entries")::bigint AS e, sum("bytes")::bigint AS b, '
+        'bool_and("entries" >= 0 AND "bytes" >= 0) AS non_negative '
         'FROM "procbus_topic_shards" WHERE "topic" = $1',
         topic,
     )
+    assert row["non_negative"], f"a shard of {topic} counts below zero"
     return row["e"], row["b"]
 
 
@@ -124,6 +128,28 @@ async def test_the_bound_holds_exactly_under_concurrent_publishers(
     await asyncio.gather(*(writer() for _ in range(8)))
     assert accepted == 200 == (await topics.stats(topic)).depth
     assert await capacity(pool, topic) == (200, 200 * len('{"x":1}'))
+
+
+async def test_a_publisher_takes_another_shard_when_its_own_is_held_without_waiting(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = await make(topics)
+    monkeypatch.setattr("procbus.topics.queue.preferred_shard", lambda connection: 0)
+    async with pool.acquire() as first, pool.acquire() as second:
+        async with first.transaction():  # holds shard 0 until it commits
+            held = await publish_in_transaction(first, topic, Event(payload={"n": 1}))
+            async with second.transaction():
+                # Were it to wait for shard 0, this would wait for the first's commit: forever.
+                other = await asyncio.wait_for(
+                    publish_in_transaction(second, topic, Event(payload={"n": 2})), 10
+                )
+        shards = dict(
+            await pool.fetch(
+                'SELECT "id", "shard" FROM "procbus_topic_entries" WHERE "topic" = $1', topic
+            )
+        )
+    assert shards[held.id] == 0 and shards[other.id] != 0
+    assert await capacity(pool, topic) == (2, 2 * len('{"n":1}'))
 
 
 async def test_bytes_are_bounded_and_payloads_too(topics: Topics) -> None:
