@@ -110,6 +110,24 @@ SELECT $1, k."shard", $3, $4, $5::jsonb, octet_length($5), $6,
 FROM "taken" AS k
 RETURNING "id", "created_at", "txn_id";
 
+-- name: publish_plain
+-- publish for an event without a key or transaction fields ($1 topic, $2 shard, $3 type,
+-- $4 payload, $5 webhook ID): PostgreSQL prepares a statement's expressions again on every
+-- run, and most events need neither the key's lock nor the CASEs.
+WITH "taken" AS (
+    UPDATE "procbus_topic_shards" AS s
+    SET "entries" = s."entries" + 1, "bytes" = s."bytes" + octet_length($4)
+    WHERE s."topic" = $1 AND s."shard" = $2 AND s."queues"
+      AND octet_length($4) <= s."max_payload_bytes"
+      AND s."entries" < s."max_entries" AND s."bytes" + octet_length($4) <= s."max_bytes"
+      AND pg_try_advisory_xact_lock("procbus_topic_shard_lock"($1, $2))
+    RETURNING s."shard"
+)
+INSERT INTO "procbus_topic_entries" ("topic", "shard", "type", "payload", "bytes", "webhook_id")
+SELECT $1, k."shard", $3, $4::jsonb, octet_length($4), $5
+FROM "taken" AS k
+RETURNING "id", "created_at", NULL::text AS "txn_id";
+
 -- name: publish_checked
 -- The same publish with every check and the other shards: procbus_topic_publish.
 SELECT "id", "created_at", CASE WHEN "grouped" THEN $7::text END AS "txn_id"

@@ -145,21 +145,29 @@ async def publish_in_transaction(
         raise InvalidRequest("publish_in_transaction needs an open transaction")
     webhook_id = webhook_id or new_webhook_id()
     queries = load_queries(QUERIES)
+    shard, payload = preferred_shard(connection), encode_payload(event.payload)
     arguments = (
         topic,
-        preferred_shard(connection),
+        shard,
         event.key,
         event.type,
-        encode_payload(event.payload),
+        payload,
         webhook_id,
         event.txn_id,
         event.last_in_txn,
         event.txn_size,
     )
+    plain = event.key is None and event.txn_id is None and event.txn_size is None
     try:
-        # One statement when the connection's own shard is free and has room; else the checked
-        # path, which tries the other shards and says what was wrong.
-        row = await connection.fetchrow(queries["publish"], *arguments)
+        # One statement when the connection's own shard is free and has room (a lighter one for
+        # an event without key and transaction fields); else the checked path, which tries the
+        # other shards and says what was wrong.
+        if plain and not event.last_in_txn:
+            row = await connection.fetchrow(
+                queries["publish_plain"], topic, shard, event.type, payload, webhook_id
+            )
+        else:
+            row = await connection.fetchrow(queries["publish"], *arguments)
         if row is None:
             row = await connection.fetchrow(queries["publish_checked"], *arguments)
     except asyncpg.PostgresError as error:
