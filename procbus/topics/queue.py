@@ -71,6 +71,12 @@ ROTATION_OVERLAP_SECONDS = 24 * 3600.0
 SYNC_TIMEOUT_SECONDS = 10.0
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
+# Server processes whose first shard moved (see move_shard); past this many, the moves of
+# processes long gone are forgotten.
+MOVED_SHARDS_KEPT = 4096
+
+# A server process's first shard when it is no longer its PID's: see move_shard.
+_moved_shards: dict[int, int] = {}
 
 
 class TopicNotFound(InvalidRequest):
@@ -128,7 +134,18 @@ def topic_error(error: asyncpg.PostgresError) -> Exception:
 def preferred_shard(connection: asyncpg.Connection) -> int:
     """The shard a connection takes capacity from first: its own, by server process."""
     pid: int = connection.get_server_pid()
-    return pid % SHARDS
+    return _moved_shards.get(pid, pid % SHARDS)
+
+
+def move_shard(connection: asyncpg.Connection, shard: int | None = None) -> None:
+    """After the connection's first shard was busy (or full): take `shard` first from now on,
+    or another chosen at random. Two connections whose PIDs fall on one shard part this way,
+    instead of one of them taking the slower checked path whenever the other holds it."""
+    if shard is None:
+        shard = (preferred_shard(connection) + random.randrange(1, SHARDS)) % SHARDS
+    if len(_moved_shards) >= MOVED_SHARDS_KEPT:
+        _moved_shards.clear()  # only preferences: a process that lost one just moves again
+    _moved_shards[connection.get_server_pid()] = shard
 
 
 async def publish_in_transaction(
@@ -170,6 +187,7 @@ async def publish_in_transaction(
             row = await connection.fetchrow(queries["publish"], *arguments)
         if row is None:
             row = await connection.fetchrow(queries["publish_checked"], *arguments)
+            move_shard(connection)
     except asyncpg.PostgresError as error:
         raise topic_error(error) from None
     return Published(
@@ -448,17 +466,15 @@ class Topics:
             raise InvalidRequest(f"a reservation needs a size and a time above 0, got {size}")
         reservation_id = uuid.uuid4()
         async with self.pool.acquire() as connection:
+            shard = preferred_shard(connection)
             try:
                 row = await connection.fetchrow(
-                    self.queries["reserve"],
-                    reservation_id,
-                    topic,
-                    preferred_shard(connection),
-                    size,
-                    seconds,
+                    self.queries["reserve"], reservation_id, topic, shard, size, seconds
                 )
             except asyncpg.PostgresError as error:
                 raise topic_error(error) from None
+            if row["shard"] != shard:
+                move_shard(connection, row["shard"])
         return Reservation(
             id=reservation_id,
             topic=topic,

@@ -14,7 +14,12 @@ from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, TopicNotFound, Topics, TopicSettings
 from procbus.topics.models import SHARDS, Settled
-from procbus.topics.queue import check_secret, publish_in_transaction
+from procbus.topics.queue import (
+    check_secret,
+    move_shard,
+    preferred_shard,
+    publish_in_transaction,
+)
 
 RECEIVER = "http://127.0.0.1:9/hooks"
 
@@ -130,26 +135,32 @@ async def test_the_bound_holds_exactly_under_concurrent_publishers(
     assert await capacity(pool, topic) == (200, 200 * len('{"x":1}'))
 
 
-async def test_a_publisher_takes_another_shard_when_its_own_is_held_without_waiting(
-    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+async def test_a_publisher_whose_shard_is_held_takes_another_at_once_and_moves_there(
+    topics: Topics, pool: asyncpg.Pool
 ) -> None:
     topic = await make(topics)
-    monkeypatch.setattr("procbus.topics.queue.preferred_shard", lambda connection: 0)
     async with pool.acquire() as first, pool.acquire() as second:
-        async with first.transaction():  # holds shard 0 until it commits
+        shard = preferred_shard(first)
+        move_shard(second, shard)  # the two meet on one shard, as two PIDs can
+        async with first.transaction():  # holds the shard until it commits
             held = await publish_in_transaction(first, topic, Event(payload={"n": 1}))
             async with second.transaction():
-                # Were it to wait for shard 0, this would wait for the first's commit: forever.
+                # Were it to wait for the shard, this would wait for the first's commit: forever.
                 other = await asyncio.wait_for(
                     publish_in_transaction(second, topic, Event(payload={"n": 2})), 10
                 )
+            moved = preferred_shard(second)
+            async with second.transaction():  # from its new shard, while the first still holds
+                again = await publish_in_transaction(second, topic, Event(payload={"n": 3}))
+            assert moved != shard and preferred_shard(second) == moved  # no second move
         shards = dict(
             await pool.fetch(
                 'SELECT "id", "shard" FROM "procbus_topic_entries" WHERE "topic" = $1', topic
             )
         )
-    assert shards[held.id] == 0 and shards[other.id] != 0
-    assert await capacity(pool, topic) == (2, 2 * len('{"n":1}'))
+    assert shards == {held.id: shard, other.id: shards[other.id], again.id: moved}
+    assert shards[other.id] != shard
+    assert await capacity(pool, topic) == (3, 3 * len('{"n":1}'))
 
 
 async def test_bytes_are_bounded_and_payloads_too(topics: Topics) -> None:
