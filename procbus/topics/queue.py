@@ -132,7 +132,8 @@ def topic_error(error: asyncpg.PostgresError) -> Exception:
 
 
 def preferred_shard(connection: asyncpg.Connection) -> int:
-    """The shard a connection takes capacity from first: its own, by server process."""
+    """The shard a connection takes capacity from first: its own, by server process, unless
+    it moved (move_shard)."""
     pid: int = connection.get_server_pid()
     return _moved_shards.get(pid, pid % SHARDS)
 
@@ -174,12 +175,17 @@ async def publish_in_transaction(
         event.last_in_txn,
         event.txn_size,
     )
-    plain = event.key is None and event.txn_id is None and event.txn_size is None
+    plain = (
+        event.key is None
+        and event.txn_id is None
+        and event.txn_size is None
+        and not event.last_in_txn
+    )
     try:
         # One statement when the connection's own shard is free and has room (a lighter one for
         # an event without key and transaction fields); else the checked path, which tries the
         # other shards and says what was wrong.
-        if plain and not event.last_in_txn:
+        if plain:
             row = await connection.fetchrow(
                 queries["publish_plain"], topic, shard, event.type, payload, webhook_id
             )
