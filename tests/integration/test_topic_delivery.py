@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,8 @@ async def test_events_arrive_signed_whole_and_in_key_order(
     first = events[0]
     assert set(first) == {"type", "timestamp", "topic", "key", "data"}
     assert (first["type"], first["topic"]) == ("Changed", name)
-    datetime.fromisoformat(first["timestamp"])
+    assert first["timestamp"].endswith("Z")  # RFC 3339, in UTC
+    assert datetime.fromisoformat(first["timestamp"]).utcoffset() == timedelta(0)
     stats = await settled(topics, name, depth=0, delivered=30)
     assert stats.retried == 0 and stats.dead_letters == 0
 
