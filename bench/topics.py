@@ -10,9 +10,9 @@
     goal >= 0.9 (Ceph RGW's one hot queue: 3,192 against 6,057 IO/s, 0.53).
 (2) Drain: DRAIN_EVENTS queued events delivered by the TopicDelivery workflow to a receiver that
     takes batches, against a loop that selects and deletes the same rows in batches of the same
-    size: ratio_drain_to_raw, goal >= 0.3. SINGLE_EVENTS to a one-event-per-POST receiver,
-    against a plain aiohttp loop posting the same events at the same concurrency:
-    ratio_single_post_to_raw_http, goal >= 0.5.
+    size, each the best of ROUNDS, both from tables without dead rows: ratio_drain_to_raw, goal
+    >= 0.3. SINGLE_EVENTS to a one-event-per-POST receiver, against a plain aiohttp loop posting
+    the same events at the same concurrency: ratio_single_post_to_raw_http, goal >= 0.5.
 (3) Steady state: producers at half the rate of (1) for STEADY_SECONDS with delivery running:
     p99_commit_to_ack_s (goal <= 1.0) and max_backlog; and the first and last WINDOW_SECONDS
     of the run side by side (delivered, p99), to show the queue does not slow down as it churns.
@@ -243,11 +243,20 @@ async def main() -> dict[str, float | int]:
                         max_entries=BIG,
                         max_bytes=BIG,
                     )
-                    await topics.create("drain", settings)
-                    await fill(pool, "drain", DRAIN_EVENTS, lambda n: json.dumps({"n": n}))
-                    await ensure_delivery(client, "drain", queue)
-                    drain_rate = DRAIN_EVENTS / await until_empty(pool, "drain")
-                    raw_rate = await raw_drain(pool, DRAIN_EVENTS)
+                    drain_rate = raw_rate = 0.0
+                    for round_number in range(ROUNDS):
+                        name = f"drain-{round_number}"
+                        # Both loops start from tables that hold only their own rows: the raw
+                        # one's is truncated, and the queue's dead rows (the topics deleted
+                        # above, the round before) are vacuumed away, as autovacuum would.
+                        await pool.execute('VACUUM "procbus_topic_entries"')
+                        await topics.create(name, settings)
+                        await fill(pool, name, DRAIN_EVENTS, lambda n: json.dumps({"n": n}))
+                        await ensure_delivery(client, name, queue)
+                        drained = DRAIN_EVENTS / await until_empty(pool, name)
+                        raw = await raw_drain(pool, DRAIN_EVENTS)
+                        print(f"drain round {round_number}: {drained:,.0f} ev/s, raw {raw:,.0f}")
+                        drain_rate, raw_rate = max(drain_rate, drained), max(raw_rate, raw)
                     # (2) drain, one event per POST
                     await topics.create(
                         "single",
