@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from procbus.topics.models import Entry
+from procbus.topics.models import EncodedBatch, Entry
 
 # A batch's ID (an HTTP header, an AMQP header beside message_id), the same on every retry, so
 # a receiver can deduplicate whole batches.
@@ -99,6 +99,14 @@ def batch_message(
         batch_id=batch_id,
         entries=tuple(entries),
         claim_id=claim_id,
+    )
+
+
+def encoded_message(batch: EncodedBatch, now: datetime, claim_id: str | None = None) -> Message:
+    """A batch whose body PostgreSQL built (Topics.claim_encoded): what batch_message makes of
+    the same entries, its payloads as they were stored."""
+    return Message(
+        id=batch.id, body=batch.body, timestamp=now, key=None, batch_id=batch.id, claim_id=claim_id
     )
 
 

@@ -1,20 +1,30 @@
 """One delivery round of a topic: claim a batch, send it keeping each key's order, settle.
 
 A key's entries go one after the other, and a key stops at its first failure (the entries
-behind it stay queued, untouched); other keys and unkeyed entries go at the same time. With a
-batching endpoint the whole claim is one message, acknowledged or failed as a whole. Nothing is
-started after the round's deadline: whatever is left stays in the queue as it was.
+behind it stay queued, untouched); other keys and unkeyed entries go at the same time. A
+batching endpoint gets the claim's batches one message at a time, each acknowledged or failed
+as a whole; when it takes only the bodies (a webhook, AMQP), PostgreSQL builds them from the
+stored payloads (Topics.claim_encoded) and the worker decodes no event. Nothing is started
+after the round's deadline: whatever is left stays in the queue as it was.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
-from procbus.delivery.clients import EndpointClient, Outcome, Sent, batch_message, message
+from procbus.delivery.clients import (
+    EndpointClient,
+    Message,
+    Outcome,
+    Sent,
+    batch_message,
+    encoded_message,
+    message,
+)
 from procbus.topics.models import Entry, Failure, Topic
 from procbus.topics.queue import Topics
 
@@ -48,6 +58,29 @@ def _groups(entries: list[Entry]) -> list[list[Entry]]:
     return groups
 
 
+async def _send_in_turn(
+    client: EndpointClient,
+    batches: Iterator[tuple[list[int], Message]],
+    *,
+    stop_at: float,
+    clock: Callable[[], float],
+) -> dict[int, Sent]:
+    """Batches (their entries' IDs, and their message, made as it is taken from the iterator)
+    one message at a time, in order, and nothing after a message that failed: a later batch may
+    hold later events of its keys."""
+    results: dict[int, Sent] = {}
+    while clock() < stop_at:
+        try:
+            entry_ids, batch = next(batches)
+        except StopIteration:
+            break
+        sent = await client.send(batch)
+        results.update(dict.fromkeys(entry_ids, sent))
+        if sent.outcome is not Outcome.ACK:
+            break
+    return results
+
+
 async def dispatch(
     client: EndpointClient,
     topic: str,
@@ -63,33 +96,33 @@ async def dispatch(
     """What became of each entry sent; entries not sent are absent.
 
     A batching endpoint gets `batches` (or the entries cut into `batch_size` pieces) one message
-    at a time, in order, and nothing after a message that failed: a later batch may hold later
-    events of its keys."""
+    at a time, in order (_send_in_turn)."""
     if not entries:
         return {}
     if client.batch:
         if batches is None:
             size = batch_size or len(entries)
             batches = [(None, entries[at : at + size]) for at in range(0, len(entries), size)]
-        results: dict[int, Sent] = {}
-        for batch_id, batch in batches:
-            if clock() >= stop_at:
-                break
-            sent = await client.send(
-                batch_message(
-                    topic,
-                    batch,
-                    datetime.now(UTC),
-                    batch_id,
-                    claim_id=claim_id,
-                    encode=not client.takes_entries,
+        return await _send_in_turn(
+            client,
+            (
+                (
+                    [entry.id for entry in batch],
+                    batch_message(
+                        topic,
+                        batch,
+                        datetime.now(UTC),
+                        batch_id,
+                        claim_id=claim_id,
+                        encode=not client.takes_entries,
+                    ),
                 )
-            )
-            results.update((entry.id, sent) for entry in batch)
-            if sent.outcome is not Outcome.ACK:
-                break
-        return results
-    results = {}
+                for batch_id, batch in batches
+            ),
+            stop_at=stop_at,
+            clock=clock,
+        )
+    results: dict[int, Sent] = {}
     gate = asyncio.Semaphore(concurrency)
 
     async def send_in_order(group: list[Entry]) -> None:
@@ -114,32 +147,58 @@ async def deliver_round(
     rounds = ROUND_BATCHES if client.batch else 1
     if topic.group_transactions:
         claim = await topics.claim_batches(topic, rounds)
+    elif client.batch and not client.takes_entries:
+        claim = await topics.claim_encoded(topic.name, topic.batch_size, rounds)
     else:
         claim = await topics.claim(topic.name, topic.batch_size * rounds)
-    if not claim.entries:
+    if claim.empty:
         return Round()
     loop = asyncio.get_running_loop()
-    by_id = {entry.id: entry for entry in claim.entries}
-    results = await dispatch(
-        client,
-        topic.name,
-        claim.entries,
-        stop_at=loop.time() + round_seconds,
-        clock=loop.time,
-        batches=[
-            (batch.id, [by_id[entry_id] for entry_id in batch.entry_ids]) for batch in claim.batches
-        ]
-        or None,
-        batch_size=topic.batch_size,
-        claim_id=str(claim.id),
-    )
+    stop_at = loop.time() + round_seconds
+    claim_id = str(claim.id)
+    if claim.encoded:
+        results = await _send_in_turn(
+            client,
+            (
+                (batch.entry_ids, encoded_message(batch, datetime.now(UTC), claim_id))
+                for batch in claim.encoded
+            ),
+            stop_at=stop_at,
+            clock=loop.time,
+        )
+    else:
+        by_id = {entry.id: entry for entry in claim.entries}
+        results = await dispatch(
+            client,
+            topic.name,
+            claim.entries,
+            stop_at=stop_at,
+            clock=loop.time,
+            batches=[
+                (batch.id, [by_id[entry_id] for entry_id in batch.entry_ids])
+                for batch in claim.batches
+            ]
+            or None,
+            batch_size=topic.batch_size,
+            claim_id=claim_id,
+        )
     delivered = [entry_id for entry_id, sent in results.items() if sent.outcome is Outcome.ACK]
+    attempts = (
+        {entry.id: entry.attempts for entry in claim.entries}
+        | {
+            entry_id: count
+            for batch in claim.encoded
+            for entry_id, count in zip(batch.entry_ids, batch.attempts, strict=True)
+        }
+        if len(delivered) < len(results)
+        else {}
+    )
     # A 410 is no failure of the entry: it waits, untouched, until the topic is enabled again.
     failed = [
         Failure(
             id=entry_id,
             error=sent.error or "failed",
-            attempts=by_id[entry_id].attempts,
+            attempts=attempts[entry_id],
             retry_after_seconds=sent.retry_after_seconds,
             permanent=sent.outcome is Outcome.REJECTED,
         )
@@ -157,7 +216,7 @@ async def deliver_round(
         gone = rejected
         await topics.disable(topic.name, f"stopped: {rejected}")
     return Round(
-        claimed=len(claim.entries),
+        claimed=len(claim.entries) + sum(len(batch.entry_ids) for batch in claim.encoded),
         delivered=settled.delivered,
         failed=settled.failed,
         dead_lettered=len(settled.dead_lettered),

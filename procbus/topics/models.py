@@ -190,16 +190,33 @@ class ClaimedBatch(BaseModel):
     fresh: bool = True
 
 
+class EncodedBatch(BaseModel):
+    """A batch of a batching endpoint as it goes over the wire: its body (a JSON array of the
+    events) was built by PostgreSQL from the stored payloads. Its ID follows from its events'
+    webhook IDs, so the same batch sent again carries the same ID."""
+
+    id: str
+    body: str
+    entry_ids: list[int]
+    attempts: list[int]  # each entry's attempts so far, in the order of entry_ids
+
+
 class Claim(BaseModel):
     """A delivery attempt's entries (in send order), and the ID that lets it settle them. On a
     grouped topic they come as kept batches, in the order they must go, and the claim names the
-    transactions it sends incomplete (their missing events never came)."""
+    transactions it sends incomplete (their missing events never came). For an endpoint that
+    takes the batches' bodies only, they come `encoded` (and `entries` is empty)."""
 
     topic: str
     id: UUID
     entries: list[Entry]
     batches: list[ClaimedBatch] = Field(default_factory=list)
     incomplete_txns: list[str] = Field(default_factory=list)
+    encoded: list[EncodedBatch] = Field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.entries and not self.encoded
 
 
 class Failure(BaseModel):

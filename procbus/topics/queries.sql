@@ -164,6 +164,10 @@ SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "att
 FROM "procbus_topic_claim"($1, $2, $3)
 ORDER BY "id";
 
+-- name: claim_bodies
+SELECT "batch_id", "body", "entry_ids", "attempts"
+FROM "procbus_topic_claim_bodies"($1, $2, $3, $4);
+
 -- name: settle_round
 -- A delivery round's settlement, in one statement: the topic's claim ends if it is this one
 -- ($2), and only then do the batches it assembled ($4) go, those that failed ($5) kept on their

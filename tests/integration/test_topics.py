@@ -4,12 +4,15 @@ state, dead letters and redrive, overlapping claims, publishing inside a transac
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import pytest
 
+from procbus.delivery.clients import batch_message
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, TopicNotFound, Topics, TopicSettings
@@ -309,6 +312,52 @@ async def test_a_failing_key_waits_alone_and_retry_state_stays_with_the_entry(
     final = await topics.stats(topic)
     assert (final.depth, final.delivered, final.retried, final.dead_lettered) == (0, 5, 2, 1)
     assert final.dead_letters == 0 and await capacity(pool, topic) == (0, 0)
+
+
+async def test_batch_bodies_built_by_the_database_are_what_the_worker_would_encode(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics, endpoint=RECEIVER + "?batch=1", batch_size=3)
+    payloads: list[Any] = [
+        {"text": 'quote " backslash \\ newline \n tab \t bell \u0007', "u": "é ✓ 𝄞"},
+        {"nested": [1, 2.5, -3e-7, None, True, {"deep": []}], "big": 12345678901234567},
+        [],
+        "a string",
+        0,
+        None,
+        {"b": 1, "a": {"z": 0, "y": [{}]}},
+    ]
+    keys = [None, 'key "quoted"', "k", None, "k", "ключ", None]
+    for payload, key in zip(payloads, keys, strict=True):
+        await topics.publish(topic, Event(payload=payload, key=key, type='Type "x" é'))
+    # A whole-second timestamp is written without a fraction, as pydantic writes it.
+    await pool.execute(
+        'UPDATE "procbus_topic_entries" SET "created_at" = date_trunc(\'second\', "created_at") '
+        'WHERE "topic" = $1 AND "payload" = \'"a string"\'::jsonb',
+        topic,
+    )
+    # The second entry of key "k" waits behind the first one's retry, in both claims.
+    first = await topics.claim(topic, 10)
+    [waiting] = [entry for entry in first.entries if entry.key == "k"][:1]
+    await topics.settle(first, [], [Failure(id=waiting.id, error="HTTP 500", attempts=0)])
+
+    entries = (await topics.claim(topic, 10)).entries
+    encoded = (await topics.claim_encoded(topic, batch_size=3, count=4)).encoded
+    now = datetime.now(UTC)
+    expected = [batch_message(topic, entries[at : at + 3], now) for at in range(0, len(entries), 3)]
+    assert len(entries) == 5 and waiting.id not in [entry.id for entry in entries]
+    assert [batch.entry_ids for batch in encoded] == [
+        [entry.id for entry in message.entries] for message in expected
+    ]
+    assert [batch.id for batch in encoded] == [message.id for message in expected]
+    assert [json.loads(batch.body) for batch in encoded] == [
+        json.loads(message.body) for message in expected
+    ]
+    [whole_second] = [e for b in encoded for e in json.loads(b.body) if e["data"] == "a string"]
+    assert whole_second["timestamp"].endswith("Z") and "." not in whole_second["timestamp"]
+    assert [batch.attempts for batch in encoded] == [[0] * len(b.entry_ids) for b in encoded]
+    # At most `count` batches: one batch of three.
+    assert [len(b.entry_ids) for b in (await topics.claim_encoded(topic, 3, 1)).encoded] == [3]
 
 
 async def test_an_older_overlapping_claim_settles_nothing(topics: Topics) -> None:

@@ -1,0 +1,68 @@
+-- A batching endpoint's claim comes with its batches' JSON bodies, built here from the stored
+-- payloads: a delivery round then decodes no row and encodes no event in the worker (about 5 µs
+-- an event there, against under 1 µs here), and each payload goes out as it was stored.
+
+-- procbus_topic_claim's entries, cut in batches of "p_batch_size" in queue order, one row per
+-- batch: its ID (as procbus.delivery.clients.batch_message makes it from the webhook IDs), its
+-- body (a JSON array of {"type", "timestamp", "topic", "key", "data"}, the timestamp RFC 3339
+-- in UTC with microseconds only when there are any, as pydantic writes it), its entries' IDs
+-- and their attempts so far. The claim becomes the topic's one claim when it holds anything.
+CREATE FUNCTION "procbus_topic_claim_bodies"(
+    "p_topic" text,
+    "p_limit" integer,
+    "p_batch_size" integer,
+    "p_claim" uuid
+) RETURNS TABLE (
+    "batch_id" text,
+    "body" text,
+    "entry_ids" bigint[],
+    "attempts" integer[]
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    "topic_json" text := to_json("p_topic")::text;
+    "found" integer;
+BEGIN
+    RETURN QUERY
+    WITH "claimed" AS MATERIALIZED (
+        SELECT e."id", e."key", e."type", e."payload", e."webhook_id", e."created_at",
+               e."attempts", (row_number() OVER (ORDER BY e."id") - 1) / "p_batch_size" AS "batch"
+        FROM "procbus_topic_entries" AS e
+        WHERE e."topic" = "p_topic"
+          AND e."next_attempt_at" <= clock_timestamp()
+          AND (e."key" IS NULL OR NOT EXISTS (
+              SELECT 1 FROM "procbus_topic_entries" AS p
+              WHERE p."topic" = e."topic" AND p."key" = e."key" AND p."id" < e."id"
+                AND p."next_attempt_at" > clock_timestamp()
+          ))
+        ORDER BY e."id"
+        LIMIT "p_limit"
+    )
+    SELECT 'batch_' || left(encode(sha256(convert_to(
+               string_agg(c."webhook_id", ' ' ORDER BY c."id"), 'UTF8')), 'hex'), 32),
+           '[' || string_agg(
+               '{"type":' || to_json(c."type")::text
+               || ',"timestamp":"'
+               || to_char(c."created_at" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+               || CASE WHEN extract(microseconds FROM c."created_at")::bigint % 1000000 = 0
+                       THEN '' ELSE to_char(c."created_at" AT TIME ZONE 'UTC', '.US') END
+               || 'Z","topic":' || "topic_json"
+               || ',"key":' || coalesce(to_json(c."key")::text, 'null')
+               || ',"data":' || c."payload"::text || '}',
+               ',' ORDER BY c."id") || ']',
+           array_agg(c."id" ORDER BY c."id"),
+           array_agg(c."attempts" ORDER BY c."id")
+    FROM "claimed" AS c
+    GROUP BY c."batch"
+    ORDER BY c."batch";
+    GET DIAGNOSTICS "found" = ROW_COUNT;
+    IF "found" > 0 THEN
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
+    END IF;
+END
+$$;
