@@ -145,9 +145,10 @@ async def deliver_round(
     """Claim due entries (up to ROUND_BATCHES batches for a batching endpoint, one batch
     otherwise; a grouped topic's next batches), send them, settle the claim."""
     rounds = ROUND_BATCHES if client.batch else 1
+    bodies_only = client.batch and not client.takes_entries
     if topic.group_transactions:
-        claim = await topics.claim_batches(topic, rounds)
-    elif client.batch and not client.takes_entries:
+        claim = await topics.claim_batches(topic, rounds, encoded=bodies_only)
+    elif bodies_only:
         claim = await topics.claim_encoded(topic.name, topic.batch_size, rounds)
     else:
         claim = await topics.claim(topic.name, topic.batch_size * rounds)

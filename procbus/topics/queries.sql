@@ -168,6 +168,9 @@ ORDER BY "id";
 SELECT "batch_id", "body", "entry_ids", "attempts"
 FROM "procbus_topic_claim_bodies"($1, $2, $3, $4);
 
+-- name: batch_bodies
+SELECT "batch_id", "body", "entry_ids", "attempts" FROM "procbus_topic_batch_bodies"($1, $2);
+
 -- name: settle_round
 -- A delivery round's settlement, in one statement: the topic's claim ends if it is this one
 -- ($2), and only then do the batches it assembled ($4) go, those that failed ($5) kept on their
@@ -333,6 +336,14 @@ SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."cre
           e."batch_seq"
 FROM "batch" AS b, "procbus_topic_entries" AS e
 WHERE e."topic" = $1 AND e."batch_id" = b."batch_id" AND EXISTS (SELECT FROM "held");
+
+-- name: kept_batch_body
+-- A kept batch's body, as procbus_topic_batch_bodies built it when it was first sent.
+SELECT '[' || string_agg("procbus_topic_event_json"(
+           to_json($1::text)::text, e."type", e."created_at", e."key", e."payload", e."txn_id",
+           e."txn_last", e."txn_size"), ',' ORDER BY e."batch_seq") || ']'
+FROM "procbus_topic_entries" AS e
+WHERE e."topic" = $1 AND e."batch_id" = $2;
 
 -- name: grouped_view
 SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",

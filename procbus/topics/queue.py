@@ -250,6 +250,18 @@ def _entries(rows: Iterable[asyncpg.Record], *, only_entry_columns: bool = False
     return _ENTRY_LIST.validate_python([dict(zip(columns, row, strict=True)) for row in rows])
 
 
+def _encoded(rows: Iterable[asyncpg.Record]) -> list[EncodedBatch]:
+    return [
+        EncodedBatch(
+            id=row["batch_id"],
+            body=row["body"],
+            entry_ids=row["entry_ids"],
+            attempts=row["attempts"],
+        )
+        for row in rows
+    ]
+
+
 def _read_look(
     view: Sequence[asyncpg.Record], now: datetime, wait_seconds: float
 ) -> tuple[list[BatchEvent], set[str], int]:
@@ -560,27 +572,15 @@ class Topics:
         rows = await self.pool.fetch(
             self.queries["claim_bodies"], topic, batch_size * count, batch_size, claim_id
         )
-        return Claim(
-            topic=topic,
-            id=claim_id,
-            entries=[],
-            encoded=[
-                EncodedBatch(
-                    id=row["batch_id"],
-                    body=row["body"],
-                    entry_ids=row["entry_ids"],
-                    attempts=row["attempts"],
-                )
-                for row in rows
-            ],
-        )
+        return Claim(topic=topic, id=claim_id, entries=[], encoded=_encoded(rows))
 
-    async def claim_batches(self, topic: Topic, count: int = 1) -> Claim:
+    async def claim_batches(self, topic: Topic, count: int = 1, *, encoded: bool = False) -> Claim:
         """A grouped topic's next batches, claimed as by `claim`: a batch sent
         before and due again, whole and in its order; else up to `count` new ones assembled
         from the queue (procbus.batching), one after the other, each kept so that every retry
         sends exactly it. Sent in the order given: a batch may hold later events of a key that
-        an earlier one holds."""
+        an earlier one holds. With `encoded`, new batches come as their bodies, built by
+        PostgreSQL (as by `claim_encoded`), not as entries."""
         claim_id = uuid.uuid4()
         empty = Claim(topic=topic.name, id=claim_id, entries=[])
         limit = topic.batch_size * count + WINDOW_SLACK
@@ -589,7 +589,7 @@ class Topics:
             view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit, claim_id)
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
-                kept = await self._claim_kept_batch(topic, claim_id)
+                kept = await self._claim_kept_batch(topic, claim_id, encoded=encoded)
                 if kept is not None:
                     return kept
             if not view:
@@ -640,28 +640,54 @@ class Topics:
                 ", ".join(txns),
                 topic.incomplete_wait_seconds,
             )
+        incomplete_txns = sorted({txn for txns in incomplete.values() for txn in txns})
+        if encoded:
+            bodies = await self.pool.fetch(
+                self.queries["batch_bodies"], topic.name, [batch.id for batch in claimed]
+            )
+            return Claim(
+                topic=topic.name,
+                id=claim_id,
+                entries=[],
+                batches=claimed,
+                incomplete_txns=incomplete_txns,
+                encoded=_encoded(bodies),
+            )
         by_id = {row["id"]: row for row in view}
         return Claim(
             topic=topic.name,
             id=claim_id,
             entries=_entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True),
             batches=claimed,
-            incomplete_txns=sorted({txn for txns in incomplete.values() for txn in txns}),
+            incomplete_txns=incomplete_txns,
         )
 
-    async def _claim_kept_batch(self, topic: Topic, claim_id: uuid.UUID) -> Claim | None:
-        """The oldest batch that was sent, failed and is due again, claimed whole in its order."""
+    async def _claim_kept_batch(
+        self, topic: Topic, claim_id: uuid.UUID, *, encoded: bool = False
+    ) -> Claim | None:
+        """The oldest batch that was sent, failed and is due again, claimed whole in its order;
+        with `encoded`, as its body (the same bytes as when it was first sent)."""
         kept = await self.pool.fetch(self.queries["claim_kept_batch"], topic.name, claim_id)
         if not kept:
             return None
         rows = sorted(kept, key=lambda row: row["batch_seq"])
+        batch = ClaimedBatch(
+            id=rows[0]["batch_id"], entry_ids=[row["id"] for row in rows], fresh=False
+        )
+        if not encoded:
+            return Claim(topic=topic.name, id=claim_id, entries=_entries(rows), batches=[batch])
+        body = await self.pool.fetchval(self.queries["kept_batch_body"], topic.name, batch.id)
         return Claim(
             topic=topic.name,
             id=claim_id,
-            entries=_entries(rows),
-            batches=[
-                ClaimedBatch(
-                    id=rows[0]["batch_id"], entry_ids=[row["id"] for row in rows], fresh=False
+            entries=[],
+            batches=[batch],
+            encoded=[
+                EncodedBatch(
+                    id=batch.id,
+                    body=body,
+                    entry_ids=batch.entry_ids,
+                    attempts=[row["attempts"] for row in rows],
                 )
             ],
         )

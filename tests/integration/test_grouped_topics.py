@@ -4,10 +4,12 @@ receiver that applies batches and fails loudly when it gets part of a transactio
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -15,7 +17,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from procbus.delivery.clients import BATCH_ID_HEADER
+from procbus.delivery.clients import BATCH_ID_HEADER, batch_message
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
@@ -242,6 +244,34 @@ async def undelivered_grouped_topic(topics: Topics, keys: list[str]) -> tuple[st
     for number, key in enumerate(keys):
         await topics.publish(name, Event(payload=number, key=key))
     return name, await topics.get(name)
+
+
+async def test_batch_bodies_built_by_the_database_are_what_the_worker_would_encode(
+    topics: Topics,
+) -> None:
+    name, topic = await undelivered_grouped_topic(topics, keys=["k0", "k1"])
+    async with topics.pool.acquire() as connection, transaction(connection) as tx:
+        for i in range(3):
+            await tx.publish(name, {"i": i, "text": 'é "q"'}, key=f"t{i}")
+    fresh = await topics.claim_batches(topic, 3, encoded=True)
+    assert fresh.entries == [] and [b.id for b in fresh.encoded] == [b.id for b in fresh.batches]
+    first = fresh.encoded[0]
+    # The attempt is fenced out; the new owner resends its kept batches, first as entries
+    # (encoded by the worker), then, fenced out again, as the database's bodies.
+    await topics.take_over(name)
+    as_entries = await topics.claim_batches(topic, 3)
+    [batch] = as_entries.batches
+    assert (batch.id, batch.entry_ids, batch.fresh) == (first.id, first.entry_ids, False)
+    by_worker = batch_message(name, as_entries.entries, datetime.now(UTC), batch.id)
+    assert json.loads(first.body) == json.loads(by_worker.body)
+    await topics.take_over(name)
+    kept = await topics.claim_batches(topic, 3, encoded=True)
+    assert [(b.id, b.body, b.entry_ids) for b in kept.encoded] == [
+        (first.id, first.body, first.entry_ids)  # the same bytes every time it goes
+    ]
+    events = [event for b in fresh.encoded for event in json.loads(b.body)]
+    assert [e["transaction"]["size"] for e in events if "transaction" in e] == [None, None, 3]
+    assert [e["transaction"]["last"] for e in events if "transaction" in e] == [False, False, True]
 
 
 async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
