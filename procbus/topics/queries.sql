@@ -350,6 +350,12 @@ SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "
        "any_kept", "now", "type", "payload", "bytes", "webhook_id", "attempts", "last_error"
 FROM "procbus_topic_view"($1, $2, $3);
 
+-- name: grouped_view_for_bodies
+-- The same look without the entries' contents, which PostgreSQL puts in the bodies itself.
+SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",
+       "any_kept", "now"
+FROM "procbus_topic_view"($1, $2, $3);
+
 -- name: assign_batches
 -- Keep assembled batches, one row each: IDs $2 of $3 entries each, their entries one batch
 -- after the other in $5 (each in send order); count the batches that go without a transaction's

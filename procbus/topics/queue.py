@@ -585,8 +585,9 @@ class Topics:
         empty = Claim(topic=topic.name, id=claim_id, entries=[])
         limit = topic.batch_size * count + WINDOW_SLACK
         kept_tried = False
+        look = self.queries["grouped_view_for_bodies" if encoded else "grouped_view"]
         while True:
-            view = await self.pool.fetch(self.queries["grouped_view"], topic.name, limit, claim_id)
+            view = await self.pool.fetch(look, topic.name, limit, claim_id)
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
                 kept = await self._claim_kept_batch(topic, claim_id, encoded=encoded)
