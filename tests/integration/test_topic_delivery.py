@@ -188,13 +188,13 @@ async def test_a_batching_endpoint_failing_for_a_while_loses_nothing(
     client: Client, worker: Worker, topics: Topics, task_queue: str, receiver: WebhookReceiver
 ) -> None:
     failures_left = 3
-    answered: list[tuple[int, str]] = []
+    statuses: list[int] = []
 
     def answer(headers: dict[str, str], events: list[dict[str, Any]]) -> int:
         nonlocal failures_left
         status = 500 if failures_left > 0 else 200
         failures_left -= 1
-        answered.append((status, headers["webhook-id"]))
+        statuses.append(status)
         return status
 
     receiver.answer_with_headers = answer
@@ -206,22 +206,20 @@ async def test_a_batching_endpoint_failing_for_a_while_loses_nothing(
         batch_size=4,
         retry_sleep_seconds=0.1,
     )
-    # One transaction: the first round claims all ten, in batches of 4, 4 and 2.
+    # One transaction: the first round claims all ten, the first batch of four fails.
     async with topics.pool.acquire() as connection, transaction(connection) as tx:
         for i in range(10):
             await tx.publish(name, {"i": i}, key=f"k{i % 2}")
     events = await receiver.wait_for(10)
-    # Every committed event once, in key order. The failed batch went again as the same batch
-    # (the same webhook-id), and nothing behind it went before it.
+    # Every committed event once, in key order, nothing behind a failed event before it (each
+    # failed entry backs off on its own, so a retry may cut the batches differently).
     assert by_key(events) == {"k0": list(range(0, 10, 2)), "k1": list(range(1, 10, 2))}
     assert sorted(event["data"]["i"] for event in events) == list(range(10))
-    assert [status for status, _ in answered] == [500] * 3 + [200] * 3
-    assert len({batch_id for _, batch_id in answered[:4]}) == 1
-    assert [len(request.events) for request in receiver.accepted] == [4, 4, 2]
+    assert statuses[:3] == [500] * 3 and set(statuses[3:]) == {200}
     for request in receiver.accepted:
         Webhook(secret).verify(request.body, request.headers)
     stats = await settled(topics, name, depth=0, delivered=10)
-    assert (stats.retried, stats.dead_letters) == (12, 0)  # three tries of the batch of four
+    assert stats.retried >= 3 and stats.dead_letters == 0
 
 
 async def test_a_slow_endpoint_does_not_hold_up_another_topic(

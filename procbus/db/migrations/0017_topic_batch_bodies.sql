@@ -1,6 +1,7 @@
 -- A batching endpoint's claim comes with its batches' JSON bodies, built here from the stored
--- payloads: a delivery round then decodes no row and encodes no event in the worker (about 5 µs
--- an event there, against under 1 µs here), and each payload goes out as it was stored.
+-- payloads: a delivery round then decodes no row and encodes no event in the worker, and each
+-- payload goes out as it was stored. Claiming 2,000 events and settling them took 5.9 µs an
+-- event with the worker's decoding and encoding, 2.6 µs with the bodies built here.
 
 -- One event as procbus.delivery.clients.event_body makes it: {"type", "timestamp", "topic",
 -- "key", "data"}, and "transaction" {"id", "last", "size"} for an event of a grouped topic's
