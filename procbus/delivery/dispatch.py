@@ -217,7 +217,7 @@ async def deliver_round(
         gone = rejected
         await topics.disable(topic.name, f"stopped: {rejected}")
     return Round(
-        claimed=len(claim.entries) + sum(len(batch.entry_ids) for batch in claim.encoded),
+        claimed=claim.size,
         delivered=settled.delivered,
         failed=settled.failed,
         dead_lettered=len(settled.dead_lettered),

@@ -3,7 +3,9 @@ entries, dead letters and stats. Pure: safe in the workflow sandbox."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -190,10 +192,16 @@ class ClaimedBatch(BaseModel):
     fresh: bool = True
 
 
+def batch_id_of(webhook_ids: Iterable[str]) -> str:
+    """An ungrouped batch's ID, from its events' webhook IDs: the same batch sent again carries
+    the same ID."""
+    digest = hashlib.sha256(" ".join(webhook_ids).encode()).hexdigest()
+    return f"batch_{digest[:32]}"
+
+
 class EncodedBatch(BaseModel):
     """A batch of a batching endpoint as it goes over the wire: its body (a JSON array of the
-    events) was built by PostgreSQL from the stored payloads. Its ID follows from its events'
-    webhook IDs, so the same batch sent again carries the same ID."""
+    events) was built by PostgreSQL from the stored payloads."""
 
     id: str
     body: str
@@ -217,6 +225,11 @@ class Claim(BaseModel):
     @property
     def empty(self) -> bool:
         return not self.entries and not self.encoded
+
+    @property
+    def size(self) -> int:
+        """How many entries it holds."""
+        return len(self.entries) + sum(len(batch.entry_ids) for batch in self.encoded)
 
 
 class Failure(BaseModel):

@@ -165,11 +165,37 @@ FROM "procbus_topic_claim"($1, $2, $3)
 ORDER BY "id";
 
 -- name: claim_bodies
-SELECT "batch_id", "body", "entry_ids", "attempts"
-FROM "procbus_topic_claim_bodies"($1, $2, $3, $4);
+-- claim_entries' entries ($1 topic, $2 limit, $4 claim), cut in batches of $3 in queue order,
+-- one row per batch: its body (a JSON array of the events), its entries' IDs, their attempts so
+-- far and their webhook IDs (from which the batch's ID follows).
+SELECT '[' || string_agg("procbus_topic_event_json"(
+           to_json($1::text)::text, c."type", c."created_at", c."key", c."payload", NULL, NULL,
+           NULL), ',' ORDER BY c."id") || ']' AS "body",
+       array_agg(c."id" ORDER BY c."id") AS "entry_ids",
+       array_agg(c."attempts" ORDER BY c."id") AS "attempts",
+       array_agg(c."webhook_id" ORDER BY c."id") AS "webhook_ids"
+FROM (
+    SELECT e.*, (row_number() OVER (ORDER BY e."id") - 1) / $3 AS "batch"
+    FROM "procbus_topic_claim"($1, $2, $4) AS e
+) AS c
+GROUP BY c."batch"
+ORDER BY c."batch";
 
 -- name: batch_bodies
-SELECT "batch_id", "body", "entry_ids", "attempts" FROM "procbus_topic_batch_bodies"($1, $2);
+-- A grouped topic's batches just kept (assign_batches), in the order of their IDs ($2): each
+-- one's body, its entries' IDs in send order and their attempts so far.
+SELECT b."batch_id",
+       '[' || string_agg("procbus_topic_event_json"(
+           to_json($1::text)::text, e."type", e."created_at", e."key", e."payload", e."txn_id",
+           e."txn_last", e."txn_size"), ',' ORDER BY u."n") || ']' AS "body",
+       array_agg(e."id" ORDER BY u."n") AS "entry_ids",
+       array_agg(e."attempts" ORDER BY u."n") AS "attempts"
+FROM unnest($2::text[]) WITH ORDINALITY AS w("batch_id", "n")
+JOIN "procbus_topic_batches" AS b ON b."topic" = $1 AND b."batch_id" = w."batch_id"
+CROSS JOIN LATERAL unnest(b."entry_ids") WITH ORDINALITY AS u("id", "n")
+JOIN "procbus_topic_entries" AS e ON e."topic" = $1 AND e."id" = u."id"
+GROUP BY w."n", b."batch_id"
+ORDER BY w."n";
 
 -- name: settle_round
 -- A delivery round's settlement, in one statement: the topic's claim ends if it is this one
@@ -338,7 +364,7 @@ FROM "batch" AS b, "procbus_topic_entries" AS e
 WHERE e."topic" = $1 AND e."batch_id" = b."batch_id" AND EXISTS (SELECT FROM "held");
 
 -- name: kept_batch_body
--- A kept batch's body, as procbus_topic_batch_bodies built it when it was first sent.
+-- A kept batch's body, as batch_bodies built it when it was first sent.
 SELECT '[' || string_agg("procbus_topic_event_json"(
            to_json($1::text)::text, e."type", e."created_at", e."key", e."payload", e."txn_id",
            e."txn_last", e."txn_size"), ',' ORDER BY e."batch_seq") || ']'

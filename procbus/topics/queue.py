@@ -53,6 +53,7 @@ from procbus.topics.models import (
     TopicGauges,
     TopicSettings,
     TopicStats,
+    batch_id_of,
     check_topic_name,
 )
 
@@ -250,15 +251,13 @@ def _entries(rows: Iterable[asyncpg.Record], *, only_entry_columns: bool = False
     return _ENTRY_LIST.validate_python([dict(zip(columns, row, strict=True)) for row in rows])
 
 
-def _encoded(rows: Iterable[asyncpg.Record]) -> list[EncodedBatch]:
+def _encoded(rows: Sequence[asyncpg.Record], batch_ids: Iterable[str]) -> list[EncodedBatch]:
+    """Batches whose bodies PostgreSQL built (claim_bodies, batch_bodies), with their IDs."""
     return [
         EncodedBatch(
-            id=row["batch_id"],
-            body=row["body"],
-            entry_ids=row["entry_ids"],
-            attempts=row["attempts"],
+            id=batch_id, body=row["body"], entry_ids=row["entry_ids"], attempts=row["attempts"]
         )
-        for row in rows
+        for row, batch_id in zip(rows, batch_ids, strict=True)
     ]
 
 
@@ -572,7 +571,8 @@ class Topics:
         rows = await self.pool.fetch(
             self.queries["claim_bodies"], topic, batch_size * count, batch_size, claim_id
         )
-        return Claim(topic=topic, id=claim_id, entries=[], encoded=_encoded(rows))
+        batch_ids = [batch_id_of(row["webhook_ids"]) for row in rows]
+        return Claim(topic=topic, id=claim_id, entries=[], encoded=_encoded(rows, batch_ids))
 
     async def claim_batches(self, topic: Topic, count: int = 1, *, encoded: bool = False) -> Claim:
         """A grouped topic's next batches, claimed as by `claim`: a batch sent
@@ -641,26 +641,23 @@ class Topics:
                 ", ".join(txns),
                 topic.incomplete_wait_seconds,
             )
-        incomplete_txns = sorted({txn for txns in incomplete.values() for txn in txns})
+        entries: list[Entry] = []
+        bodies: list[EncodedBatch] = []
         if encoded:
-            bodies = await self.pool.fetch(
+            rows = await self.pool.fetch(
                 self.queries["batch_bodies"], topic.name, [batch.id for batch in claimed]
             )
-            return Claim(
-                topic=topic.name,
-                id=claim_id,
-                entries=[],
-                batches=claimed,
-                incomplete_txns=incomplete_txns,
-                encoded=_encoded(bodies),
-            )
-        by_id = {row["id"]: row for row in view}
+            bodies = _encoded(rows, [row["batch_id"] for row in rows])
+        else:
+            by_id = {row["id"]: row for row in view}
+            entries = _entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True)
         return Claim(
             topic=topic.name,
             id=claim_id,
-            entries=_entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True),
+            entries=entries,
             batches=claimed,
-            incomplete_txns=incomplete_txns,
+            incomplete_txns=sorted({txn for txns in incomplete.values() for txn in txns}),
+            encoded=bodies,
         )
 
     async def _claim_kept_batch(
