@@ -540,7 +540,7 @@ CREATE INDEX "procbus_topic_reservations_expiry" ON "procbus_topic_reservations"
 -- Committed events waiting for delivery. "id" is queue order; publishers of one key are
 -- serialised, so for each key it is commit order. Retry state lives with the entry.
 CREATE TABLE "procbus_topic_entries" (
-    "id" bigserial PRIMARY KEY,
+    "id" bigserial NOT NULL,
     "topic" text NOT NULL,
     "shard" integer NOT NULL,
     "key" text,
@@ -560,9 +560,9 @@ CREATE TABLE "procbus_topic_entries" (
     -- The batch an entry was first sent in, and its place there: it is resent in that batch
     -- until acknowledged or dead-lettered.
     "batch_id" text,
-    "batch_seq" integer
+    "batch_seq" integer,
+    PRIMARY KEY ("topic", "id")
 );
-CREATE INDEX "procbus_topic_entries_queue" ON "procbus_topic_entries" ("topic", "id");
 CREATE INDEX "procbus_topic_entries_key" ON "procbus_topic_entries" ("topic", "key", "id")
 WHERE "key" IS NOT NULL;
 CREATE INDEX "procbus_topic_entries_txn" ON "procbus_topic_entries" ("topic", "txn_id", "id")
@@ -949,10 +949,17 @@ BEGIN
         SELECT e."id", e."key", e."txn_id", e."txn_last", e."txn_size", e."created_at", e."type",
                e."payload", e."bytes", e."webhook_id", e."attempts", e."last_error",
                "edge"."last" AS "head_end"
-        FROM "edge", "procbus_topic_entries" AS e
-        WHERE "edge"."read" = "p_limit" AND e."topic" = "p_topic"
-          AND e."txn_id" IN (SELECT o."txn_id" FROM "open" AS o)
-          AND e."id" > "edge"."last" AND e."batch_id" IS NULL
+        FROM "edge" CROSS JOIN "open" AS o
+        -- One probe of the transaction index per open transaction. OFFSET 0 keeps the planner
+        -- from joining the whole queue beyond the head instead (its generic plan did, a scan of
+        -- every queued entry on every look).
+        CROSS JOIN LATERAL (
+            SELECT t.* FROM "procbus_topic_entries" AS t
+            WHERE t."topic" = "p_topic" AND t."txn_id" = o."txn_id" AND t."id" > "edge"."last"
+              AND t."batch_id" IS NULL
+            OFFSET 0
+        ) AS e
+        WHERE "edge"."read" = "p_limit"
     )
     SELECT h."id", h."key", h."txn_id", h."txn_last", h."txn_size", h."created_at",
            ("kept" AND h."key" IS NOT NULL AND EXISTS (

@@ -252,7 +252,7 @@ def _entries(rows: Iterable[asyncpg.Record], *, only_entry_columns: bool = False
 
 
 def _encoded(rows: Sequence[asyncpg.Record], batch_ids: Iterable[str]) -> list[EncodedBatch]:
-    """Batches whose bodies PostgreSQL built (claim_bodies, batch_bodies), with their IDs."""
+    """Batches whose bodies PostgreSQL built (claim_bodies, assign_batches), with their IDs."""
     return [
         EncodedBatch(
             id=batch_id, body=row["body"], entry_ids=row["entry_ids"], attempts=row["attempts"]
@@ -621,7 +621,7 @@ class Topics:
             if short:
                 incomplete[claimed[-1].id] = sorted(str(txn) for txn in short)
         all_ids = [entry_id for batch in claimed for entry_id in batch.entry_ids]
-        kept = await self.pool.fetchval(
+        kept = await self.pool.fetch(
             self.queries["assign_batches"],
             topic.name,
             [batch.id for batch in claimed],
@@ -629,6 +629,7 @@ class Topics:
             claim_id,
             all_ids,
             len(incomplete),
+            encoded,
         )
         if not kept:
             return empty  # an overlapping attempt claimed the topic: the next round sees it
@@ -644,10 +645,7 @@ class Topics:
         entries: list[Entry] = []
         bodies: list[EncodedBatch] = []
         if encoded:
-            rows = await self.pool.fetch(
-                self.queries["batch_bodies"], topic.name, [batch.id for batch in claimed]
-            )
-            bodies = _encoded(rows, [row["batch_id"] for row in rows])
+            bodies = _encoded(kept, [row["batch_id"] for row in kept])
         else:
             by_id = {row["id"]: row for row in view}
             entries = _entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True)

@@ -21,6 +21,7 @@ from procbus.delivery.clients import BATCH_ID_HEADER, batch_message
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
+from procbus.topics.queue import publish_in_transaction
 from tests.integration.test_topic_delivery import settled
 from tests.integration.webhook_receiver import WebhookReceiver
 
@@ -272,6 +273,45 @@ async def test_batch_bodies_built_by_the_database_are_what_the_worker_would_enco
     events = [event for b in fresh.encoded for event in json.loads(b.body)]
     assert [e["transaction"]["size"] for e in events if "transaction" in e] == [None, None, 3]
     assert [e["transaction"]["last"] for e in events if "transaction" in e] == [False, False, True]
+
+
+async def test_a_grouped_look_reads_its_own_head_and_open_transactions_only(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    """Whatever the statistics say: neither another topic's older backlog nor this topic's own
+    entries beyond the head (but the rest of a transaction open in it) are read by the look."""
+    backlog = f"backlog-{uuid.uuid4().hex[:8]}"
+    await topics.create(backlog, TopicSettings(endpoint="http://127.0.0.1:9/h", max_entries=10**6))
+    async with pool.acquire() as connection, transaction(connection) as tx:
+        for number in range(5000):
+            await tx.publish(backlog, {"n": number})
+    name, _ = await undelivered_grouped_topic(topics, keys=[])
+    head = 300  # what the look reads of the queue before the rest of its open transactions
+    async with pool.acquire() as open_one, transaction(open_one) as open_txn:
+        await open_txn.publish(name, {"part": "first"}, key="t")  # its first event: in the head
+        async with pool.acquire() as connection, connection.transaction():
+            for number in range(2000):  # events of no transaction
+                await publish_in_transaction(
+                    connection, name, Event(payload={"n": number}, key=f"k{number % 50}")
+                )
+        await open_txn.publish(name, {"part": "last"}, key="t")  # its last: far beyond it
+    await pool.execute('ANALYZE "procbus_topic_entries"')  # as autovacuum would
+    reads = (
+        'SELECT coalesce(sum("idx_tup_fetch"), 0) + coalesce(sum("seq_tup_read"), 0) '
+        "FROM pg_stat_xact_user_tables WHERE relname = 'procbus_topic_entries'"
+    )
+    async with pool.acquire() as connection, connection.transaction():
+        before = await connection.fetchval(reads)
+        view = await connection.fetch(
+            topics.queries["grouped_view_for_bodies"], name, head, uuid.uuid4()
+        )
+        read = await connection.fetchval(reads) - before
+    assert sum(row["in_window"] for row in view) == head
+    assert [row["in_window"] for row in view if row["txn_id"] == view[0]["txn_id"]] == [
+        True,
+        False,  # the open transaction's last event, found beyond the head
+    ]
+    assert read < head + 100, f"the look read {read} entries for a head of {head}"
 
 
 async def test_a_failed_batch_is_kept_and_the_batches_after_it_are_not(
