@@ -348,7 +348,7 @@ FROM "batch" AS b, "procbus_topic_entries" AS e
 WHERE e."topic" = $1 AND e."batch_id" = b."batch_id" AND EXISTS (SELECT FROM "held");
 
 -- name: kept_batch_body
--- A kept batch's body, as assign_batches built it when it was first sent.
+-- A kept batch's body: the same bytes as when it was first sent (grouped_view_for_bodies).
 SELECT '[' || string_agg("procbus_topic_event_json"(
            to_json($1::text)::text, e."type", e."created_at", e."key", e."payload", e."txn_id",
            e."txn_last", e."txn_size"), ',' ORDER BY e."batch_seq") || ']'
@@ -361,9 +361,13 @@ SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "
 FROM "procbus_topic_view"($1, $2, $3);
 
 -- name: grouped_view_for_bodies
--- The same look without the entries' contents, which PostgreSQL puts in the bodies itself.
+-- The same look for an endpoint that takes only bodies: each event's JSON as claim_bodies puts it
+-- in a body (with the transaction fields), which the worker joins into its batch's body, and
+-- its attempts so far; not the contents.
 SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",
-       "any_kept", "now"
+       "any_kept", "now", "attempts",
+       "procbus_topic_event_json"(to_json($1::text)::text, "type", "created_at", "key",
+           "payload", "txn_id", "txn_last", "txn_size") AS "body"
 FROM "procbus_topic_view"($1, $2, $3);
 
 -- name: assign_batches
@@ -372,38 +376,22 @@ FROM "procbus_topic_view"($1, $2, $3);
 -- missing events ($6). The entries were read by procbus_topic_view for the claim $4, and are
 -- kept only while it is still the topic's claim: every change to an entry's batch is made under
 -- the topic's claim, so nothing read has changed since. Its row lock holds off a new claim until
--- this commits. One row per batch kept, in the order of $2: its entries' IDs and attempts so
--- far, and, with $7, its body (built as claim_bodies builds one, with the transaction fields;
--- kept_batch_body builds the same bytes when it is resent). No row: another attempt claimed the
--- topic since, and nothing was kept.
+-- this commits. False: another attempt claimed the topic since, and nothing was kept.
 WITH "held" AS (
     SELECT 1 FROM "procbus_topic_claims" WHERE "topic" = $1 AND "claim" = $4 FOR UPDATE
-), "cut" AS MATERIALIZED (
-    SELECT b."batch_id", b."n", ($5::bigint[])[b."ends" - b."size" + 1 : b."ends"] AS "entry_ids"
+), "kept" AS (
+    INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
+    SELECT $1, b."batch_id", ($5::bigint[])[b."ends" - b."size" + 1 : b."ends"]
     FROM (
-        SELECT u."batch_id", u."n", u."size", sum(u."size") OVER (ORDER BY u."n") AS "ends"
+        SELECT u."batch_id", u."size", sum(u."size") OVER (ORDER BY u."n") AS "ends"
         FROM unnest($2::text[], $3::integer[]) WITH ORDINALITY AS u("batch_id", "size", "n")
     ) AS b
     WHERE EXISTS (SELECT FROM "held")
-), "kept" AS (
-    INSERT INTO "procbus_topic_batches" ("topic", "batch_id", "entry_ids")
-    SELECT $1, c."batch_id", c."entry_ids" FROM "cut" AS c
 ), "counted" AS (
     UPDATE "procbus_topics" SET "incomplete_batches" = "incomplete_batches" + $6
     WHERE "name" = $1 AND $6 > 0 AND EXISTS (SELECT FROM "held")
 )
-SELECT c."batch_id",
-       '[' || string_agg("procbus_topic_event_json"(
-           to_json($1::text)::text, e."type", e."created_at", e."key", e."payload", e."txn_id",
-           e."txn_last", e."txn_size"), ',' ORDER BY u."n") FILTER (WHERE $7::boolean)
-           || ']' AS "body",
-       array_agg(e."id" ORDER BY u."n") AS "entry_ids",
-       array_agg(e."attempts" ORDER BY u."n") AS "attempts"
-FROM "cut" AS c
-CROSS JOIN LATERAL unnest(c."entry_ids") WITH ORDINALITY AS u("id", "n")
-JOIN "procbus_topic_entries" AS e ON e."topic" = $1 AND e."id" = u."id"
-GROUP BY c."n", c."batch_id"
-ORDER BY c."n";
+SELECT EXISTS (SELECT FROM "held");
 
 -- name: hold_claim
 -- A new claim on the topic, for a change that any attempt in flight must not settle over.

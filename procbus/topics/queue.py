@@ -252,7 +252,7 @@ def _entries(rows: Iterable[asyncpg.Record], *, only_entry_columns: bool = False
 
 
 def _encoded(rows: Sequence[asyncpg.Record], batch_ids: Iterable[str]) -> list[EncodedBatch]:
-    """Batches whose bodies PostgreSQL built (claim_bodies, assign_batches), with their IDs."""
+    """Batches whose bodies PostgreSQL built (claim_bodies), with their IDs."""
     return [
         EncodedBatch(
             id=batch_id, body=row["body"], entry_ids=row["entry_ids"], attempts=row["attempts"]
@@ -621,7 +621,7 @@ class Topics:
             if short:
                 incomplete[claimed[-1].id] = sorted(str(txn) for txn in short)
         all_ids = [entry_id for batch in claimed for entry_id in batch.entry_ids]
-        kept = await self.pool.fetch(
+        kept = await self.pool.fetchval(
             self.queries["assign_batches"],
             topic.name,
             [batch.id for batch in claimed],
@@ -629,7 +629,6 @@ class Topics:
             claim_id,
             all_ids,
             len(incomplete),
-            encoded,
         )
         if not kept:
             return empty  # an overlapping attempt claimed the topic: the next round sees it
@@ -642,12 +641,23 @@ class Topics:
                 ", ".join(txns),
                 topic.incomplete_wait_seconds,
             )
+        by_id = {row["id"]: row for row in view}
         entries: list[Entry] = []
         bodies: list[EncodedBatch] = []
         if encoded:
-            bodies = _encoded(kept, [row["batch_id"] for row in kept])
+            # Each event's JSON came with the look: joined in send order, the body that
+            # kept_batch_body builds again, byte for byte, if the batch is resent.
+            for batch in claimed:
+                rows = [by_id[entry_id] for entry_id in batch.entry_ids]
+                bodies.append(
+                    EncodedBatch(
+                        id=batch.id,
+                        body="[" + ",".join([row["body"] for row in rows]) + "]",
+                        entry_ids=batch.entry_ids,
+                        attempts=[row["attempts"] for row in rows],
+                    )
+                )
         else:
-            by_id = {row["id"]: row for row in view}
             entries = _entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True)
         return Claim(
             topic=topic.name,
