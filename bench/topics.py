@@ -181,8 +181,10 @@ async def raw_drain(pool: asyncpg.Pool, count: int) -> float:
     started = time.perf_counter()
     while True:
         rows = await pool.fetch(
-            'DELETE FROM "bench_event_rows" WHERE "id" IN (SELECT "id" FROM "bench_event_rows" '
-            'WHERE "topic" = \'raw\' ORDER BY "id" LIMIT $1) RETURNING "id", "payload"',
+            # By the queue's key, as the queue deletes what was delivered (topic, id = ANY).
+            'DELETE FROM "bench_event_rows" WHERE "topic" = \'raw\' AND "id" = ANY (ARRAY('
+            'SELECT "id" FROM "bench_event_rows" WHERE "topic" = \'raw\' ORDER BY "id" '
+            'LIMIT $1)) RETURNING "id", "payload"',
             DRAIN_BATCH,
         )
         if not rows:
