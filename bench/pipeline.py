@@ -124,9 +124,11 @@ FLOOR_FILL = (
     "'a note of some length ' || g)), 150, 'msg_' || g, 'pg_' || (g / $2) "
     "FROM generate_series(1, $1) AS g"
 )
+# By the queue's key (topic, id = ANY), as the queue deletes what was delivered.
 FLOOR_DRAIN = (
-    'DELETE FROM "bench_queue_rows" WHERE "id" IN (SELECT "id" FROM "bench_queue_rows" '
-    'WHERE "topic" = \'floor\' ORDER BY "id" LIMIT $1) RETURNING "id", "key", "payload"'
+    'DELETE FROM "bench_queue_rows" WHERE "topic" = \'floor\' AND "id" = ANY (ARRAY('
+    'SELECT "id" FROM "bench_queue_rows" WHERE "topic" = \'floor\' ORDER BY "id" LIMIT $1)) '
+    'RETURNING "id", "key", "payload"'
 )
 
 
