@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,13 +18,38 @@ import psutil
 from procbus.errors import StackError
 
 LOOPBACK = "127.0.0.1"
+# Ports handed to servers are drawn from here up to the kernel's ephemeral range.
+FIXED_PORTS_FROM = 20000
+_handed_out: set[int] = set()
 _PR_SET_PDEATHSIG = 1
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    """A port free now, for a server started seconds later: below the kernel's ephemeral range
+    when it can be, as a port from bind(0) may meanwhile become some outgoing connection's
+    source port (a test's metrics port was taken so between its choice and its server's start)."""
+    below = _ephemeral_ports_from()
+    for _ in range(100):
+        port = random.randrange(FIXED_PORTS_FROM, below) if below > FIXED_PORTS_FROM else 0
+        if port in _handed_out:
+            continue  # free again, but handed to a server that may not have started yet
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            port = int(probe.getsockname()[1])
+        _handed_out.add(port)
+        return port
+    raise StackError(f"no free port on {host} in {FIXED_PORTS_FROM}-{below - 1}")
+
+
+def _ephemeral_ports_from() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0  # unknown: let the kernel choose
 
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
