@@ -251,16 +251,6 @@ def _entries(rows: Iterable[asyncpg.Record], *, only_entry_columns: bool = False
     return _ENTRY_LIST.validate_python([dict(zip(columns, row, strict=True)) for row in rows])
 
 
-def _encoded(rows: Sequence[asyncpg.Record], batch_ids: Iterable[str]) -> list[EncodedBatch]:
-    """Batches whose bodies PostgreSQL built (claim_bodies), with their IDs."""
-    return [
-        EncodedBatch(
-            id=batch_id, body=row["body"], entry_ids=row["entry_ids"], attempts=row["attempts"]
-        )
-        for row, batch_id in zip(rows, batch_ids, strict=True)
-    ]
-
-
 def _read_look(
     view: Sequence[asyncpg.Record], now: datetime, wait_seconds: float
 ) -> tuple[list[BatchEvent], set[str], int]:
@@ -571,16 +561,25 @@ class Topics:
         rows = await self.pool.fetch(
             self.queries["claim_bodies"], topic, batch_size * count, batch_size, claim_id
         )
-        batch_ids = [batch_id_of(row["webhook_ids"]) for row in rows]
-        return Claim(topic=topic, id=claim_id, entries=[], encoded=_encoded(rows, batch_ids))
+        encoded = [
+            EncodedBatch(
+                id=batch_id_of(row["webhook_ids"]),
+                body=row["body"],
+                entry_ids=row["entry_ids"],
+                attempts=row["attempts"],
+            )
+            for row in rows
+        ]
+        return Claim(topic=topic, id=claim_id, entries=[], encoded=encoded)
 
     async def claim_batches(self, topic: Topic, count: int = 1, *, encoded: bool = False) -> Claim:
         """A grouped topic's next batches, claimed as by `claim`: a batch sent
         before and due again, whole and in its order; else up to `count` new ones assembled
         from the queue (procbus.batching), one after the other, each kept so that every retry
         sends exactly it. Sent in the order given: a batch may hold later events of a key that
-        an earlier one holds. With `encoded`, new batches come as their bodies, built by
-        PostgreSQL (as by `claim_encoded`), not as entries."""
+        an earlier one holds. With `encoded`, batches come as their bodies, not as entries: a new
+        one joined from each event's JSON that PostgreSQL built in the look, a kept one built
+        again by PostgreSQL (the same bytes)."""
         claim_id = uuid.uuid4()
         empty = Claim(topic=topic.name, id=claim_id, entries=[])
         limit = topic.batch_size * count + WINDOW_SLACK
