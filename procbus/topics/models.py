@@ -148,7 +148,10 @@ class Published(BaseModel):
     topic: str
     id: int | None = Field(description="the queue entry; None on a synchronous topic")
     webhook_id: str
-    created_at: datetime
+    created_at: datetime = Field(
+        description="when it was queued: the database's clock, or the publisher's for an event "
+        "queued under a lease (nothing comes back from the database then)"
+    )
     delivery: Literal["queued", "ack", "nack"] = "queued"
     error: str | None = Field(default=None, description="why the endpoint did not take it")
     txn_id: str | None = Field(
@@ -282,6 +285,9 @@ class TopicStats(BaseModel):
     depth: int = Field(description="committed entries waiting")
     depth_bytes: int
     reserved: int = Field(description="live reservations")
+    leased: int = Field(
+        default=0, description="entries of capacity publishing connections hold and have not used"
+    )
     capacity_used_entries: int = Field(description="committed + reserved, against max_entries")
     capacity_used_bytes: int
     max_entries: int

@@ -24,8 +24,10 @@ import hashlib
 import logging
 import random
 import secrets
+import time
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
@@ -79,6 +81,40 @@ MOVED_SHARDS_KEPT = 4096
 
 # A server process's first shard when it is no longer its PID's: see move_shard.
 _moved_shards: dict[int, int] = {}
+
+# Leases (see _Lease): entries each, and bytes each for this many events of the size of the one
+# that takes it (at least LEASE_MIN_EVENT_BYTES each).
+LEASE_ENTRIES = 512
+LEASE_MIN_EVENT_BYTES = 512
+LEASE_BYTES_FACTOR = 2
+# A lease lives this long; its owner stops using it this much earlier, so a publish of a
+# transaction that started in time never finds it gone.
+LEASE_SECONDS = 30.0
+LEASE_MARGIN_SECONDS = 10.0
+# After a lease was refused (grouped topic, shard busy or nearly full): publishes count one by
+# one for this long before the connection asks again.
+NO_LEASE_SECONDS = 5.0
+# Connections (by server process) and topics with a lease; past this many, all are forgotten
+# (each expires and gives back what it did not use).
+LEASES_KEPT = 4096
+
+
+@dataclass
+class _Lease:
+    """Capacity a connection took for a block of events without key or transaction: each of its
+    publishes writes the entry alone, with an ID of the lease's, instead of counting on the
+    shard's row. What it did not use goes back when it ends (procbus_topic_end_leases)."""
+
+    id: int
+    shard: int
+    entry_ids: list[int]  # unused, the next last
+    bytes_left: int
+    max_payload_bytes: int
+    use_until: float  # time.monotonic()
+
+
+# (server process, topic) -> its lease, or when to ask for one again (time.monotonic()).
+_leases: dict[tuple[int, str], _Lease | float] = {}
 
 
 class TopicNotFound(InvalidRequest):
@@ -164,26 +200,34 @@ async def publish_in_transaction(
     if not connection.is_in_transaction():
         raise InvalidRequest("publish_in_transaction needs an open transaction")
     webhook_id = webhook_id or new_webhook_id()
-    queries = load_queries(QUERIES)
-    shard, payload = preferred_shard(connection), encode_payload(event.payload)
-    arguments = (
-        topic,
-        shard,
-        event.key,
-        event.type,
-        payload,
-        webhook_id,
-        event.txn_id,
-        event.last_in_txn,
-        event.txn_size,
-    )
+    encoded = to_json(event.payload)
+    payload = encoded.decode()
     plain = (
         event.key is None
         and event.txn_id is None
         and event.txn_size is None
         and not event.last_in_txn
     )
+    queries = load_queries(QUERIES)
     try:
+        if plain:
+            leased = await _publish_leased(
+                connection, topic, event.type, payload, len(encoded), webhook_id
+            )
+            if leased is not None:
+                return leased
+        shard = preferred_shard(connection)
+        arguments = (
+            topic,
+            shard,
+            event.key,
+            event.type,
+            payload,
+            webhook_id,
+            event.txn_id,
+            event.last_in_txn,
+            event.txn_size,
+        )
         # One statement when the connection's own shard is free and has room (a lighter one for
         # an event without key and transaction fields); else the checked path, which tries the
         # other shards and says what was wrong.
@@ -204,6 +248,77 @@ async def publish_in_transaction(
         webhook_id=webhook_id,
         created_at=row["created_at"],
         txn_id=row["txn_id"],
+    )
+
+
+async def _publish_leased(
+    connection: asyncpg.Connection,
+    topic: str,
+    type_: str,
+    payload: str,
+    size: int,
+    webhook_id: str,
+) -> Published | None:
+    """Queue an event without key or transaction under the connection's lease on `topic`,
+    taking one when it has none (or its lease is used up); None when no lease serves it (the
+    caller then counts it on a shard, as for any other event)."""
+    place = (connection.get_server_pid(), topic)
+    lease = _leases.get(place)
+    now = time.monotonic()
+    if isinstance(lease, float):
+        if now < lease:
+            return None
+        lease = None
+    if lease is not None and (
+        not lease.entry_ids or size > lease.bytes_left or now >= lease.use_until
+    ):
+        del _leases[place]
+        await connection.fetchval(load_queries(QUERIES)["end_lease"], topic, lease.id)
+        lease = None
+    if lease is None:
+        lease = await _take_lease(connection, topic, shard=preferred_shard(connection), size=size)
+        if len(_leases) >= LEASES_KEPT:
+            _leases.clear()  # forgotten leases expire and give back what they did not use
+        _leases[place] = lease or now + NO_LEASE_SECONDS
+        if lease is None:
+            return None
+    if size > lease.max_payload_bytes:
+        return None  # counted on a shard: that path says what was wrong
+    entry_id = lease.entry_ids.pop()
+    lease.bytes_left -= size
+    created_at = datetime.now(UTC)
+    status = await connection.execute(
+        load_queries(QUERIES)["publish_leased"],
+        topic,
+        entry_id,
+        lease.shard,
+        type_,
+        payload,
+        webhook_id,
+        lease.id,
+    )
+    if status != "INSERT 0 1":  # the lease is gone (rolled back with its transaction, expired)
+        _leases.pop(place, None)
+        return None
+    return Published(topic=topic, id=entry_id, webhook_id=webhook_id, created_at=created_at)
+
+
+async def _take_lease(
+    connection: asyncpg.Connection, topic: str, *, shard: int, size: int
+) -> _Lease | None:
+    lease_bytes = LEASE_ENTRIES * LEASE_BYTES_FACTOR * max(size, LEASE_MIN_EVENT_BYTES)
+    row = await connection.fetchrow(
+        load_queries(QUERIES)["take_lease"], topic, shard, LEASE_ENTRIES, lease_bytes, LEASE_SECONDS
+    )
+    if row is None:
+        return None
+    return _Lease(
+        id=row["id"],
+        shard=row["shard"],
+        entry_ids=list(reversed(row["entry_ids"])),
+        bytes_left=lease_bytes,
+        max_payload_bytes=row["max_payload_bytes"],
+        use_until=time.monotonic() + LEASE_SECONDS - LEASE_MARGIN_SECONDS,
     )
 
 
@@ -374,6 +489,7 @@ class Topics:
                     f"topic {name!r} carries the captures of {captured}: delete them first "
                     f"(procbus capture delete TABLE --topic {name})"
                 )
+            await connection.execute(self.queries["delete_topic_leases"], name)
             pending: int = await connection.fetchval(self.queries["count_pending"], name)
             if pending and not force:
                 raise InvalidRequest(
@@ -780,6 +896,8 @@ class Topics:
     async def expire(self, topic: str, limit: int = 1000) -> list[int]:
         """Move entries past the topic's TTL to the dead letters, sent or not; their IDs."""
         settings = await self.get(topic)
+        # Leases whose owners died (or forgot them) give back what they did not use.
+        await self.pool.fetchval(self.queries["end_expired_leases"], topic)
         async with self.pool.acquire() as connection, connection.transaction():
             ids = [
                 row["id"]
@@ -860,6 +978,7 @@ class Topics:
             depth=row["depth"],
             depth_bytes=row["depth_bytes"],
             reserved=row["reserved"],
+            leased=row["leased"],
             capacity_used_entries=row["capacity_entries"],
             capacity_used_bytes=row["capacity_bytes"],
             max_entries=topic.max_entries,

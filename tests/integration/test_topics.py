@@ -33,9 +33,20 @@ async def make(topics: Topics, **settings: Any) -> str:
     return name
 
 
+async def end_leases(pool: asyncpg.Pool, topic: str) -> int:
+    """The topic's leases end now, as when they expire: each gives back what it did not use."""
+    await pool.execute(
+        'UPDATE "procbus_topic_leases" SET "expires_at" = clock_timestamp() WHERE "topic" = $1',
+        topic,
+    )
+    ended: int = await pool.fetchval('SELECT "procbus_topic_end_leases"($1, NULL, true)', topic)
+    return ended
+
+
 async def capacity(pool: asyncpg.Pool, topic: str) -> tuple[int, int]:
-    """The capacity a topic's shards count as taken; no shard's count below zero (the table
-    has no CHECK for it: see migration 0016)."""
+    """The capacity a topic's shards count as taken once its publishers' leases ended; no
+    shard's count below zero (the table has no CHECK for it: see migration 0016)."""
+    await end_leases(pool, topic)
     row = await pool.fetchrow(
         'SELECT sum("entries")::bigint AS e, sum("bytes")::bigint AS b, '
         'bool_and("entries" >= 0 AND "bytes" >= 0) AS non_negative '

@@ -1,0 +1,307 @@
+"""Capacity leased to publishing connections, on the real PostgreSQL: a publish under a lease
+writes its entry alone, and every lease, however it ends, gives back exactly what it did not use
+(rolled back, abandoned, racing deliveries and other ends)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from procbus.errors import QueueFull
+from procbus.topics import Event, Topics
+from procbus.topics import queue as topic_queue
+from procbus.topics.models import SHARDS
+from procbus.topics.queue import LEASE_ENTRIES, publish_in_transaction
+from tests.integration.test_topics import capacity, make
+
+PAYLOAD = {"n": 1}
+SIZE = len('{"n":1}')
+
+
+@pytest.fixture(autouse=True)
+def _no_leases_from_other_tests() -> Iterator[None]:
+    # Each test starts with no lease remembered (another test's may be of a topic gone).
+    topic_queue._leases.clear()
+    yield
+    topic_queue._leases.clear()
+
+
+async def leases(pool: asyncpg.Pool, topic: str) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        'SELECT "id", "shard", "entries", "settled_entries", cardinality("entry_ids") AS "ids" '
+        'FROM "procbus_topic_leases" WHERE "topic" = $1 ORDER BY "id"',
+        topic,
+    )
+
+
+async def publish_each(connection: asyncpg.Connection, topic: str, count: int) -> list[int]:
+    ids = []
+    for _ in range(count):
+        async with connection.transaction():
+            published = await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            assert published.id is not None
+            ids.append(published.id)
+    return ids
+
+
+async def test_a_lease_serves_a_block_of_publishes_and_gives_back_what_it_did_not_use(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        committed = await publish_each(connection, topic, 10)
+        async with connection.transaction():
+            await publish_in_transaction(connection, topic, Event(payload={"n": 9}))
+            rolled_back = connection.transaction()
+            await rolled_back.start()
+            await publish_in_transaction(connection, topic, Event(payload={"n": 8}))
+            await rolled_back.rollback()  # a savepoint: its entry and its ID are gone
+    [lease] = await leases(pool, topic)
+    assert (lease["entries"], lease["ids"], lease["settled_entries"]) == (LEASE_ENTRIES,) * 2 + (0,)
+    queued = await pool.fetch(
+        'SELECT "id", "lease" FROM "procbus_topic_entries" WHERE "topic" = $1 ORDER BY "id"', topic
+    )
+    assert len(queued) == 11 and {row["lease"] for row in queued} == {lease["id"]}
+    assert set(committed) < {row["id"] for row in queued}
+    stats = await topics.stats(topic)
+    # 12 IDs of the lease used, 11 entries queued: the rolled-back one's slot stays held, unused.
+    assert (stats.depth, stats.leased) == (11, LEASE_ENTRIES - 11)
+    assert stats.capacity_used_entries == LEASE_ENTRIES
+    assert (await topics.gauges(topic)).depth == 11
+    # Four delivered while the lease is open: counted on it, given back to the shard.
+    claim = await topics.claim(topic, 4)
+    await topics.settle(claim, delivered=[entry.id for entry in claim.entries])
+    [lease] = await leases(pool, topic)
+    assert lease["settled_entries"] == 4
+    assert (await topics.stats(topic)).leased == LEASE_ENTRIES - 11
+    assert (await topics.gauges(topic)).depth == 7
+    # Its end gives back the rest: all but the 7 queued and the 4 settled.
+    assert await capacity(pool, topic) == (7, 7 * SIZE)
+    assert await leases(pool, topic) == []
+    claim = await topics.claim(topic, 10)
+    await topics.settle(claim, delivered=[entry.id for entry in claim.entries])
+    assert await capacity(pool, topic) == (0, 0)
+
+
+async def test_a_lease_taken_in_a_rolled_back_transaction_never_was(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        with pytest.raises(RuntimeError):
+            async with connection.transaction():
+                await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+                raise RuntimeError("the business transaction fails")
+        assert await leases(pool, topic) == []
+        # The connection still holds the lease it took: its next publish finds it gone, counts
+        # on the shard instead, and the one after takes a new lease.
+        ids = await publish_each(connection, topic, 3)
+    [lease] = await leases(pool, topic)
+    assert lease["entries"] == LEASE_ENTRIES
+    entries = dict(
+        await pool.fetch(
+            'SELECT "id", "lease" FROM "procbus_topic_entries" WHERE "topic" = $1', topic
+        )
+    )
+    assert entries == {ids[0]: None, ids[1]: lease["id"], ids[2]: lease["id"]}
+    assert await capacity(pool, topic) == (3, 3 * SIZE)
+
+
+async def test_a_used_up_lease_ends_in_its_owners_transaction_and_a_new_one_follows(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, LEASE_ENTRIES + 5)
+    [lease] = await leases(pool, topic)  # the first ended when the 65th publish came
+    assert lease["entries"] == LEASE_ENTRIES
+    assert (await topics.stats(topic)).leased == LEASE_ENTRIES - 5
+    assert await capacity(pool, topic) == (LEASE_ENTRIES + 5, (LEASE_ENTRIES + 5) * SIZE)
+
+
+async def test_an_abandoned_lease_expires_and_gives_back_what_it_did_not_use(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 1.0)
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.5)
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 5)
+    topic_queue._leases.clear()  # its owner is gone, as a process that died
+    shards = await pool.fetchval(
+        'SELECT sum("entries") FROM "procbus_topic_shards" WHERE "topic" = $1', topic
+    )
+    assert shards == LEASE_ENTRIES
+    await asyncio.sleep(1.2)
+    await topics.expire(topic)  # what each delivery pass does now and then
+    assert await leases(pool, topic) == []
+    # Read without ending anything: the lease's end gave back 59.
+    assert (
+        await pool.fetchval(
+            'SELECT sum("entries") FROM "procbus_topic_shards" WHERE "topic" = $1', topic
+        )
+        == 5
+    )
+
+
+async def test_a_publish_under_an_expired_lease_counts_on_the_shard_instead(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 2)
+        await pool.execute(  # the lease outlived its time (its owner's clock is not trusted)
+            'UPDATE "procbus_topic_leases" SET "expires_at" = clock_timestamp() WHERE "topic" = $1',
+            topic,
+        )
+        [late] = await publish_each(connection, topic, 1)
+    lease_of_late = await pool.fetchval(
+        'SELECT "lease" FROM "procbus_topic_entries" WHERE "topic" = $1 AND "id" = $2',
+        topic,
+        late,
+    )
+    assert lease_of_late is None
+    assert await capacity(pool, topic) == (3, 3 * SIZE)
+
+
+async def test_deleting_a_topic_waits_for_a_publish_under_its_lease_and_leaves_nothing(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 1)
+        async with connection.transaction():
+            await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            deleting = asyncio.create_task(topics.delete(topic, force=True))
+            await asyncio.sleep(0.5)
+            assert not deleting.done()  # it waits for this transaction's entry
+        assert await asyncio.wait_for(deleting, 10) == 2
+        assert (
+            await pool.fetchval(
+                'SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1', topic
+            )
+            == 0
+        )
+        with pytest.raises(Exception, match="no topic named|does not exist"):
+            await publish_each(connection, topic, 1)
+
+
+async def test_near_its_bound_a_topic_counts_each_publish_and_the_bound_holds(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    # Room for two leases per shard, not four: every publish counts on its shard, exactly.
+    topic = await make(topics, max_entries=SHARDS * LEASE_ENTRIES * 2)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 3)
+    assert await leases(pool, topic) == []
+
+
+async def test_leases_deliveries_and_lease_ends_racing_lose_no_count(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publishers with rollbacks and short leases, a delivery settling all along, and expired
+    leases ended all along: in the end every committed event was delivered once, and the shards
+    count nothing."""
+    monkeypatch.setattr(topic_queue, "LEASE_ENTRIES", 8)
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.15)
+    topic = await make(topics, max_entries=100_000)
+    committed: set[int] = set()
+    delivered: list[int] = []
+    settled_on_open_leases = ended_by_expiry = 0
+    publishing = True
+    rng = random.Random(7)
+
+    async def publisher() -> None:
+        async with pool.acquire() as connection:
+            for n in range(150):
+                transaction = connection.transaction()
+                await transaction.start()
+                published = await publish_in_transaction(
+                    connection, topic, Event(payload={"n": n, "pad": "x" * rng.randrange(50)})
+                )
+                if rng.random() < 0.2:
+                    await transaction.rollback()
+                else:
+                    await transaction.commit()
+                    assert published.id is not None
+                    committed.add(published.id)
+                if rng.random() < 0.1:
+                    await asyncio.sleep(rng.random() * 0.05)
+                if rng.random() < 0.03:  # its lease forgotten, as by a process that restarted
+                    topic_queue._leases.pop((connection.get_server_pid(), topic), None)
+
+    async def delivery() -> None:
+        nonlocal settled_on_open_leases
+        while publishing or (await topics.gauges(topic)).depth:
+            claim = await topics.claim(topic, 25)
+            await topics.settle(claim, delivered=[entry.id for entry in claim.entries])
+            delivered.extend(entry.id for entry in claim.entries)
+            settled_on_open_leases = max(
+                settled_on_open_leases,
+                await pool.fetchval(
+                    'SELECT coalesce(sum("settled_entries"), 0) FROM "procbus_topic_leases" '
+                    'WHERE "topic" = $1',
+                    topic,
+                ),
+            )
+            await asyncio.sleep(0.01)
+
+    async def ender() -> None:
+        nonlocal ended_by_expiry
+        while not running[0].done():
+            ended_by_expiry += await pool.fetchval(
+                'SELECT "procbus_topic_end_leases"($1, NULL, true)', topic
+            )
+            await asyncio.sleep(0.05)
+
+    running = [asyncio.create_task(delivery()), asyncio.create_task(ender())]
+    await asyncio.gather(*(publisher() for _ in range(4)))
+    publishing = False
+    await asyncio.wait_for(asyncio.gather(*running), 60)
+    assert sorted(delivered) == sorted(committed) and len(committed) > 300
+    # The races this is about happened: deliveries counted on open leases, leases expired.
+    assert settled_on_open_leases > 0 and ended_by_expiry > 0
+    assert await capacity(pool, topic) == (0, 0)
+    stats = await topics.stats(topic)
+    assert (stats.depth, stats.leased, stats.delivered) == (0, 0, len(committed))
+
+
+async def test_a_full_topic_with_leases_refuses_and_its_count_stays_exact(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Room for five leases per shard: two leases each, then publishes counted one by one near
+    # the bound, then QueueFull; nothing more was queued than the bound allows.
+    monkeypatch.setattr(topic_queue, "LEASE_ENTRIES", 16)
+    bound = SHARDS * 5 * 16
+    topic = await make(topics, max_entries=bound)
+    accepted = 0
+
+    async def writer() -> None:
+        nonlocal accepted
+        async with pool.acquire() as connection:
+            while True:
+                try:
+                    async with connection.transaction():
+                        await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+                except QueueFull:
+                    return
+                accepted += 1
+
+    await asyncio.gather(*(writer() for _ in range(4)))
+    assert (await topics.stats(topic)).depth == accepted <= bound
+    assert await capacity(pool, topic) == (accepted, accepted * SIZE)
+    # With the leases ended, what they held comes back: the topic fills up to its bound.
+    async with pool.acquire() as connection:
+        while True:
+            try:
+                async with connection.transaction():
+                    await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            except QueueFull:
+                break
+    assert (await topics.stats(topic)).depth == bound
+    assert await capacity(pool, topic) == (bound, bound * SIZE)
