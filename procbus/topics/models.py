@@ -17,6 +17,8 @@ from procbus.errors import InvalidRequest, validation_findings
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 # One event's payload at most, whatever the topic's bounds (and at most one shard's bytes).
 MAX_PAYLOAD_BYTES = 256 * 1024
+# The most a bound may be: PostgreSQL's bigint, which counts it.
+BIGGEST_BOUND = 2**63 - 1
 SHARDS = 16  # capacity shards per topic: publishers of one topic spread over them
 DEFAULT_EVENT_TYPE = "event"
 
@@ -64,6 +66,8 @@ class TopicSettings(BaseModel):
     def _positive(cls, value: int) -> int:
         if value <= 0:
             raise ValueError(f"must be more than 0, got {value}")
+        if value > BIGGEST_BOUND:
+            raise ValueError(f"must be at most {BIGGEST_BOUND}, got {value}")
         return value
 
     @field_validator("retry_sleep_seconds", "ttl_seconds", "incomplete_wait_seconds")

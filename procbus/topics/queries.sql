@@ -11,8 +11,8 @@ RETURNING "name";
 -- The topic's bounds split over its shards: the first ones take the remainder, so they add up.
 INSERT INTO "procbus_topic_shards"
     ("topic", "shard", "max_entries", "max_bytes", "queues", "max_payload_bytes", "grouped")
-SELECT $1, s, $2 / $4 + CASE WHEN s < $2 % $4 THEN 1 ELSE 0 END,
-       $3 / $4 + CASE WHEN s < $3 % $4 THEN 1 ELSE 0 END, $5, $6, $7
+SELECT $1, s, $2::bigint / $4 + CASE WHEN s < $2::bigint % $4 THEN 1 ELSE 0 END,
+       $3::bigint / $4 + CASE WHEN s < $3::bigint % $4 THEN 1 ELSE 0 END, $5, $6, $7
 FROM generate_series(0, $4 - 1) AS s;
 
 -- name: insert_secret
