@@ -110,9 +110,12 @@ async def test_create_returns_a_secret_and_refuses_bad_input_whole(
     # Bounds past 32 bits are bounds like any other (a terabyte of payloads).
     big, _ = await topics.create("big", TopicSettings(endpoint=RECEIVER, max_bytes=2**40))
     assert big.max_bytes == 2**40 and (await topics.stats("big")).max_bytes == 2**40
-    assert await pool.fetchval(
-        'SELECT sum("max_bytes") FROM "procbus_topic_shards" WHERE "topic" = $1', "big"
-    ) == 2**40
+    assert (
+        await pool.fetchval(
+            'SELECT sum("max_bytes") FROM "procbus_topic_shards" WHERE "topic" = $1', "big"
+        )
+        == 2**40
+    )
     await topics.delete("big")
     assert await pool.fetchval('SELECT count(*) FROM "procbus_topic_shards"') == SHARDS
 
