@@ -36,7 +36,7 @@ from pydantic_core import to_json
 
 from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches
-from procbus.db.queries import load_queries
+from procbus.db.queries import Queries, load_queries
 from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
@@ -200,8 +200,7 @@ async def publish_in_transaction(
     if not connection.is_in_transaction():
         raise InvalidRequest("publish_in_transaction needs an open transaction")
     webhook_id = webhook_id or new_webhook_id()
-    encoded = to_json(event.payload)
-    payload = encoded.decode()
+    payload = encode_payload(event.payload)
     plain = (
         event.key is None
         and event.txn_id is None
@@ -212,7 +211,7 @@ async def publish_in_transaction(
     try:
         if plain:
             leased = await _publish_leased(
-                connection, topic, event.type, payload, len(encoded), webhook_id
+                connection, queries, topic, event.type, payload, webhook_id
             )
             if leased is not None:
                 return leased
@@ -253,16 +252,17 @@ async def publish_in_transaction(
 
 async def _publish_leased(
     connection: asyncpg.Connection,
+    queries: Queries,
     topic: str,
     type_: str,
     payload: str,
-    size: int,
     webhook_id: str,
 ) -> Published | None:
     """Queue an event without key or transaction under the connection's lease on `topic`,
     taking one when it has none (or its lease is used up); None when no lease serves it (the
     caller then counts it on a shard, as for any other event)."""
     place = (connection.get_server_pid(), topic)
+    size = len(payload.encode())
     lease = _leases.get(place)
     now = time.monotonic()
     if isinstance(lease, float):
@@ -273,10 +273,10 @@ async def _publish_leased(
         not lease.entry_ids or size > lease.bytes_left or now >= lease.use_until
     ):
         del _leases[place]
-        await connection.fetchval(load_queries(QUERIES)["end_lease"], topic, lease.id)
+        await connection.fetchval(queries["end_lease"], topic, lease.id)
         lease = None
     if lease is None:
-        lease = await _take_lease(connection, topic, shard=preferred_shard(connection), size=size)
+        lease = await _take_lease(connection, queries, topic, preferred_shard(connection), size)
         if len(_leases) >= LEASES_KEPT:
             _leases.clear()  # forgotten leases expire and give back what they did not use
         _leases[place] = lease or now + NO_LEASE_SECONDS
@@ -288,7 +288,7 @@ async def _publish_leased(
     lease.bytes_left -= size
     created_at = datetime.now(UTC)
     status = await connection.execute(
-        load_queries(QUERIES)["publish_leased"],
+        queries["publish_leased"],
         topic,
         entry_id,
         lease.shard,
@@ -304,11 +304,11 @@ async def _publish_leased(
 
 
 async def _take_lease(
-    connection: asyncpg.Connection, topic: str, *, shard: int, size: int
+    connection: asyncpg.Connection, queries: Queries, topic: str, shard: int, size: int
 ) -> _Lease | None:
     lease_bytes = LEASE_ENTRIES * LEASE_BYTES_FACTOR * max(size, LEASE_MIN_EVENT_BYTES)
     row = await connection.fetchrow(
-        load_queries(QUERIES)["take_lease"], topic, shard, LEASE_ENTRIES, lease_bytes, LEASE_SECONDS
+        queries["take_lease"], topic, shard, LEASE_ENTRIES, lease_bytes, LEASE_SECONDS
     )
     if row is None:
         return None
@@ -894,9 +894,9 @@ class Topics:
         return Settled(delivered=removed, failed=len(failed), dead_lettered=sorted(dead))
 
     async def expire(self, topic: str, limit: int = 1000) -> list[int]:
-        """Move entries past the topic's TTL to the dead letters, sent or not; their IDs."""
+        """Move entries past the topic's TTL to the dead letters, sent or not; their IDs. Ends
+        the topic's expired leases first (their owners died or forgot them)."""
         settings = await self.get(topic)
-        # Leases whose owners died (or forgot them) give back what they did not use.
         await self.pool.fetchval(self.queries["end_expired_leases"], topic)
         async with self.pool.acquire() as connection, connection.transaction():
             ids = [

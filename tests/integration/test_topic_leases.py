@@ -38,6 +38,15 @@ async def leases(pool: asyncpg.Pool, topic: str) -> list[asyncpg.Record]:
     )
 
 
+async def entry_leases(pool: asyncpg.Pool, topic: str) -> dict[int, int | None]:
+    """Each queued entry's ID and the lease it was queued under (None: counted on its shard)."""
+    return dict(
+        await pool.fetch(
+            'SELECT "id", "lease" FROM "procbus_topic_entries" WHERE "topic" = $1', topic
+        )
+    )
+
+
 async def publish_each(connection: asyncpg.Connection, topic: str, count: int) -> list[int]:
     ids = []
     for _ in range(count):
@@ -62,11 +71,9 @@ async def test_a_lease_serves_a_block_of_publishes_and_gives_back_what_it_did_no
             await rolled_back.rollback()  # a savepoint: its entry and its ID are gone
     [lease] = await leases(pool, topic)
     assert (lease["entries"], lease["ids"], lease["settled_entries"]) == (LEASE_ENTRIES,) * 2 + (0,)
-    queued = await pool.fetch(
-        'SELECT "id", "lease" FROM "procbus_topic_entries" WHERE "topic" = $1 ORDER BY "id"', topic
-    )
-    assert len(queued) == 11 and {row["lease"] for row in queued} == {lease["id"]}
-    assert set(committed) < {row["id"] for row in queued}
+    queued = await entry_leases(pool, topic)
+    assert len(queued) == 11 and set(queued.values()) == {lease["id"]}
+    assert set(committed) < set(queued)
     stats = await topics.stats(topic)
     # 12 IDs of the lease used, 11 entries queued: the rolled-back one's slot stays held, unused.
     assert (stats.depth, stats.leased) == (11, LEASE_ENTRIES - 11)
@@ -102,12 +109,11 @@ async def test_a_lease_taken_in_a_rolled_back_transaction_never_was(
         ids = await publish_each(connection, topic, 3)
     [lease] = await leases(pool, topic)
     assert lease["entries"] == LEASE_ENTRIES
-    entries = dict(
-        await pool.fetch(
-            'SELECT "id", "lease" FROM "procbus_topic_entries" WHERE "topic" = $1', topic
-        )
-    )
-    assert entries == {ids[0]: None, ids[1]: lease["id"], ids[2]: lease["id"]}
+    assert await entry_leases(pool, topic) == {
+        ids[0]: None,
+        ids[1]: lease["id"],
+        ids[2]: lease["id"],
+    }
     assert await capacity(pool, topic) == (3, 3 * SIZE)
 
 
@@ -117,7 +123,7 @@ async def test_a_used_up_lease_ends_in_its_owners_transaction_and_a_new_one_foll
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, LEASE_ENTRIES + 5)
-    [lease] = await leases(pool, topic)  # the first ended when the 65th publish came
+    [lease] = await leases(pool, topic)  # the first ended when it was used up
     assert lease["entries"] == LEASE_ENTRIES
     assert (await topics.stats(topic)).leased == LEASE_ENTRIES - 5
     assert await capacity(pool, topic) == (LEASE_ENTRIES + 5, (LEASE_ENTRIES + 5) * SIZE)
@@ -159,12 +165,7 @@ async def test_a_publish_under_an_expired_lease_counts_on_the_shard_instead(
             topic,
         )
         [late] = await publish_each(connection, topic, 1)
-    lease_of_late = await pool.fetchval(
-        'SELECT "lease" FROM "procbus_topic_entries" WHERE "topic" = $1 AND "id" = $2',
-        topic,
-        late,
-    )
-    assert lease_of_late is None
+    assert (await entry_leases(pool, topic))[late] is None
     assert await capacity(pool, topic) == (3, 3 * SIZE)
 
 
