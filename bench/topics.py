@@ -31,6 +31,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -49,7 +50,12 @@ from procbus.temporal.client import connect_client
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
 from procbus.topics.models import Event
-from procbus.topics.queue import LEASE_ENTRIES, QUERIES, publish_in_transaction
+from procbus.topics.queue import (
+    LEASE_ENTRIES,
+    LEASE_SETTING_PREFIX,
+    QUERIES,
+    publish_in_transaction,
+)
 from workflows.topics import TopicDelivery
 
 WRITERS = 8
@@ -61,6 +67,7 @@ STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "60"))
 DRAIN_BATCH = 500
 WINDOW_SECONDS = 10.0
 BIG = 100_000_000  # bounds that a benchmark never reaches
+LEASE_SETTING = LEASE_SETTING_PREFIX + "bench"  # arms the leased statement's leases
 BUSINESS = 'CREATE TABLE "bench_orders" ("id" bigserial PRIMARY KEY, "state" text NOT NULL)'
 FLOOR = 'CREATE TABLE "bench_event_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
 COUNTERS = (
@@ -137,18 +144,31 @@ async def publishing(pool: asyncpg.Pool, topics: Topics, sink: str) -> dict[str,
             )
 
     queries = load_queries(QUERIES)
-    leases: dict[int, list[int]] = {}  # lane -> [lease ID, its shard, its unused entry IDs...]
+    # (server process, lane) -> [lease ID, its shard, its expiry, its unused entry IDs...]
+    leases: dict[tuple[int, int], list[Any]] = {}
 
     async def leased_sql(connection: asyncpg.Connection, lane: int) -> None:
         async with connection.transaction():
             await connection.execute('INSERT INTO "bench_orders" ("state") VALUES ($1)', "paid")
-            lease = leases.get(lane)
-            if lease is None or len(lease) == 2:  # used up: a new one (the old one is left)
+            place = (connection.get_server_pid(), lane)  # armed in that session
+            lease = leases.get(place)
+            if lease is None or len(lease) == 3:  # used up: a new one (the old one is left)
                 row = await connection.fetchrow(
-                    queries["take_lease"], "one", lane, LEASE_ENTRIES, LEASE_ENTRIES * 64, 3600.0
+                    queries["take_lease"],
+                    "one",
+                    lane,
+                    LEASE_ENTRIES,
+                    LEASE_ENTRIES * 64,
+                    3600.0,
+                    LEASE_SETTING,
                 )
-                lease = leases[lane] = [row["id"], row["shard"], *reversed(row["entry_ids"])]
-            await connection.execute(
+                lease = leases[place] = [
+                    row["id"],
+                    row["shard"],
+                    row["expires_at"],
+                    *reversed(row["entry_ids"]),
+                ]
+            status = await connection.execute(
                 queries["publish_leased"],
                 "one",
                 lease.pop(),
@@ -157,7 +177,10 @@ async def publishing(pool: asyncpg.Pool, topics: Topics, sink: str) -> dict[str,
                 payload,
                 f"msg_{uuid.uuid4().hex}",
                 lease[0],
+                LEASE_SETTING,
+                lease[2],
             )
+            assert status == "INSERT 0 1", status
 
     def publisher(
         topic: Callable[[int], str],
@@ -332,7 +355,14 @@ async def main() -> dict[str, float | int]:
                             backlog.append((await topics.stats("steady")).depth)
                             await asyncio.sleep(0.5)
 
+                    # The one event loop runs the producers, the delivery activity and the
+                    # receiver: how busy it was says whether the producers could keep up.
+                    loop_cpu = time.thread_time()
+                    steady_started = time.perf_counter()
                     await asyncio.gather(*(producer() for _ in range(WRITERS)), sampler())
+                    loop_busy = (time.thread_time() - loop_cpu) / (
+                        time.perf_counter() - steady_started
+                    )
                     await until_empty(pool, "steady")
                     stats = await (await http.get(f"{base}/stats")).json()
                 await pool.close()
@@ -371,6 +401,8 @@ async def main() -> dict[str, float | int]:
         "goal_ratio_single_post_to_raw_http_at_least": 0.5,
         "steady_target_per_s": round(target),
         "steady_produced": produced,
+        "steady_produced_per_s": round(produced / STEADY_SECONDS),
+        "steady_event_loop_busy_share": round(loop_busy, 3),
         "steady_seconds": STEADY_SECONDS,
         "steady_delivered": stats["events"],
         "p99_commit_to_ack_s": round(p99, 3),

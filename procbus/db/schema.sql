@@ -553,7 +553,9 @@ CREATE TABLE "procbus_topic_leases" (
     "settled_entries" bigint NOT NULL DEFAULT 0,
     "settled_bytes" bigint NOT NULL DEFAULT 0,
     "entry_ids" bigint[] NOT NULL,
-    "expires_at" timestamptz NOT NULL
+    "expires_at" timestamptz NOT NULL,
+    -- The server process whose session took it (see migration 0020).
+    "owner_pid" integer NOT NULL DEFAULT pg_backend_pid()
 );
 CREATE INDEX "procbus_topic_leases_expiry" ON "procbus_topic_leases" ("topic", "expires_at");
 
@@ -700,17 +702,44 @@ BEGIN
 END
 $$;
 
+-- A lease's advisory lock, in the two-key form (apart from the one-key locks of shards): its
+-- ID's low 32 bits, two leases 2^32 apart sharing a lock at worst. Shared by its publishes
+-- (tried: a lease being ended is not used), exclusive for its end (tried) and a topic's delete.
+CREATE FUNCTION "procbus_topic_lease_shared"("p_lease" bigint) RETURNS boolean
+LANGUAGE sql AS $$
+    SELECT pg_try_advisory_xact_lock_shared(
+        1885500465, ("p_lease" % 4294967296 - 2147483648)::integer)
+$$;
+
+CREATE FUNCTION "procbus_topic_lease_exclusive"("p_lease" bigint, "p_wait" boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    "key" integer := ("p_lease" % 4294967296 - 2147483648)::integer;
+BEGIN
+    IF "p_wait" THEN
+        PERFORM pg_advisory_xact_lock(1885500465, "key");
+        RETURN true;
+    END IF;
+    RETURN pg_try_advisory_xact_lock(1885500465, "key");
+END
+$$;
+
 -- End leases of "p_topic": "p_lease" (its owner is done with it), or with NULL every expired one.
 -- Each gives back what it never used: its capacity less its entries still queued and those that
--- already left. A lease whose row another transaction holds (a publisher using it, a delivery
--- settling on it) is skipped: it ends next time. The shards' locks come first, waited for with
--- "p_wait", else tried (a busy shard: nothing ends now). Returns how many ended.
-CREATE FUNCTION "procbus_topic_end_leases"("p_topic" text, "p_lease" bigint, "p_wait" boolean)
-RETURNS integer
+-- already left. A lease whose publishers' transactions are still open (its advisory lock) or
+-- whose row another transaction holds (a delivery settling on it) is skipped: it ends next time.
+-- The shards' locks come first, waited for with "p_wait", else tried (a busy shard: nothing ends
+-- now). Returns how many ended.
+CREATE FUNCTION "procbus_topic_end_leases"(
+    "p_topic" text, "p_lease" bigint, "p_wait" boolean
+) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     "locked" integer[] := '{}';
     "candidate" integer;
+    "lease" bigint;
+    "free" bigint[] := '{}';
     "ended" record;
     "live" record;
     "count" integer := 0;
@@ -728,12 +757,23 @@ BEGIN
         END IF;
         "locked" := "locked" || "candidate";
     END LOOP;
+    -- No publish under these leases is in flight from here on (a later one fails its lock, or
+    -- its clock once expired), and the statements below see all they queued.
+    FOR "lease" IN
+        SELECT l."id" FROM "procbus_topic_leases" AS l
+        WHERE l."topic" = "p_topic" AND l."shard" = ANY ("locked")
+          AND (l."id" = "p_lease" OR ("p_lease" IS NULL AND l."expires_at" <= clock_timestamp()))
+        ORDER BY l."id"
+    LOOP
+        IF "procbus_topic_lease_exclusive"("lease", false) THEN
+            "free" := "free" || "lease";
+        END IF;
+    END LOOP;
     FOR "ended" IN
         DELETE FROM "procbus_topic_leases" AS l
         WHERE l."id" IN (
             SELECT c."id" FROM "procbus_topic_leases" AS c
-            WHERE c."topic" = "p_topic" AND c."shard" = ANY ("locked")
-              AND (c."id" = "p_lease" OR ("p_lease" IS NULL AND c."expires_at" <= clock_timestamp()))
+            WHERE c."topic" = "p_topic" AND c."id" = ANY ("free")
             ORDER BY c."id"
             FOR UPDATE SKIP LOCKED
         )
@@ -750,6 +790,30 @@ BEGIN
         "count" := "count" + 1;
     END LOOP;
     RETURN "count";
+END
+$$;
+
+-- Before a topic's entries go (its row locked, so no lease is taken meanwhile): its leases, once
+-- the ones of live sessions expired and their publishers' transactions ended, so that no entry
+-- queued under them outlives the topic. The caller's own session is disarmed ("p_setting": the
+-- topic's lease setting) instead of waited for. Waits at most a lease's lifetime.
+CREATE FUNCTION "procbus_topic_delete_leases"("p_topic" text, "p_setting" text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    "expiry" timestamptz;
+BEGIN
+    PERFORM set_config("p_setting", '', false);
+    SELECT max(l."expires_at") INTO "expiry"
+    FROM "procbus_topic_leases" AS l
+    WHERE l."topic" = "p_topic" AND l."owner_pid" <> pg_backend_pid()
+      AND EXISTS (SELECT FROM pg_stat_activity AS a WHERE a."pid" = l."owner_pid");
+    IF "expiry" IS NOT NULL THEN
+        PERFORM pg_sleep(greatest(extract(epoch FROM "expiry" - clock_timestamp()), 0)::float8);
+    END IF;
+    PERFORM "procbus_topic_lease_exclusive"(l."id", true)
+    FROM "procbus_topic_leases" AS l WHERE l."topic" = "p_topic"
+    ORDER BY l."id";
+    DELETE FROM "procbus_topic_leases" AS l WHERE l."topic" = "p_topic";
 END
 $$;
 

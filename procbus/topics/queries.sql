@@ -57,9 +57,10 @@ FROM "procbus_captures" WHERE "topic" = $1;
 SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1;
 
 -- name: delete_topic_leases
--- Before a topic's entries go: its leases, waiting for the publishers using them, so that no
--- entry they queue outlives the topic.
-DELETE FROM "procbus_topic_leases" WHERE "topic" = $1;
+-- Before a topic's entries go: its leases, once those of live sessions expired and their
+-- publishers' transactions ended, so that no entry they queue outlives the topic (at most a
+-- lease's lifetime); this session's own ($2, the topic's lease setting) disarmed instead.
+SELECT "procbus_topic_delete_leases"($1, $2);
 
 -- name: lock_topic_shards
 -- Before a topic's shards go: their locks, in shard order, as every writer of their counts
@@ -137,8 +138,8 @@ RETURNING "id", "created_at", NULL::text AS "txn_id";
 -- A lease for the caller's connection, in its transaction (it exists if that commits): $3
 -- entries and $4 bytes from its own shard ($2) when that is free and has room for four such
 -- leases (near its bounds every publish counts exactly), with the IDs of its entries, for $5
--- seconds. No row: no lease (a busy or nearly full shard, a grouped, synchronous or unknown
--- topic).
+-- seconds, armed in the session (the setting $6 holds its ID). No row: no lease (a busy or nearly
+-- full shard, a grouped, synchronous or unknown topic).
 WITH "taken" AS (
     UPDATE "procbus_topic_shards" AS s
     SET "entries" = s."entries" + $3, "bytes" = s."bytes" + $4
@@ -153,23 +154,42 @@ WITH "taken" AS (
            ARRAY(SELECT nextval('"procbus_topic_entries_id_seq"') FROM generate_series(1, $3)),
            clock_timestamp() + make_interval(secs => $5)
     FROM "taken" AS t
-    RETURNING "id", "entry_ids"
+    RETURNING "id", "entry_ids", "expires_at"
 )
-SELECT l."id", t."shard", l."entry_ids", t."max_payload_bytes" FROM "lease" AS l, "taken" AS t;
+SELECT l."id", t."shard", l."entry_ids", l."expires_at", t."max_payload_bytes"
+FROM "lease" AS l, "taken" AS t
+WHERE set_config($6, l."id"::text, false) IS NOT NULL;  -- armed in the session: see publish_leased
 
 -- name: publish_leased
--- A publish under the connection's lease ($7, of shard $3): the entry alone, with an ID of the
--- lease's ($2). The lease's row is share-locked, so it cannot end while this transaction is
--- open. Nothing is returned (a RETURNING cost 6% of a single-row business transaction): "INSERT
--- 0 0" means the lease is gone (its transaction rolled back, it expired or ended), nothing queued.
+-- A publish under the connection's lease ($7, of shard $3, expiring at $9): the entry alone, with
+-- an ID of the lease's ($2). No table is read: the session's setting $8 names the lease only if
+-- its row committed (see migration 0020); the lease's advisory lock, held shared until this
+-- transaction ends, keeps it from ending meanwhile. Nothing is returned (a RETURNING cost 6% of a
+-- single-row business transaction): "INSERT 0 0" means the lease is not armed here (a pool's
+-- reset, a rolled-back transaction), expired or ending; nothing queued.
 INSERT INTO "procbus_topic_entries"
     ("topic", "id", "shard", "type", "payload", "bytes", "webhook_id", "lease")
 SELECT $1, $2, $3, $4, $5::text::jsonb, octet_length($5::text), $6, $7
-WHERE EXISTS (
-    SELECT FROM "procbus_topic_leases" AS l
+WHERE current_setting($8, true) = $7::bigint::text
+  AND clock_timestamp() < $9
+  AND "procbus_topic_lease_shared"($7);
+
+-- name: publish_leased_arming
+-- The same publish when the lease is not armed in the session: its row, share-locked, must
+-- still be there (none when its transaction rolled back, or it ended), taken by this session's
+-- server process; then it is armed again.
+WITH "lease" AS (
+    SELECT l."id" FROM "procbus_topic_leases" AS l
     WHERE l."id" = $7 AND l."topic" = $1 AND l."expires_at" > clock_timestamp()
+      AND l."owner_pid" = pg_backend_pid()
     FOR KEY SHARE
-);
+)
+INSERT INTO "procbus_topic_entries"
+    ("topic", "id", "shard", "type", "payload", "bytes", "webhook_id", "lease")
+SELECT $1, $2, $3, $4, $5::text::jsonb, octet_length($5::text), $6, l."id"
+FROM "lease" AS l
+WHERE "procbus_topic_lease_shared"(l."id")
+  AND set_config($8, l."id"::text, false) IS NOT NULL;
 
 -- name: end_lease
 -- The owner is done with its lease: what it did not use goes back (in the owner's transaction,

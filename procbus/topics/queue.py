@@ -87,16 +87,19 @@ _moved_shards: dict[int, int] = {}
 LEASE_ENTRIES = 512
 LEASE_MIN_EVENT_BYTES = 512
 LEASE_BYTES_FACTOR = 2
-# A lease lives this long; its owner stops using it this much earlier, so a publish of a
-# transaction that started in time never finds it gone.
-LEASE_SECONDS = 30.0
-LEASE_MARGIN_SECONDS = 10.0
+# A lease lives this long (a topic's delete waits for its leases to expire); its owner stops using
+# it this much earlier, so that its publishes rarely meet the server's expiry.
+LEASE_SECONDS = 5.0
+LEASE_MARGIN_SECONDS = 1.0
 # After a lease was refused (grouped topic, shard busy or nearly full): publishes count one by
 # one for this long before the connection asks again.
 NO_LEASE_SECONDS = 5.0
 # Connections (by server process) and topics with a lease; past this many, all are forgotten
 # (each expires and gives back what it did not use).
 LEASES_KEPT = 4096
+# The session setting that arms a topic's lease: its name, by the topic's digest (a setting's
+# name takes letters, digits and underscores only).
+LEASE_SETTING_PREFIX = "procbus.lease_"
 
 
 @dataclass
@@ -110,11 +113,28 @@ class _Lease:
     entry_ids: list[int]  # unused, the next last
     bytes_left: int
     max_payload_bytes: int
+    expires_at: datetime  # the server's clock: no publish under it from then on
     use_until: float  # time.monotonic()
+    setting: str  # the session setting that arms it (migration 0020)
+    # The connection's pool releases when it was last armed: a release resets the session's
+    # settings, so the next publish arms it again.
+    armed_at_release: int | None
 
 
 # (server process, topic) -> its lease, or when to ask for one again (time.monotonic()).
 _leases: dict[tuple[int, str], _Lease | float] = {}
+
+
+def lease_setting(topic: str) -> str:
+    """The session setting that arms the session's lease on `topic`."""
+    return LEASE_SETTING_PREFIX + hashlib.blake2b(topic.encode(), digest_size=16).hexdigest()
+
+
+def _pool_releases(connection: asyncpg.Connection) -> int | None:
+    """How often asyncpg's pool released this connection (and reset its session's settings);
+    None when asyncpg does not say, and then a reset is found by a publish that queues nothing."""
+    releases: int | None = getattr(connection, "_pool_release_ctr", None)
+    return releases
 
 
 class TopicNotFound(InvalidRequest):
@@ -260,7 +280,9 @@ async def _publish_leased(
 ) -> Published | None:
     """Queue an event without key or transaction under the connection's lease on `topic`,
     taking one when it has none (or its lease is used up); None when no lease serves it (the
-    caller then counts it on a shard, as for any other event)."""
+    caller then counts it on a shard, as for any other event). The publish reads no table while
+    the lease is armed in the session (publish_leased); after a reset of the session's settings
+    (a pool's release) the next one checks the lease's row and arms it again."""
     place = (connection.get_server_pid(), topic)
     size = len(payload.encode())
     lease = _leases.get(place)
@@ -287,8 +309,7 @@ async def _publish_leased(
     entry_id = lease.entry_ids.pop()
     lease.bytes_left -= size
     created_at = datetime.now(UTC)
-    status = await connection.execute(
-        queries["publish_leased"],
+    arguments = (
         topic,
         entry_id,
         lease.shard,
@@ -296,10 +317,22 @@ async def _publish_leased(
         payload,
         webhook_id,
         lease.id,
+        lease.setting,
     )
-    if status != "INSERT 0 1":  # the lease is gone (rolled back with its transaction, expired)
-        _leases.pop(place, None)
-        return None
+    releases = _pool_releases(connection)
+    queued = (
+        lease.armed_at_release == releases
+        and await connection.execute(queries["publish_leased"], *arguments, lease.expires_at)
+        == "INSERT 0 1"
+    )
+    if not queued:  # not armed in this session (any more): the lease's row must still be there
+        queued = await connection.execute(queries["publish_leased_arming"], *arguments) == (
+            "INSERT 0 1"
+        )
+        if not queued:  # the lease is gone (rolled back with its transaction, expired, ended)
+            _leases.pop(place, None)
+            return None
+        lease.armed_at_release = releases
     return Published(topic=topic, id=entry_id, webhook_id=webhook_id, created_at=created_at)
 
 
@@ -307,8 +340,9 @@ async def _take_lease(
     connection: asyncpg.Connection, queries: Queries, topic: str, shard: int, size: int
 ) -> _Lease | None:
     lease_bytes = LEASE_ENTRIES * LEASE_BYTES_FACTOR * max(size, LEASE_MIN_EVENT_BYTES)
+    setting = lease_setting(topic)
     row = await connection.fetchrow(
-        queries["take_lease"], topic, shard, LEASE_ENTRIES, lease_bytes, LEASE_SECONDS
+        queries["take_lease"], topic, shard, LEASE_ENTRIES, lease_bytes, LEASE_SECONDS, setting
     )
     if row is None:
         return None
@@ -318,7 +352,10 @@ async def _take_lease(
         entry_ids=list(reversed(row["entry_ids"])),
         bytes_left=lease_bytes,
         max_payload_bytes=row["max_payload_bytes"],
+        expires_at=row["expires_at"],
         use_until=time.monotonic() + LEASE_SECONDS - LEASE_MARGIN_SECONDS,
+        setting=setting,
+        armed_at_release=_pool_releases(connection),
     )
 
 
@@ -489,7 +526,7 @@ class Topics:
                     f"topic {name!r} carries the captures of {captured}: delete them first "
                     f"(procbus capture delete TABLE --topic {name})"
                 )
-            await connection.execute(self.queries["delete_topic_leases"], name)
+            await connection.execute(self.queries["delete_topic_leases"], name, lease_setting(name))
             pending: int = await connection.fetchval(self.queries["count_pending"], name)
             if pending and not force:
                 raise InvalidRequest(

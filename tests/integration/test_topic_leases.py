@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
+from procbus.db import create_pool
 from procbus.errors import QueueFull
 from procbus.topics import Event, Topics
 from procbus.topics import queue as topic_queue
@@ -155,30 +156,68 @@ async def test_an_abandoned_lease_expires_and_gives_back_what_it_did_not_use(
 
 
 async def test_a_publish_under_an_expired_lease_counts_on_the_shard_instead(
-    topics: Topics, pool: asyncpg.Pool
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.5)
+    # Its owner would go on using it: the server's clock refuses it.
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", -60.0)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 2)
-        await pool.execute(  # the lease outlived its time (its owner's clock is not trusted)
-            'UPDATE "procbus_topic_leases" SET "expires_at" = clock_timestamp() WHERE "topic" = $1',
-            topic,
-        )
+        await asyncio.sleep(0.7)
         [late] = await publish_each(connection, topic, 1)
     assert (await entry_leases(pool, topic))[late] is None
     assert await capacity(pool, topic) == (3, 3 * SIZE)
 
 
-async def test_deleting_a_topic_waits_for_a_publish_under_its_lease_and_leaves_nothing(
+async def test_a_lease_is_armed_again_after_its_sessions_settings_were_reset(
     topics: Topics, pool: asyncpg.Pool
 ) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        server = connection.get_server_pid()
+        first = await publish_each(connection, topic, 2)
+    async with pool.acquire() as connection:  # released in between: the pool reset its session
+        assert connection.get_server_pid() == server
+        second = await publish_each(connection, topic, 2)
+        await connection.execute("RESET ALL")  # behind the publisher's back
+        third = await publish_each(connection, topic, 2)
+    [lease] = await leases(pool, topic)
+    assert await entry_leases(pool, topic) == dict.fromkeys(first + second + third, lease["id"])
+    assert await capacity(pool, topic) == (6, 6 * SIZE)
+
+
+async def test_no_lease_ends_while_a_transaction_that_published_under_it_is_open(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.1)
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 1)
+        async with connection.transaction():
+            await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            await asyncio.sleep(0.5)  # expired meanwhile
+            await topics.expire(topic)
+            # Its end would not see this transaction's entry and would give back its capacity.
+            assert len(await leases(pool, topic)) == 1
+        await topics.expire(topic)
+    assert await leases(pool, topic) == []
+    assert len(await entry_leases(pool, topic)) == 2
+    assert await capacity(pool, topic) == (2, 2 * SIZE)
+
+
+async def test_deleting_a_topic_waits_for_its_leases_and_their_publishes_and_leaves_nothing(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.5)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
         async with connection.transaction():
             await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
             deleting = asyncio.create_task(topics.delete(topic, force=True))
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)  # past the lease's expiry
             assert not deleting.done()  # it waits for this transaction's entry
         assert await asyncio.wait_for(deleting, 10) == 2
         assert (
@@ -189,6 +228,51 @@ async def test_deleting_a_topic_waits_for_a_publish_under_its_lease_and_leaves_n
         )
         with pytest.raises(Exception, match="no topic named|does not exist"):
             await publish_each(connection, topic, 1)
+
+
+async def test_deleting_a_topic_waits_for_an_idle_sessions_lease_to_expire(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its session could publish under it, unseen, until it expires: the delete waits that long.
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 2.0)
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.5)
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 1)
+        assert await topics.delete(topic, force=True) == 1
+        with pytest.raises(Exception, match="no topic named|does not exist"):
+            await publish_each(connection, topic, 1)
+    assert (
+        await pool.fetchval(
+            'SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1', topic
+        )
+        == 0
+    )
+
+
+async def test_deleting_a_topic_from_the_session_that_holds_its_lease_leaves_nothing(
+    database_url: str,
+) -> None:
+    # One connection: the publishes and the delete share a session, whose own lease the delete
+    # disarms instead of waiting for it; its next publish finds no topic, and queues nothing.
+    one_session = await create_pool(database_url, min_size=1, max_size=1)
+    try:
+        topics = Topics(one_session)
+        topic = await make(topics)
+        for n in range(3):
+            await topics.publish(topic, Event(payload={"n": n}))
+        assert await topics.delete(topic, force=True) == 3
+        async with one_session.acquire() as connection:
+            with pytest.raises(Exception, match="no topic named|does not exist"):
+                await publish_each(connection, topic, 1)
+            assert (
+                await connection.fetchval(
+                    'SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1', topic
+                )
+                == 0
+            )
+    finally:
+        await one_session.close()
 
 
 async def test_near_its_bound_a_topic_counts_each_publish_and_the_bound_holds(
