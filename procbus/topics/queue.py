@@ -89,8 +89,8 @@ LEASE_MIN_EVENT_BYTES = 512
 LEASE_BYTES_FACTOR = 2
 # A lease lives this long (a topic's delete waits for its leases to expire); its owner stops using
 # it this much earlier, so that its publishes rarely meet the server's expiry.
-LEASE_SECONDS = 5.0
-LEASE_MARGIN_SECONDS = 1.0
+LEASE_SECONDS = 2.0
+LEASE_MARGIN_SECONDS = 0.5
 # After a lease was refused (grouped topic, shard busy or nearly full): publishes count one by
 # one for this long before the connection asks again.
 NO_LEASE_SECONDS = 5.0

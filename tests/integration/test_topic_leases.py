@@ -211,6 +211,7 @@ async def test_deleting_a_topic_waits_for_its_leases_and_their_publishes_and_lea
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.5)
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.2)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
