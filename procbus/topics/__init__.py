@@ -16,7 +16,7 @@ from procbus.topics.models import (
     TopicSettings,
     TopicStats,
 )
-from procbus.topics.queue import TopicNotFound, Topics, publish_in_transaction
+from procbus.topics.queue import TopicInUse, TopicNotFound, Topics, publish_in_transaction
 
 __all__ = [
     "Claim",
@@ -31,6 +31,7 @@ __all__ = [
     "Settled",
     "Topic",
     "TopicGauges",
+    "TopicInUse",
     "TopicNotFound",
     "TopicSettings",
     "TopicStats",

@@ -57,10 +57,10 @@ FROM "procbus_captures" WHERE "topic" = $1;
 SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1;
 
 -- name: delete_topic_leases
--- Before a topic's entries go: its leases, once those of live sessions expired and their
--- publishers' transactions ended, so that no entry they queue outlives the topic (at most a
--- lease's lifetime); this session's own ($2, the topic's lease setting) disarmed instead.
-SELECT "procbus_topic_delete_leases"($1, $2);
+-- Before a topic's entries go: its leases, once those of live sessions expired and the
+-- transactions they had open then ended (waited for at most $3 seconds), so that no entry they
+-- queue outlives the topic; this session's own ($2, the topic's lease setting) disarmed instead.
+SELECT "procbus_topic_delete_leases"($1, $2, $3);
 
 -- name: lock_topic_shards
 -- Before a topic's shards go: their locks, in shard order, as every writer of their counts
@@ -162,17 +162,15 @@ WHERE set_config($6, l."id"::text, false) IS NOT NULL;  -- armed in the session:
 
 -- name: publish_leased
 -- A publish under the connection's lease ($7, of shard $3, expiring at $9): the entry alone, with
--- an ID of the lease's ($2). No table is read: the session's setting $8 names the lease only if
--- its row committed (see migration 0020); the lease's advisory lock, held shared until this
--- transaction ends, keeps it from ending meanwhile. Nothing is returned (a RETURNING cost 6% of a
+-- an ID of the lease's ($2). No table is read and no lock taken: the session's setting $8 names
+-- the lease only if its row committed, and only this session publishes under it, so that an end
+-- waits for this transaction (see migration 0020). Nothing is returned (a RETURNING cost 6% of a
 -- single-row business transaction): "INSERT 0 0" means the lease is not armed here (a pool's
--- reset, a rolled-back transaction), expired or ending; nothing queued.
+-- reset, a rolled-back transaction) or expired; nothing queued.
 INSERT INTO "procbus_topic_entries"
     ("topic", "id", "shard", "type", "payload", "bytes", "webhook_id", "lease")
 SELECT $1, $2, $3, $4, $5::text::jsonb, octet_length($5::text), $6, $7
-WHERE current_setting($8, true) = $7::bigint::text
-  AND clock_timestamp() < $9
-  AND "procbus_topic_lease_shared"($7);
+WHERE current_setting($8, true) = $7::bigint::text AND clock_timestamp() < $9;
 
 -- name: publish_leased_arming
 -- The same publish when the lease is not armed in the session: its row, share-locked, must
@@ -188,8 +186,7 @@ INSERT INTO "procbus_topic_entries"
     ("topic", "id", "shard", "type", "payload", "bytes", "webhook_id", "lease")
 SELECT $1, $2, $3, $4, $5::text::jsonb, octet_length($5::text), $6, l."id"
 FROM "lease" AS l
-WHERE "procbus_topic_lease_shared"(l."id")
-  AND set_config($8, l."id"::text, false) IS NOT NULL;
+WHERE set_config($8, l."id"::text, false) IS NOT NULL;
 
 -- name: end_lease
 -- The owner is done with its lease: what it did not use goes back (in the owner's transaction,

@@ -91,6 +91,9 @@ LEASE_BYTES_FACTOR = 2
 # it this much earlier, so that its publishes rarely meet the server's expiry.
 LEASE_SECONDS = 2.0
 LEASE_MARGIN_SECONDS = 0.5
+# A topic's delete waits this long for a transaction that may have published under a lease of
+# another session (after that lease expired), then refuses.
+DELETE_WAIT_SECONDS = 30.0
 # After a lease was refused (grouped topic, shard busy or nearly full): publishes count one by
 # one for this long before the connection asks again.
 NO_LEASE_SECONDS = 5.0
@@ -141,6 +144,10 @@ class TopicNotFound(InvalidRequest):
     """No topic has this name."""
 
 
+class TopicInUse(InvalidRequest):
+    """A transaction that may have published to the topic under a lease is still open."""
+
+
 class SynchronousTopic(InvalidRequest):
     """The topic delivers in the publishing call: it cannot queue (nor reserve) an event."""
 
@@ -148,6 +155,7 @@ class SynchronousTopic(InvalidRequest):
 _SQLSTATE_ERRORS: dict[str, type[Exception]] = {
     "PBT01": InvalidRequest,  # no such topic
     "PBT02": SynchronousTopic,  # it queues nothing
+    "PBT03": TopicInUse,  # a delete waited too long for a publishing transaction
     "PBP01": InvalidRequest,  # payload too large
     "PBP02": InvalidRequest,  # larger than its reservation
     "PBQ01": QueueFull,
@@ -526,7 +534,15 @@ class Topics:
                     f"topic {name!r} carries the captures of {captured}: delete them first "
                     f"(procbus capture delete TABLE --topic {name})"
                 )
-            await connection.execute(self.queries["delete_topic_leases"], name, lease_setting(name))
+            try:
+                await connection.execute(
+                    self.queries["delete_topic_leases"],
+                    name,
+                    lease_setting(name),
+                    DELETE_WAIT_SECONDS,
+                )
+            except asyncpg.PostgresError as error:
+                raise topic_error(error) from None
             pending: int = await connection.fetchval(self.queries["count_pending"], name)
             if pending and not force:
                 raise InvalidRequest(

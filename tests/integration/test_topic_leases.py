@@ -13,7 +13,7 @@ import pytest
 
 from procbus.db import create_pool
 from procbus.errors import QueueFull
-from procbus.topics import Event, Topics
+from procbus.topics import Event, TopicInUse, Topics
 from procbus.topics import queue as topic_queue
 from procbus.topics.models import SHARDS
 from procbus.topics.queue import LEASE_ENTRIES, publish_in_transaction
@@ -229,6 +229,24 @@ async def test_deleting_a_topic_waits_for_its_leases_and_their_publishes_and_lea
         )
         with pytest.raises(Exception, match="no topic named|does not exist"):
             await publish_each(connection, topic, 1)
+
+
+async def test_a_delete_that_waited_too_long_for_a_publishing_transaction_changes_nothing(
+    topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.1)
+    monkeypatch.setattr(topic_queue, "DELETE_WAIT_SECONDS", 0.3)
+    topic = await make(topics)
+    async with pool.acquire() as connection:
+        await publish_each(connection, topic, 1)
+        async with connection.transaction():
+            await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            with pytest.raises(TopicInUse, match="still open"):
+                await topics.delete(topic, force=True)
+    assert (await topics.stats(topic)).depth == 2
+    assert await capacity(pool, topic) == (2, 2 * SIZE)
+    assert await topics.delete(topic, force=True) == 2
 
 
 async def test_deleting_a_topic_waits_for_an_idle_sessions_lease_to_expire(
