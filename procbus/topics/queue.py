@@ -307,6 +307,12 @@ async def _publish_leased(
         lease = None
     if lease is None:
         lease = await _take_lease(connection, queries, topic, preferred_shard(connection), size)
+        if lease is None:
+            # Its shard busy (another session's lease taken or ended there) or nearly full: once
+            # more on another shard, which the connection keeps from now on (else one moment's
+            # contention would count its publishes one by one for NO_LEASE_SECONDS).
+            move_shard(connection)
+            lease = await _take_lease(connection, queries, topic, preferred_shard(connection), size)
         if len(_leases) >= LEASES_KEPT:
             _leases.clear()  # forgotten leases expire and give back what they did not use
         _leases[place] = lease or now + NO_LEASE_SECONDS

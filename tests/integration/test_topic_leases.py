@@ -294,6 +294,26 @@ async def test_deleting_a_topic_from_the_session_that_holds_its_lease_leaves_not
         await one_session.close()
 
 
+async def test_a_session_whose_shard_is_busy_takes_its_lease_on_another(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    async with pool.acquire() as holder, pool.acquire() as other, holder.transaction():
+        await publish_in_transaction(holder, topic, Event(payload=PAYLOAD))
+        # The holder's transaction keeps its shard locked (it took a lease there): a second
+        # session on that shard moves to another for its lease, instead of counting.
+        taken = await holder.fetchrow(
+            'SELECT "id", "shard" FROM "procbus_topic_leases" WHERE "topic" = $1', topic
+        )
+        topic_queue.move_shard(other, taken["shard"])
+        [published] = await publish_each(other, topic, 1)
+    entries = await entry_leases(pool, topic)
+    assert entries[published] is not None and entries[published] != taken["id"]
+    [_, moved] = await leases(pool, topic)
+    assert moved["shard"] != taken["shard"]
+    assert await capacity(pool, topic) == (2, 2 * SIZE)
+
+
 async def test_near_its_bound_a_topic_counts_each_publish_and_the_bound_holds(
     topics: Topics, pool: asyncpg.Pool
 ) -> None:
