@@ -94,9 +94,10 @@ LEASE_MARGIN_SECONDS = 0.5
 # A topic's delete waits this long for a transaction that may have published under a lease of
 # another session (after that lease expired), then refuses.
 DELETE_WAIT_SECONDS = 30.0
-# After a lease was refused (grouped topic, shard busy or nearly full): publishes count one by
-# one for this long before the connection asks again.
+# After a lease was refused (shard busy or nearly full): publishes count one by one for this
+# long before the connection asks again; on a topic found to group transactions, this long.
 NO_LEASE_SECONDS = 5.0
+GROUPED_NO_LEASE_SECONDS = 60.0
 # Connections (by server process) and topics with a lease; past this many, all are forgotten
 # (each expires and gives back what it did not use).
 LEASES_KEPT = 4096
@@ -131,6 +132,12 @@ _leases: dict[tuple[int, str], _Lease | float] = {}
 def lease_setting(topic: str) -> str:
     """The session setting that arms the session's lease on `topic`."""
     return LEASE_SETTING_PREFIX + hashlib.blake2b(topic.encode(), digest_size=16).hexdigest()
+
+
+def _remember_lease(place: tuple[int, str], lease: _Lease | float) -> None:
+    if len(_leases) >= LEASES_KEPT:
+        _leases.clear()  # forgotten leases expire and give back what they did not use
+    _leases[place] = lease
 
 
 def _pool_releases(connection: asyncpg.Connection) -> int | None:
@@ -229,17 +236,49 @@ async def publish_in_transaction(
         raise InvalidRequest("publish_in_transaction needs an open transaction")
     webhook_id = webhook_id or new_webhook_id()
     payload = encode_payload(event.payload)
-    plain = (
-        event.key is None
-        and event.txn_id is None
-        and event.txn_size is None
-        and not event.last_in_txn
-    )
     queries = load_queries(QUERIES)
     try:
-        if plain:
+        # A lease serves any event without a key: leases exist on topics that do not group
+        # transactions only, where an event's transaction fields mean nothing (as when counted).
+        if event.key is None:
+            place = (connection.get_server_pid(), topic)
+            lease = _leases.get(place)
+            size = len(payload) if payload.isascii() else len(payload.encode())
+            if (
+                type(lease) is _Lease
+                and lease.armed_at_release == _pool_releases(connection)
+                and lease.entry_ids
+                and size <= lease.bytes_left
+                and size <= lease.max_payload_bytes
+                and time.monotonic() < lease.use_until
+            ):
+                # The common case in one statement, inline (each call and check here costs the
+                # writer's transactions, which this is part of).
+                entry_id = lease.entry_ids.pop()
+                status = await connection.execute(
+                    queries["publish_leased"],
+                    topic,
+                    entry_id,
+                    lease.shard,
+                    event.type,
+                    payload,
+                    webhook_id,
+                    lease.id,
+                    lease.setting,
+                    lease.expires_at,
+                )
+                if status == "INSERT 0 1":
+                    lease.bytes_left -= size
+                    return Published(
+                        topic=topic,
+                        id=entry_id,
+                        webhook_id=webhook_id,
+                        created_at=datetime.now(UTC),
+                    )
+                lease.entry_ids.append(entry_id)
+                lease.armed_at_release = None  # not armed in this session any more
             leased = await _publish_leased(
-                connection, queries, topic, event.type, payload, webhook_id
+                connection, queries, place, topic, event.type, payload, size, webhook_id
             )
             if leased is not None:
                 return leased
@@ -258,6 +297,12 @@ async def publish_in_transaction(
         # One statement when the connection's own shard is free and has room (a lighter one for
         # an event without key and transaction fields); else the checked path, which tries the
         # other shards and says what was wrong.
+        plain = (
+            event.key is None
+            and event.txn_id is None
+            and event.txn_size is None
+            and not event.last_in_txn
+        )
         if plain:
             row = await connection.fetchrow(
                 queries["publish_plain"], topic, shard, event.type, payload, webhook_id
@@ -269,6 +314,10 @@ async def publish_in_transaction(
             move_shard(connection)
     except asyncpg.PostgresError as error:
         raise topic_error(error) from None
+    if row["txn_id"] is not None:
+        # A grouped topic: it takes no lease, so the connection stops asking for a while.
+        place = (connection.get_server_pid(), topic)
+        _remember_lease(place, time.monotonic() + GROUPED_NO_LEASE_SECONDS)
     return Published(
         topic=topic,
         id=row["id"],
@@ -281,18 +330,18 @@ async def publish_in_transaction(
 async def _publish_leased(
     connection: asyncpg.Connection,
     queries: Queries,
+    place: tuple[int, str],
     topic: str,
     type_: str,
     payload: str,
+    size: int,
     webhook_id: str,
 ) -> Published | None:
-    """Queue an event without key or transaction under the connection's lease on `topic`,
-    taking one when it has none (or its lease is used up); None when no lease serves it (the
-    caller then counts it on a shard, as for any other event). The publish reads no table while
-    the lease is armed in the session (publish_leased); after a reset of the session's settings
-    (a pool's release) the next one checks the lease's row and arms it again."""
-    place = (connection.get_server_pid(), topic)
-    size = len(payload.encode())
+    """Queue an event without a key under the connection's lease on `topic` when the common case
+    in publish_in_transaction did not: taking a lease when it has none (or its lease is used up),
+    arming it again after a reset of the session's settings (a pool's release), when
+    publish_leased_arming checks the lease's row. None when no lease serves it (the caller then
+    counts it on a shard, as for any other event)."""
     lease = _leases.get(place)
     now = time.monotonic()
     if isinstance(lease, float):
@@ -313,27 +362,14 @@ async def _publish_leased(
             # contention would count its publishes one by one for NO_LEASE_SECONDS).
             move_shard(connection)
             lease = await _take_lease(connection, queries, topic, preferred_shard(connection), size)
-        if len(_leases) >= LEASES_KEPT:
-            _leases.clear()  # forgotten leases expire and give back what they did not use
-        _leases[place] = lease or now + NO_LEASE_SECONDS
+        _remember_lease(place, lease or now + NO_LEASE_SECONDS)
         if lease is None:
             return None
     if size > lease.max_payload_bytes:
         return None  # counted on a shard: that path says what was wrong
     entry_id = lease.entry_ids.pop()
-    lease.bytes_left -= size
-    created_at = datetime.now(UTC)
-    arguments = (
-        topic,
-        entry_id,
-        lease.shard,
-        type_,
-        payload,
-        webhook_id,
-        lease.id,
-        lease.setting,
-    )
     releases = _pool_releases(connection)
+    arguments = (topic, entry_id, lease.shard, type_, payload, webhook_id, lease.id, lease.setting)
     queued = (
         lease.armed_at_release == releases
         and await connection.execute(queries["publish_leased"], *arguments, lease.expires_at)
@@ -347,7 +383,8 @@ async def _publish_leased(
             _leases.pop(place, None)
             return None
         lease.armed_at_release = releases
-    return Published(topic=topic, id=entry_id, webhook_id=webhook_id, created_at=created_at)
+    lease.bytes_left -= size
+    return Published(topic=topic, id=entry_id, webhook_id=webhook_id, created_at=datetime.now(UTC))
 
 
 async def _take_lease(

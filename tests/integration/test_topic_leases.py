@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Iterator
 
 import asyncpg
@@ -13,11 +14,12 @@ import pytest
 
 from procbus.db import create_pool
 from procbus.errors import QueueFull
+from procbus.hooks import transaction
 from procbus.topics import Event, TopicInUse, Topics
 from procbus.topics import queue as topic_queue
 from procbus.topics.models import SHARDS
 from procbus.topics.queue import LEASE_ENTRIES, publish_in_transaction
-from tests.integration.test_topics import capacity, make
+from tests.integration.test_topics import RECEIVER, capacity, make
 
 PAYLOAD = {"n": 1}
 SIZE = len('{"n":1}')
@@ -312,6 +314,36 @@ async def test_a_session_whose_shard_is_busy_takes_its_lease_on_another(
     [_, moved] = await leases(pool, topic)
     assert moved["shard"] != taken["shard"]
     assert await capacity(pool, topic) == (2, 2 * SIZE)
+
+
+async def test_a_hooks_transactions_events_take_leases_unless_the_topic_groups_transactions(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    plain = await make(topics)
+    grouped = await make(topics, endpoint=RECEIVER + "?batch=1", group_transactions=True)
+    async with pool.acquire() as connection:
+        for _ in range(3):
+            async with transaction(connection) as tx:
+                on_plain = await tx.publish(plain, PAYLOAD)
+                on_grouped = await tx.publish(grouped, PAYLOAD)
+            # Its transaction ID means nothing on a topic that does not group: it is not kept.
+            assert on_plain.txn_id is None and on_grouped.txn_id is not None
+        remembered = topic_queue._leases[(connection.get_server_pid(), grouped)]
+    [lease] = await leases(pool, plain)
+    assert set((await entry_leases(pool, plain)).values()) == {lease["id"]}
+    # The grouped topic refused the first ask; its events count on a shard, keep their
+    # transaction, and the connection does not ask again for longer than after a busy shard.
+    assert isinstance(remembered, float) and await leases(pool, grouped) == []
+    assert remembered > time.monotonic() + topic_queue.NO_LEASE_SECONDS
+    assert set((await entry_leases(pool, grouped)).values()) == {None}
+    assert (
+        await pool.fetchval(
+            'SELECT count(DISTINCT "txn_id") FROM "procbus_topic_entries" WHERE "topic" = $1',
+            grouped,
+        )
+        == 3
+    )
+    assert await capacity(pool, plain) == (3, 3 * SIZE)
 
 
 async def test_near_its_bound_a_topic_counts_each_publish_and_the_bound_holds(
