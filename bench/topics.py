@@ -201,7 +201,7 @@ async def publishing(
                 lease = leases[place] = [
                     row["id"],
                     row["shard"],
-                    row["expires_at"],
+                    row["expires_at"].timestamp(),
                     *reversed(row["entry_ids"]),
                 ]
             status = await connection.execute(

@@ -161,16 +161,17 @@ FROM "lease" AS l, "taken" AS t
 WHERE set_config($6, l."id"::text, false) IS NOT NULL;  -- armed in the session: see publish_leased
 
 -- name: publish_leased
--- A publish under the connection's lease ($7, of shard $3, expiring at $9): the entry alone, with
--- an ID of the lease's ($2). No table is read and no lock taken: the session's setting $8 names
--- the lease only if its row committed, and only this session publishes under it, so that an end
--- waits for this transaction (see migration 0020). Nothing is returned (a RETURNING cost 6% of a
--- single-row business transaction): "INSERT 0 0" means the lease is not armed here (a pool's
--- reset, a rolled-back transaction) or expired; nothing queued.
+-- A publish under the connection's lease ($7, of shard $3, expiring at $9, in seconds since the
+-- epoch): the entry alone, with an ID of the lease's ($2). No table is read and no lock taken:
+-- the session's setting $8 names the lease only if its row committed, and only this session
+-- publishes under it, so that an end waits for this transaction (see migration 0020). Nothing is
+-- returned (a RETURNING cost 6% of a single-row business transaction): "INSERT 0 0" means the
+-- lease is not armed here (a pool's reset, a rolled-back transaction) or expired; nothing queued.
 INSERT INTO "procbus_topic_entries"
     ("topic", "id", "shard", "type", "payload", "bytes", "webhook_id", "lease")
 SELECT $1, $2, $3, $4, $5::text::jsonb, octet_length($5::text), $6, $7
-WHERE current_setting($8, true) = $7::bigint::text AND clock_timestamp() < $9;
+WHERE current_setting($8, true) = $7::bigint::text
+  AND clock_timestamp() < to_timestamp($9::float8);
 
 -- name: publish_leased_arming
 -- The same publish when the lease is not armed in the session: its row, share-locked, must

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
@@ -117,7 +118,9 @@ class _Lease:
     entry_ids: list[int]  # unused, the next last
     bytes_left: int
     max_payload_bytes: int
-    expires_at: datetime  # the server's clock: no publish under it from then on
+    # The server's clock, in seconds since the epoch: no publish under it from then on (a float
+    # is passed to PostgreSQL in a tenth of a datetime's time).
+    expires_at: float
     use_until: float  # time.monotonic()
     setting: str  # the session setting that arms it (migration 0020)
     # The connection's pool releases when it was last armed: a release resets the session's
@@ -138,6 +141,16 @@ def _remember_lease(place: tuple[int, str], lease: _Lease | float) -> None:
     if len(_leases) >= LEASES_KEPT:
         _leases.clear()  # forgotten leases expire and give back what they did not use
     _leases[place] = lease
+
+
+def _unwrapped(connection: asyncpg.Connection) -> asyncpg.Connection:
+    """The connection behind a pool's proxy, whose every method call goes through a wrapper that
+    looks the method up by name: a publish makes several (the proxy itself once released, so that
+    its first call raises asyncpg's own error)."""
+    if type(connection) is PoolConnectionProxy:
+        inner: asyncpg.Connection | None = connection._con
+        return inner or connection
+    return connection
 
 
 def _pool_releases(connection: asyncpg.Connection) -> int | None:
@@ -232,6 +245,7 @@ async def publish_in_transaction(
     """Queue an event in the transaction open on `connection`: it exists if and only if that
     transaction commits. QueueFull when the topic's bounds are reached. On a grouped topic the
     event keeps its transaction ID (Published.txn_id says so)."""
+    connection = _unwrapped(connection)
     if not connection.is_in_transaction():
         raise InvalidRequest("publish_in_transaction needs an open transaction")
     webhook_id = webhook_id or new_webhook_id()
@@ -403,7 +417,7 @@ async def _take_lease(
         entry_ids=list(reversed(row["entry_ids"])),
         bytes_left=lease_bytes,
         max_payload_bytes=row["max_payload_bytes"],
-        expires_at=row["expires_at"],
+        expires_at=row["expires_at"].timestamp(),
         use_until=time.monotonic() + LEASE_SECONDS - LEASE_MARGIN_SECONDS,
         setting=setting,
         armed_at_release=_pool_releases(connection),
