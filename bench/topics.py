@@ -137,18 +137,21 @@ async def publishing(
     # Every mode does the same work per event that is not the queue's: its payload encoded by
     # the same function, its webhook ID made by the same one (uuid4 cost the floor 8% here).
 
-    async def floor(connection: asyncpg.Connection, lane: int) -> None:
-        async with connection.transaction():
-            await connection.execute('INSERT INTO "bench_orders" ("state") VALUES ($1)', "paid")
-            await connection.execute(
-                FLOOR_INSERT,
-                "one",
-                lane,
-                None,
-                "OrderPaid",
-                encode_payload({"order": 1, "state": "paid", "total": 9.5}),
-                new_webhook_id(),
-            )
+    def row_writer(statement: str) -> Callable[[asyncpg.Connection, int], Awaitable[None]]:
+        async def write(connection: asyncpg.Connection, lane: int) -> None:
+            async with connection.transaction():
+                await connection.execute('INSERT INTO "bench_orders" ("state") VALUES ($1)', "paid")
+                await connection.execute(
+                    statement,
+                    "one",
+                    lane,
+                    None,
+                    "OrderPaid",
+                    encode_payload({"order": 1, "state": "paid", "total": 9.5}),
+                    new_webhook_id(),
+                )
+
+        return write
 
     async def floor_with_models(connection: asyncpg.Connection, lane: int) -> None:
         async with connection.transaction():
@@ -165,19 +168,6 @@ async def publishing(
                 webhook_id,
             )
             Published(topic="one", id=None, webhook_id=webhook_id, created_at=datetime.now(UTC))
-
-    async def counted_floor(connection: asyncpg.Connection, lane: int) -> None:
-        async with connection.transaction():
-            await connection.execute('INSERT INTO "bench_orders" ("state") VALUES ($1)', "paid")
-            await connection.execute(
-                COUNTED_FLOOR_INSERT,
-                "one",
-                lane,
-                None,
-                "OrderPaid",
-                encode_payload({"order": 1, "state": "paid", "total": 9.5}),
-                new_webhook_id(),
-            )
 
     queries = load_queries(QUERIES)
     # (server process, lane) -> [lease ID, its shard, its expiry, its unused entry IDs...]
@@ -233,9 +223,9 @@ async def publishing(
         return publish
 
     modes = {
-        "floor": floor,
+        "floor": row_writer(FLOOR_INSERT),
         "floor_with_models": floor_with_models,
-        "counted_floor": counted_floor,
+        "counted_floor": row_writer(COUNTED_FLOOR_INSERT),
         "leased_sql": leased_sql,
         "one_topic": publisher(lambda lane: "one"),
         "own_topics": publisher(lambda lane: f"own-{lane}"),
