@@ -10,7 +10,9 @@
     (ratio_publish_to_counted_floor, and ratio_counted_floor_to_row_floor: what counting costs).
     And the statement of a publish under a lease run by itself, without the Python API around it
     (ratio_leased_sql_to_row_floor: what the database's side of a publish costs; the rest of
-    ratio_publish_to_row_floor is the client's Python on the same cores). And the row floor written
+    ratio_publish_to_row_floor is the client's Python on the same cores), and the same business
+    transaction with that statement against the row floor's, both driven by pgbench, a C client,
+    instead of the Python writers (ratio_pgbench_leased_to_row_floor). And the row floor written
     from the API's own objects, an Event in and a Published out, as a publish takes and gives them
     (ratio_row_floor_with_models_to_row_floor: what those objects cost any design behind this
     API; ratio_publish_to_row_floor_with_models: the queue's cost beyond them). Every mode encodes
@@ -33,12 +35,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -54,10 +59,11 @@ from procbus.db.queries import load_queries
 from procbus.delivery.dispatch import SEND_CONCURRENCY
 from procbus.delivery.owner import ensure_delivery
 from procbus.stack.ephemeral import ephemeral_services
+from procbus.stack.postgres import POSTGRES_BIN_PATH
 from procbus.temporal.client import connect_client
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
-from procbus.topics.models import Event, Published
+from procbus.topics.models import SHARDS, Event, Published
 from procbus.topics.queue import (
     LEASE_ENTRIES,
     LEASE_SETTING_PREFIX,
@@ -81,6 +87,7 @@ STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "60"))
 DRAIN_BATCH = 500
 WINDOW_SECONDS = 10.0
 BIG = 100_000_000  # bounds that a benchmark never reaches
+PGBENCH_FIRST_ID = 10**12  # pgbench's entries, above any the queue hands out in a run
 LEASE_SETTING = LEASE_SETTING_PREFIX + "bench"  # arms the leased statement's leases
 BUSINESS = 'CREATE TABLE "bench_orders" ("id" bigserial PRIMARY KEY, "state" text NOT NULL)'
 FLOOR = 'CREATE TABLE "bench_event_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
@@ -253,9 +260,110 @@ async def publishing(
             best[name] = max(best[name], tx_per_s)
             client_cpu_us[name] = min(client_cpu_us[name], cpu_us)
         paired.append(this_round["one_topic"] / this_round["floor"])
-    for name in ["one", *(f"own-{lane}" for lane in range(WRITERS))]:
-        await topics.delete(name, force=True)
     return best, client_cpu_us, paired
+
+
+def pgbench_script(statement: str, values: list[str]) -> str:
+    """A business transaction for pgbench: the order's row, then `statement` with its $N
+    parameters as pgbench's values[N - 1] (a variable, or NULL), sent as parameters (-M prepared)
+    as asyncpg sends them. Each client counts its transactions in :n (for unique entry IDs) and
+    arms the leased statement's setting in its session once."""
+    sql = re.sub(r"--[^\n]*", "", statement).strip().rstrip(";")  # one line, no comments
+    body = re.sub(r"\$(\d+)", lambda number: values[int(number[1]) - 1], sql)
+    return (
+        "\\set n :n + 1\n"
+        f"\\set id (:round * 64 + :client_id) * 1000000000 + :n + {PGBENCH_FIRST_ID}\n"
+        "\\set shard :client_id % :shards\n"
+        "\\if :n = 1\n"
+        "SELECT set_config(:setting, :lease, false);\n"
+        "\\endif\n"
+        "BEGIN;\n"
+        'INSERT INTO "bench_orders" ("state") VALUES (:state);\n'
+        f"{' '.join(body.split())};\n"
+        "END;\n"
+    )
+
+
+async def by_pgbench(
+    pool: asyncpg.Pool, url: str, leased_statement: str
+) -> tuple[float, float, list[float]]:
+    """The row floor's and the leased publish's transactions driven by pgbench, a C client, on
+    WRITERS connections instead of the Python writers: the database's side of each, without the
+    client's Python. Each one's best of ROUNDS runs of SECONDS, and each round's ratio. Every
+    leased transaction must have queued its entry (an unarmed lease would queue nothing)."""
+    common = ["topic", "shard", "NULL", "type", "payload", "webhook_id"]
+    floor = pgbench_script(
+        FLOOR_INSERT, [f":{name}" if name != "NULL" else name for name in common]
+    )
+    leased = pgbench_script(
+        leased_statement,
+        [
+            ":topic",
+            ":id",
+            ":shard",
+            ":type",
+            ":payload",
+            ":webhook_id",
+            ":lease",
+            ":setting",
+            ":expires",
+        ],
+    )
+    best = {"floor": 0.0, "leased": 0.0}
+    paired: list[float] = []
+    leased_transactions = 0
+    with tempfile.TemporaryDirectory(prefix="procbus-bench-") as folder:
+        scripts = {"floor": Path(folder) / "floor.sql", "leased": Path(folder) / "leased.sql"}
+        scripts["floor"].write_text(floor)
+        scripts["leased"].write_text(leased)
+        for round_number in range(ROUNDS):
+            this_round: dict[str, float] = {}
+            for name, script in scripts.items():
+                variables = {
+                    "n": "0",
+                    "round": str(round_number),
+                    "shards": str(SHARDS),
+                    "topic": "one",
+                    "type": "OrderPaid",
+                    "payload": encode_payload({"order": 1, "state": "paid", "total": 9.5}),
+                    "webhook_id": new_webhook_id(),
+                    "state": "paid",
+                    "lease": "1",
+                    "setting": LEASE_SETTING,
+                    "expires": str(time.time() + 3600),
+                }
+                defines = [f"--define={key}={value}" for key, value in variables.items()]
+                process = await asyncio.create_subprocess_exec(
+                    str(POSTGRES_BIN_PATH / "pgbench"),
+                    "--no-vacuum",
+                    "--protocol=prepared",
+                    f"--client={WRITERS}",
+                    "--jobs=1",
+                    f"--time={max(round(SECONDS), 1)}",
+                    *defines,
+                    f"--file={script}",
+                    url,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+                output, errors = await process.communicate()
+                found = re.search(rb"tps = ([0-9.]+)", output)
+                if process.returncode != 0 or found is None:
+                    raise RuntimeError(f"pgbench failed: {errors.decode()[-2000:]}")
+                this_round[name] = float(found[1])
+                if name == "leased":
+                    processed = re.search(rb"actually processed: ([0-9]+)", output)
+                    leased_transactions += int(processed[1]) if processed else 0
+                best[name] = max(best[name], this_round[name])
+            paired.append(this_round["leased"] / this_round["floor"])
+    queued = await pool.fetchval(
+        'SELECT count(*) FROM "procbus_topic_entries" WHERE "topic" = $1 AND "id" >= $2',
+        "one",
+        PGBENCH_FIRST_ID,
+    )
+    if queued != leased_transactions:
+        raise RuntimeError(f"pgbench's leased statement queued {queued} of {leased_transactions}")
+    return best["floor"], best["leased"], paired
 
 
 async def fill(pool: asyncpg.Pool, topic: str, count: int, payload: Callable[[int], str]) -> None:
@@ -323,6 +431,11 @@ async def main() -> dict[str, float | int | list[float]]:
             topics = Topics(pool)
             async with aiohttp.ClientSession() as http:
                 best, client_cpu_us, paired = await publishing(pool, topics, sink)
+                pgbench_floor, pgbench_leased, pgbench_paired = await by_pgbench(
+                    pool, services.postgres.url(), load_queries(QUERIES)["publish_leased"]
+                )
+                for name in ["one", *(f"own-{lane}" for lane in range(WRITERS))]:
+                    await topics.delete(name, force=True)
 
                 client = await connect_client(services.temporal.address, "default")
                 queue = f"bench-{uuid.uuid4().hex[:6]}"
@@ -439,6 +552,10 @@ async def main() -> dict[str, float | int | list[float]]:
         "leased_sql_tx_per_s": round(best["leased_sql"]),
         "ratio_leased_sql_to_row_floor": round(best["leased_sql"] / best["floor"], 3),
         "ratio_publish_to_leased_sql": round(best["one_topic"] / best["leased_sql"], 3),
+        "pgbench_row_floor_tx_per_s": round(pgbench_floor),
+        "pgbench_leased_tx_per_s": round(pgbench_leased),
+        "ratio_pgbench_leased_to_row_floor": round(pgbench_leased / pgbench_floor, 3),
+        "ratio_pgbench_leased_to_row_floor_rounds": [round(ratio, 3) for ratio in pgbench_paired],
         "goal_ratio_publish_to_row_floor_at_least": 0.9,
         **{f"client_cpu_us_per_tx_{name}": round(us, 1) for name, us in client_cpu_us.items()},
         "ratio_one_topic_to_eight": round(best["one_topic"] / best["own_topics"], 3),
