@@ -291,9 +291,8 @@ async def by_pgbench(
     WRITERS connections instead of the Python writers: the database's side of each, without the
     client's Python. Each one's best of ROUNDS runs of SECONDS, and each round's ratio. Every
     leased transaction must have queued its entry (an unarmed lease would queue nothing)."""
-    common = ["topic", "shard", "NULL", "type", "payload", "webhook_id"]
     floor = pgbench_script(
-        FLOOR_INSERT, [f":{name}" if name != "NULL" else name for name in common]
+        FLOOR_INSERT, [":topic", ":shard", "NULL", ":type", ":payload", ":webhook_id"]
     )
     leased = pgbench_script(
         leased_statement,
