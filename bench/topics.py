@@ -233,7 +233,8 @@ async def publishing(
                 await publish_in_transaction(
                     connection,
                     topic(lane),
-                    Event(payload={"order": 1, "state": "paid", "total": 9.5}, type="OrderPaid"),
+                    {"order": 1, "state": "paid", "total": 9.5},
+                    type="OrderPaid",
                 )
 
         return publish
@@ -500,7 +501,7 @@ async def main() -> dict[str, float | int | list[float]]:
                             while time.perf_counter() < stop_at:
                                 async with connection.transaction():
                                     await publish_in_transaction(
-                                        connection, "steady", Event(payload={"t": time.time()})
+                                        connection, "steady", {"t": time.time()}
                                     )
                                 produced += 1
                                 next_at += interval

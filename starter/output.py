@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich.console import Console
 
 if TYPE_CHECKING:  # pydantic itself is not imported here: `procbus --help` stays quick
+    from _typeshed import DataclassInstance
     from pydantic import BaseModel
 
 # Wide enough that no line of ours is ever cut; tables still take only what they need.
@@ -30,9 +31,12 @@ console = _console(sys.stdout, stderr=False)
 error_console = _console(sys.stderr, stderr=True)
 
 
-def print_json(value: BaseModel | dict[str, Any] | list[Any]) -> None:
+def print_json(value: BaseModel | DataclassInstance | dict[str, Any] | list[Any]) -> None:
+    """A model or a dataclass (as pydantic writes it), or plain data, as indented JSON."""
     if not isinstance(value, dict | list):
-        text = value.model_dump_json(indent=2)
+        from pydantic_core import to_json
+
+        text = to_json(value, indent=2).decode()
     else:
         text = json.dumps(value, indent=2, default=str)
     sys.stdout.write(text + "\n")

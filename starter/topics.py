@@ -314,6 +314,8 @@ def redrive(
     json_output: bool = JSON_OPTION,
 ) -> None:
     """Put dead letters back in the queue, each with its original webhook ID."""
+    from pydantic_core import to_jsonable_python
+
     from procbus.errors import InvalidRequest
 
     if bool(entry_id) == everything:
@@ -323,7 +325,7 @@ def redrive(
         async with _topics() as topics:
             published = await topics.redrive(name, None if everything else entry_id)
         if json_output:
-            print_json([item.model_dump(mode="json") for item in published])
+            print_json([to_jsonable_python(item) for item in published])
         else:
             console.print(f"{len(published)} dead letters back in the queue of {name}")
 

@@ -19,7 +19,6 @@ from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDesc
 from procbus.lakehouse.names import Column
 from procbus.locks.models import Fence
 from procbus.locks.table import check_fence
-from procbus.topics.models import Event
 from procbus.topics.queue import publish_in_transaction
 
 QUERIES = "procbus.lakehouse"
@@ -251,13 +250,13 @@ class Catalog:
         if self.events_topic is None:
             return
         subject = f"{namespace}.{table}" if table else namespace
-        event = Event(
-            type=event_type,
+        await publish_in_transaction(
+            connection,
+            self.events_topic,
+            {"procedure_id": procedure_id, "namespace": namespace, "table": table} | payload,
             key=subject,  # one table's events are delivered in order
-            payload={"procedure_id": procedure_id, "namespace": namespace, "table": table}
-            | payload,
+            type=event_type,
         )
-        await publish_in_transaction(connection, self.events_topic, event)
 
     async def table_files(
         self, namespace: str, name: str, snapshot_id: int | None = None

@@ -27,8 +27,9 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -41,6 +42,7 @@ from procbus.db.queries import Queries, load_queries
 from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
+    DEFAULT_EVENT_TYPE,
     SHARDS,
     Claim,
     ClaimedBatch,
@@ -58,6 +60,7 @@ from procbus.topics.models import (
     TopicStats,
     batch_id_of,
     check_topic_name,
+    checked_event_fields,
 )
 
 QUERIES = "procbus.topics"
@@ -238,28 +241,42 @@ def move_shard(connection: asyncpg.Connection, shard: int | None = None) -> None
 async def publish_in_transaction(
     connection: asyncpg.Connection,
     topic: str,
-    event: Event,
+    payload: Any,
     *,
+    key: str | None = None,
+    type: str = DEFAULT_EVENT_TYPE,
+    txn_id: str | None = None,
+    last_in_txn: bool = False,
+    txn_size: int | None = None,
     webhook_id: str | None = None,
 ) -> Published:
-    """Queue an event in the transaction open on `connection`: it exists if and only if that
-    transaction commits. QueueFull when the topic's bounds are reached. On a grouped topic the
-    event keeps its transaction ID (Published.txn_id says so)."""
+    """Queue an event (its payload, and the fields of an Event) in the transaction open on
+    `connection`: it exists if and only if that transaction commits. QueueFull when the topic's
+    bounds are reached. On a grouped topic the event keeps its transaction ID (Published.txn_id
+    says so)."""
+    if payload.__class__ is Event:
+        raise TypeError(
+            "publish_in_transaction takes the event's payload and its fields (key=, type=, ...), "
+            "not an Event: an Event would be queued as the payload"
+        )
     connection = _unwrapped(connection)
     if not connection.is_in_transaction():
         raise InvalidRequest("publish_in_transaction needs an open transaction")
+    type_, key, txn_id, last_in_txn, txn_size = checked_event_fields(
+        type, key, txn_id, last_in_txn, txn_size
+    )
     webhook_id = webhook_id or new_webhook_id()
-    payload = encode_payload(event.payload)
+    text = encode_payload(payload)
     queries = load_queries(QUERIES)
     try:
         # A lease serves any event without a key: leases exist on topics that do not group
         # transactions only, where an event's transaction fields mean nothing (as when counted).
-        if event.key is None:
+        if key is None:
             place = (connection.get_server_pid(), topic)
             lease = _leases.get(place)
-            size = len(payload) if payload.isascii() else len(payload.encode())
+            size = len(text) if text.isascii() else len(text.encode())
             if (
-                type(lease) is _Lease
+                isinstance(lease, _Lease)
                 and lease.armed_at_release == _pool_releases(connection)
                 and lease.entry_ids
                 and size <= lease.bytes_left
@@ -274,8 +291,8 @@ async def publish_in_transaction(
                     topic,
                     entry_id,
                     lease.shard,
-                    event.type,
-                    payload,
+                    type_,
+                    text,
                     webhook_id,
                     lease.id,
                     lease.setting,
@@ -283,43 +300,22 @@ async def publish_in_transaction(
                 )
                 if status == "INSERT 0 1":
                     lease.bytes_left -= size
-                    return Published(
-                        topic=topic,
-                        id=entry_id,
-                        webhook_id=webhook_id,
-                        created_at=datetime.now(UTC),
-                    )
+                    return Published(topic, entry_id, webhook_id, datetime.now(UTC))
                 lease.entry_ids.append(entry_id)
                 lease.armed_at_release = None  # not armed in this session any more
             leased = await _publish_leased(
-                connection, queries, place, topic, event.type, payload, size, webhook_id
+                connection, queries, place, topic, type_, text, size, webhook_id
             )
             if leased is not None:
                 return leased
         shard = preferred_shard(connection)
-        arguments = (
-            topic,
-            shard,
-            event.key,
-            event.type,
-            payload,
-            webhook_id,
-            event.txn_id,
-            event.last_in_txn,
-            event.txn_size,
-        )
+        arguments = (topic, shard, key, type_, text, webhook_id, txn_id, last_in_txn, txn_size)
         # One statement when the connection's own shard is free and has room (a lighter one for
         # an event without key and transaction fields); else the checked path, which tries the
         # other shards and says what was wrong.
-        plain = (
-            event.key is None
-            and event.txn_id is None
-            and event.txn_size is None
-            and not event.last_in_txn
-        )
-        if plain:
+        if key is None and txn_id is None and txn_size is None and not last_in_txn:
             row = await connection.fetchrow(
-                queries["publish_plain"], topic, shard, event.type, payload, webhook_id
+                queries["publish_plain"], topic, shard, type_, text, webhook_id
             )
         else:
             row = await connection.fetchrow(queries["publish"], *arguments)
@@ -648,7 +644,16 @@ class Topics:
         queued, and a refused event is not retried."""
         try:
             async with self.pool.acquire() as connection, connection.transaction():
-                return await publish_in_transaction(connection, topic, event)
+                return await publish_in_transaction(
+                    connection,
+                    topic,
+                    event.payload,
+                    key=event.key,
+                    type=event.type,
+                    txn_id=event.txn_id,
+                    last_in_txn=event.last_in_txn,
+                    txn_size=event.txn_size,
+                )
         except SynchronousTopic:
             pass  # it queues nothing: the event goes now
         return await self._send_now(await self.get(topic), event, timeout_seconds)
@@ -1052,22 +1057,22 @@ class Topics:
                         f"topic {topic!r} has no dead letter {', '.join(map(str, missing))}"
                     )
             for row in sorted(rows, key=lambda dead: dead["id"]):
-                event = Event(
-                    payload=row["payload"],
+                again = await publish_in_transaction(
+                    connection,
+                    topic,
+                    row["payload"],
                     key=row["key"],
                     type=row["type"],
                     txn_id=row["txn_id"],
                     last_in_txn=row["txn_last"],
                     txn_size=row["txn_size"],
-                )
-                again = await publish_in_transaction(
-                    connection, topic, event, webhook_id=row["webhook_id"]
+                    webhook_id=row["webhook_id"],
                 )
                 if settings.group_transactions:
                     # Back at its place: a receiver that applies batches (a change pipeline)
                     # must get a key's events in commit order, before what came after them.
                     await connection.execute(self.queries["restore_position"], again.id, row["id"])
-                    again = again.model_copy(update={"id": row["id"]})
+                    again = replace(again, id=row["id"])
                 published.append(again)
         return published
 

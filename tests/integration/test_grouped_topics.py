@@ -291,9 +291,7 @@ async def test_a_grouped_look_reads_its_own_head_and_open_transactions_only(
         await open_txn.publish(name, {"part": "first"}, key="t")  # its first event: in the head
         async with pool.acquire() as connection, connection.transaction():
             for number in range(2000):  # events of no transaction
-                await publish_in_transaction(
-                    connection, name, Event(payload={"n": number}, key=f"k{number % 50}")
-                )
+                await publish_in_transaction(connection, name, {"n": number}, key=f"k{number % 50}")
         await open_txn.publish(name, {"part": "last"}, key="t")  # its last: far beyond it
     await pool.execute('ANALYZE "procbus_topic_entries"')  # as autovacuum would
     reads = (

@@ -54,7 +54,7 @@ async def publish_each(connection: asyncpg.Connection, topic: str, count: int) -
     ids = []
     for _ in range(count):
         async with connection.transaction():
-            published = await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            published = await publish_in_transaction(connection, topic, PAYLOAD)
             assert published.id is not None
             ids.append(published.id)
     return ids
@@ -67,10 +67,10 @@ async def test_a_lease_serves_a_block_of_publishes_and_gives_back_what_it_did_no
     async with pool.acquire() as connection:
         committed = await publish_each(connection, topic, 10)
         async with connection.transaction():
-            await publish_in_transaction(connection, topic, Event(payload={"n": 9}))
+            await publish_in_transaction(connection, topic, {"n": 9})
             rolled_back = connection.transaction()
             await rolled_back.start()
-            await publish_in_transaction(connection, topic, Event(payload={"n": 8}))
+            await publish_in_transaction(connection, topic, {"n": 8})
             await rolled_back.rollback()  # a savepoint: its entry and its ID are gone
     [lease] = await leases(pool, topic)
     assert (lease["entries"], lease["ids"], lease["settled_entries"]) == (LEASE_ENTRIES,) * 2 + (0,)
@@ -104,7 +104,7 @@ async def test_a_lease_taken_in_a_rolled_back_transaction_never_was(
     async with pool.acquire() as connection:
         with pytest.raises(RuntimeError):
             async with connection.transaction():
-                await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+                await publish_in_transaction(connection, topic, PAYLOAD)
                 raise RuntimeError("the business transaction fails")
         assert await leases(pool, topic) == []
         # The connection still holds the lease it took: its next publish finds it gone, counts
@@ -198,7 +198,7 @@ async def test_no_lease_ends_while_a_transaction_that_published_under_it_is_open
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
         async with connection.transaction():
-            await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            await publish_in_transaction(connection, topic, PAYLOAD)
             await asyncio.sleep(0.5)  # expired meanwhile
             await topics.expire(topic)
             # Its end would not see this transaction's entry and would give back its capacity.
@@ -218,7 +218,7 @@ async def test_deleting_a_topic_waits_for_its_leases_and_their_publishes_and_lea
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
         async with connection.transaction():
-            await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            await publish_in_transaction(connection, topic, PAYLOAD)
             deleting = asyncio.create_task(topics.delete(topic, force=True))
             await asyncio.sleep(1.0)  # past the lease's expiry
             assert not deleting.done()  # it waits for this transaction's entry
@@ -243,7 +243,7 @@ async def test_a_delete_that_waited_too_long_for_a_publishing_transaction_change
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
         async with connection.transaction():
-            await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+            await publish_in_transaction(connection, topic, PAYLOAD)
             with pytest.raises(TopicInUse, match="still open"):
                 await topics.delete(topic, force=True)
     assert (await topics.stats(topic)).depth == 2
@@ -301,7 +301,7 @@ async def test_a_session_whose_shard_is_busy_takes_its_lease_on_another(
 ) -> None:
     topic = await make(topics)
     async with pool.acquire() as holder, pool.acquire() as other, holder.transaction():
-        await publish_in_transaction(holder, topic, Event(payload=PAYLOAD))
+        await publish_in_transaction(holder, topic, PAYLOAD)
         # The holder's transaction keeps its shard locked (it took a lease there): a second
         # session on that shard moves to another for its lease, instead of counting.
         taken = await holder.fetchrow(
@@ -378,7 +378,7 @@ async def test_leases_deliveries_and_lease_ends_racing_lose_no_count(
                 transaction = connection.transaction()
                 await transaction.start()
                 published = await publish_in_transaction(
-                    connection, topic, Event(payload={"n": n, "pad": "x" * rng.randrange(50)})
+                    connection, topic, {"n": n, "pad": "x" * rng.randrange(50)}
                 )
                 if rng.random() < 0.2:
                     await transaction.rollback()
@@ -443,7 +443,7 @@ async def test_a_full_topic_with_leases_refuses_and_its_count_stays_exact(
             while True:
                 try:
                     async with connection.transaction():
-                        await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+                        await publish_in_transaction(connection, topic, PAYLOAD)
                 except QueueFull:
                     return
                 accepted += 1
@@ -456,7 +456,7 @@ async def test_a_full_topic_with_leases_refuses_and_its_count_stays_exact(
         while True:
             try:
                 async with connection.transaction():
-                    await publish_in_transaction(connection, topic, Event(payload=PAYLOAD))
+                    await publish_in_transaction(connection, topic, PAYLOAD)
             except QueueFull:
                 break
     assert (await topics.stats(topic)).depth == bound

@@ -141,6 +141,30 @@ async def test_a_full_topic_refuses_and_nothing_is_half_done(
     assert (await capacity(pool, topic))[0] == 3
 
 
+async def test_a_bad_event_in_a_transaction_is_refused_before_anything_is_queued(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    topic = await make(topics)
+    await pool.execute('CREATE TABLE "orders" ("id" int PRIMARY KEY)')
+    async with pool.acquire() as connection:
+        with pytest.raises(InvalidRequest, match="bad event: type: String should have at least"):
+            async with transaction(connection) as tx:
+                await connection.execute('INSERT INTO "orders" VALUES (1)')
+                await tx.publish(topic, {"order": 1}, type="")
+        async with connection.transaction():
+            with pytest.raises(InvalidRequest, match="bad event: key: String should have at most"):
+                await publish_in_transaction(connection, topic, {"order": 2}, key="k" * 1001)
+            with pytest.raises(InvalidRequest, match="txn_size: Input should be greater than 0"):
+                await publish_in_transaction(connection, topic, {"order": 3}, txn_size=0)
+            with pytest.raises(TypeError, match="not an Event"):  # the former signature
+                await publish_in_transaction(connection, topic, Event(payload={"order": 4}))
+            # Refused before any statement: the transaction goes on, and this one is queued.
+            await publish_in_transaction(connection, topic, {"order": 5}, type="OrderPaid")
+    assert await pool.fetchval('SELECT count(*) FROM "orders"') == 0
+    claim = await topics.claim(topic, 10)
+    assert [(entry.payload, entry.type) for entry in claim.entries] == [({"order": 5}, "OrderPaid")]
+
+
 async def test_the_bound_holds_exactly_under_concurrent_publishers(
     topics: Topics, pool: asyncpg.Pool
 ) -> None:
@@ -169,15 +193,13 @@ async def test_a_publisher_whose_shard_is_held_takes_another_at_once_and_moves_t
         shard = preferred_shard(first)
         move_shard(second, shard)  # the two meet on one shard, as two PIDs can
         async with first.transaction():  # holds the shard until it commits
-            held = await publish_in_transaction(first, topic, Event(payload={"n": 1}))
+            held = await publish_in_transaction(first, topic, {"n": 1})
             async with second.transaction():
                 # Were it to wait for the shard, this would wait for the first's commit: forever.
-                other = await asyncio.wait_for(
-                    publish_in_transaction(second, topic, Event(payload={"n": 2})), 10
-                )
+                other = await asyncio.wait_for(publish_in_transaction(second, topic, {"n": 2}), 10)
             moved = preferred_shard(second)
             async with second.transaction():  # from its new shard, while the first still holds
-                again = await publish_in_transaction(second, topic, Event(payload={"n": 3}))
+                again = await publish_in_transaction(second, topic, {"n": 3})
             assert moved != shard and preferred_shard(second) == moved  # no second move
         shards = dict(
             await pool.fetch(
