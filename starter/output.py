@@ -6,6 +6,7 @@ IDs and Temporal UI links stay whole for grep, copy and click.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -33,12 +34,14 @@ error_console = _console(sys.stderr, stderr=True)
 
 def print_json(value: BaseModel | DataclassInstance | dict[str, Any] | list[Any]) -> None:
     """A model or a dataclass (as pydantic writes it), or plain data, as indented JSON."""
-    if not isinstance(value, dict | list):
+    if isinstance(value, dict | list):
+        text = json.dumps(value, indent=2, default=str)
+    elif dataclasses.is_dataclass(value):
         from pydantic_core import to_json
 
         text = to_json(value, indent=2).decode()
     else:
-        text = json.dumps(value, indent=2, default=str)
+        text = value.model_dump_json(indent=2)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
