@@ -121,11 +121,20 @@ def worker() -> None:
 
 
 @app.command()
-def demo(json_output: bool = JSON_OPTION) -> None:
+def demo(
+    json_output: bool = JSON_OPTION,
+    only: list[str] = typer.Option(
+        [],
+        "--only",
+        help="Only these scenes (repeatable, or comma-separated): create-table, "
+        "failed-create-table, hooks, locks, bad-input, topics, grouped, bus, table-data, "
+        "pipeline. The stack check always runs; scenes on the demo's table create it first.",
+    ),
+) -> None:
     """Run the main job end to end, on the running stack or on an embedded one it starts."""
     from starter.demo import run_demo
 
-    report = _run(run_demo(_settings(), quiet=json_output))
+    report = _run(run_demo(_settings(), quiet=json_output, only=only))
     if json_output:
         print_json(report)
 

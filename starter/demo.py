@@ -23,7 +23,7 @@ from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
 from procbus.delivery.owner import ensure_delivery
-from procbus.errors import ProcbusError, StackError
+from procbus.errors import InvalidRequest, ProcbusError, StackError
 from procbus.hooks import TransactionAborted, transaction
 from procbus.hooks.outbox import OutboxRelay
 from procbus.lakehouse import warehouse
@@ -73,6 +73,37 @@ DEMO_WRITERS = 4
 DEMO_TRANSFERS_EACH = 25
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
+# The scenes `procbus demo --only` picks from, in the order they run (the stack check always
+# runs first); those in NEEDS_TABLE run on the table that create-table makes, so it runs too.
+DEMO_STEPS = (
+    "create-table",
+    "failed-create-table",
+    "hooks",
+    "locks",
+    "bad-input",
+    "topics",
+    "grouped",
+    "bus",
+    "table-data",
+    "pipeline",
+)
+NEEDS_TABLE = frozenset({"failed-create-table", "bus", "table-data", "pipeline"})
+
+
+def demo_steps(only: list[str] | None) -> list[str]:
+    """The scenes to run: all of them, or those named (with what they need); InvalidRequest
+    naming an unknown one."""
+    if not only:
+        return list(DEMO_STEPS)
+    named = {step.strip() for item in only for step in item.split(",") if step.strip()}
+    unknown = sorted(named - set(DEMO_STEPS))
+    if unknown:
+        raise InvalidRequest(
+            f"no demo step {', '.join(map(repr, unknown))}: choose from {', '.join(DEMO_STEPS)}"
+        )
+    if named & NEEDS_TABLE:
+        named.add("create-table")
+    return [step for step in DEMO_STEPS if step in named]
 
 
 class DemoProcedure(BaseModel):
@@ -168,23 +199,26 @@ class DemoPipeline(BaseModel):
 
 
 class DemoReport(BaseModel):
+    """What the demo showed; a scene left out by `--only` is None."""
+
     started_stack: bool
     temporal_address: str
     ui_url: str | None
+    steps: list[str]
     stack_check_workflow_id: str
     stack_check_url: str | None
     stack_check: StackCheckResult
-    create_table: DemoProcedure
-    failed_create_table: DemoProcedure
-    residue_after_rollback: list[str]
-    hooks: DemoHooks
-    locks: DemoLocks
-    bad_input: DemoBadInput
-    topics: DemoTopics
-    grouped: DemoGroupedBatches
-    access: DemoAccess
-    table_data: DemoTableData
-    pipeline: DemoPipeline
+    create_table: DemoProcedure | None = None
+    failed_create_table: DemoProcedure | None = None
+    residue_after_rollback: list[str] | None = None
+    hooks: DemoHooks | None = None
+    locks: DemoLocks | None = None
+    bad_input: DemoBadInput | None = None
+    topics: DemoTopics | None = None
+    grouped: DemoGroupedBatches | None = None
+    access: DemoAccess | None = None
+    table_data: DemoTableData | None = None
+    pipeline: DemoPipeline | None = None
     metrics_url: str | None
 
 
@@ -970,7 +1004,11 @@ async def demo_transfers(pool: asyncpg.Pool, seed: int) -> tuple[int, int]:
     return committed, rolled_back
 
 
-async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
+async def run_demo(
+    settings: Settings, *, quiet: bool = False, only: list[str] | None = None
+) -> DemoReport:
+    """The main job end to end (or the scenes named in `only`, with what they need)."""
+    steps = demo_steps(only)  # refused before anything starts
     if not quiet:
         console.print("[bold]procbus demo[/]")
     async with _stack(settings) as (services, started):
@@ -1013,53 +1051,59 @@ async def run_demo(settings: Settings, *, quiet: bool = False) -> DemoReport:
                     )
                     demo.members.append(member)
                 check_id, check = await demo.stack_check()
+                report = DemoReport(
+                    started_stack=started,
+                    temporal_address=services.temporal_address,
+                    ui_url=services.ui_url,
+                    steps=steps,
+                    stack_check_workflow_id=check_id,
+                    stack_check_url=demo.url(check_id),
+                    stack_check=check,
+                    metrics_url=services.metrics_url,
+                )
                 namespace = f"demo_{demo.run_id}"
-                created = await demo.create_table(namespace)
-                failed, residue = await demo.failed_create_table(namespace)
-                hooks = await demo.hooks()
-                locks = await demo.locks()
-                bad_input = await demo.bad_input()
-                topics = await demo.topics()
-                grouped = await demo.grouped_batches()
-                access = await demo.access(namespace)
-                table_data = await demo.table_data(namespace)
-                pipeline = await demo.pipeline(namespace)
+                if "create-table" in steps:
+                    report.create_table = await demo.create_table(namespace)
+                if "failed-create-table" in steps:
+                    failed = await demo.failed_create_table(namespace)
+                    report.failed_create_table, report.residue_after_rollback = failed
+                if "hooks" in steps:
+                    report.hooks = await demo.hooks()
+                if "locks" in steps:
+                    report.locks = await demo.locks()
+                if "bad-input" in steps:
+                    report.bad_input = await demo.bad_input()
+                if "topics" in steps:
+                    report.topics = await demo.topics()
+                if "grouped" in steps:
+                    report.grouped = await demo.grouped_batches()
+                if "bus" in steps:
+                    report.access = await demo.access(namespace)
+                if "table-data" in steps:
+                    report.table_data = await demo.table_data(namespace)
+                if "pipeline" in steps:
+                    report.pipeline = await demo.pipeline(namespace)
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
     if services.ui_url:
         demo.say(f"In the Temporal UI{later}:")
-        shown = (
+        shown: list[str | None] = [
             check_id,
-            created.procedure_id,
-            failed.procedure_id,
-            hooks.committed_workflow_id,
-            locks.delete_namespace_id,
-            access.revoke_id,
-            table_data.compaction_id,
-        )
-        for workflow_id in shown:
+            report.create_table.procedure_id if report.create_table else None,
+            report.failed_create_table.procedure_id if report.failed_create_table else None,
+            report.hooks.committed_workflow_id if report.hooks else None,
+            report.locks.delete_namespace_id if report.locks else None,
+            report.access.revoke_id if report.access else None,
+            report.table_data.compaction_id if report.table_data else None,
+        ]
+        for workflow_id in filter(None, shown):
             demo.say(f"   {demo.url(workflow_id)}")
     if services.metrics_url:
         demo.say(f"Prometheus metrics of the worker: {services.metrics_url}")
-    demo.say("[bold green]demo finished: every step worked[/]")
-    return DemoReport(
-        started_stack=started,
-        temporal_address=services.temporal_address,
-        ui_url=services.ui_url,
-        stack_check_workflow_id=check_id,
-        stack_check_url=demo.url(check_id),
-        stack_check=check,
-        create_table=created,
-        failed_create_table=failed,
-        residue_after_rollback=residue,
-        hooks=hooks,
-        locks=locks,
-        bad_input=bad_input,
-        topics=topics,
-        grouped=grouped,
-        access=access,
-        table_data=table_data,
-        pipeline=pipeline,
-        metrics_url=services.metrics_url,
+    demo.say(
+        "[bold green]demo finished: every step worked[/]"
+        if steps == list(DEMO_STEPS)
+        else f"[bold green]demo finished: every step worked[/] (of {', '.join(steps)})"
     )
+    return report

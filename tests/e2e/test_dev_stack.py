@@ -9,6 +9,7 @@ from pathlib import Path
 
 from procbus.stack.processes import free_port
 from procbus.stack.temporal_server import temporal_binary
+from starter.demo import DEMO_STEPS
 from tests.e2e.conftest import DevStack, procbus, wait_until_dead
 from tests.services import subprocess_environment
 
@@ -20,11 +21,17 @@ def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> No
     assert status["ui_url"].startswith("http://127.0.0.1:")
     assert status["source"] == "embedded"
 
-    demo = procbus(dev_stack.env, "demo", "--json")
+    # The demo on the running stack, beside its worker (the whole demo runs in the test below):
+    # the scenes that use a table and a topic, and the table's scene that --only brings along.
+    demo = procbus(dev_stack.env, "demo", "--json", "--only", "topics,bus")
     assert demo.returncode == 0, demo.stderr
     report = json.loads(demo.stdout)
     assert report["started_stack"] is False
     assert report["metrics_url"] == status["metrics_url"] is not None
+    assert report["steps"] == ["create-table", "topics", "bus"]
+    assert report["create_table"]["status"]["state"] == "SUCCEEDED"
+    assert report["topics"]["delivered_once_each"] and report["access"]["revoke_id"]
+    assert report["table_data"] is None and report["pipeline"] is None
     workflow_id = report["stack_check_workflow_id"]
 
     starter = subprocess.run(
@@ -121,6 +128,7 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["started_stack"] is True
+    assert report["steps"] == list(DEMO_STEPS)
     assert report["stack_check"]["check_id"] == report["stack_check_workflow_id"]
     assert report["create_table"]["status"]["state"] == "SUCCEEDED"
     assert report["failed_create_table"]["status"]["state"] == "ROLLED_BACK"
@@ -140,6 +148,15 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     assert topics["delivered_while_a_key_failed"] == 3 and topics["redriven_with_its_webhook_id"]
     # It stopped what it started.
     assert not (state_dir / "stack.json").exists()
+
+
+def test_the_demo_refuses_an_unknown_scene_before_it_starts_anything(
+    dev_env: dict[str, str], state_dir: Path
+) -> None:
+    result = procbus(dev_env, "demo", "--only", "topics,nonsense")
+    assert result.returncode == 1
+    assert "no demo step 'nonsense': choose from create-table," in result.stderr
+    assert list(state_dir.iterdir()) == []  # nothing started, nothing written
 
 
 def test_every_command_has_help() -> None:
