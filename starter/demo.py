@@ -74,7 +74,7 @@ DEMO_TRANSFERS_EACH = 25
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 # The scenes `procbus demo --only` picks from, in the order they run (the stack check always
-# runs first); those in NEEDS_TABLE run on the table that create-table makes, so it runs too.
+# runs first); those in NEEDS_TABLE run in the namespace that create-table makes, so it runs too.
 DEMO_STEPS = (
     "create-table",
     "failed-create-table",
