@@ -74,7 +74,8 @@ DEMO_TRANSFERS_EACH = 25
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 # The scenes `procbus demo --only` picks from, in the order they run (the stack check always
-# runs first); those in NEEDS_TABLE run in the namespace that create-table makes, so it runs too.
+# runs first); those in NEEDS_CREATE_TABLE run in the namespace (and on the table) that
+# create-table makes, so it runs too.
 DEMO_STEPS = (
     "create-table",
     "failed-create-table",
@@ -87,7 +88,7 @@ DEMO_STEPS = (
     "table-data",
     "pipeline",
 )
-NEEDS_TABLE = frozenset({"failed-create-table", "bus", "table-data", "pipeline"})
+NEEDS_CREATE_TABLE = frozenset({"failed-create-table", "bus", "table-data", "pipeline"})
 
 
 def demo_steps(only: list[str] | None) -> list[str]:
@@ -101,7 +102,7 @@ def demo_steps(only: list[str] | None) -> list[str]:
         raise InvalidRequest(
             f"no demo step {', '.join(map(repr, unknown))}: choose from {', '.join(DEMO_STEPS)}"
         )
-    if named & NEEDS_TABLE:
+    if named & NEEDS_CREATE_TABLE:
         named.add("create-table")
     return [step for step in DEMO_STEPS if step in named]
 
