@@ -249,22 +249,19 @@ def publish(
     """Queue one event; on a --sync topic, send it now and say whether the endpoint took it
     (exit code 1 when it did not)."""
     from procbus.errors import InvalidRequest
-    from procbus.topics.models import Event
+    from procbus.topics.models import event_from_input
 
     try:
         data = json.loads(payload)
     except json.JSONDecodeError as error:
         raise InvalidRequest(f"--payload is not JSON: {error}") from None
+    event = event_from_input(
+        payload=data, key=key, type=event_type, txn_id=txn_id, last_in_txn=last_in_txn
+    )
 
     async def run() -> None:
         async with _topics() as topics:
-            published = await topics.publish(
-                name,
-                Event(
-                    payload=data, key=key, type=event_type, txn_id=txn_id, last_in_txn=last_in_txn
-                ),
-                timeout_seconds=timeout,
-            )
+            published = await topics.publish(name, event, timeout_seconds=timeout)
         if json_output:
             print_json(published)
         elif published.delivery == "queued":

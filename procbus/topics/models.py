@@ -168,18 +168,18 @@ def checked_event_fields(
         and (txn_size is None or (txn_size.__class__ is int and txn_size > 0))
     ):
         return type, key, txn_id, last_in_txn, txn_size
+    event = event_from_input(
+        payload=None, type=type, key=key, txn_id=txn_id, last_in_txn=last_in_txn, txn_size=txn_size
+    )
+    return event.type, event.key, event.txn_id, event.last_in_txn, event.txn_size
+
+
+def event_from_input(**fields: Any) -> Event:
+    """An Event from user input; InvalidRequest naming each bad value."""
     try:
-        event = Event(
-            payload=None,
-            type=type,
-            key=key,
-            txn_id=txn_id,
-            last_in_txn=last_in_txn,
-            txn_size=txn_size,
-        )
+        return Event(**fields)
     except ValidationError as error:
         raise InvalidRequest(f"bad event: {validation_findings(error)}") from None
-    return event.type, event.key, event.txn_id, event.last_in_txn, event.txn_size
 
 
 @dataclass(slots=True)

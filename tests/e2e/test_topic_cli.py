@@ -64,6 +64,10 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> 
         (["topic", "create", "t4", "--endpoint", receiver.url, "--secret", "abc"], "whsec_"),
         (["topic", "publish", "nothing", "--payload", "1"], "no topic named 'nothing'"),
         (["topic", "publish", "orders", "--payload", "{not json"], "--payload is not JSON"),
+        (
+            ["topic", "publish", "orders", "--payload", "1", "--type", ""],
+            "bad event: type: String should have at least 1 character",
+        ),
         (["topic", "redrive", "orders"], "--id ID (repeatable) or --all"),
     ]:
         result = procbus(dev_stack.env, *args)
