@@ -97,6 +97,31 @@ def invalid_input(message: str) -> ApplicationError:
     return application_error(ErrorType.INVALID_PROCEDURE_INPUT, message)
 
 
+def engine_state_refusal(request: ProcedureInput, info: workflow.Info) -> str | None:
+    """Why this run may not take the engine state in its input, or None when it may.
+
+    Only the engine hands it over: `carried` from the run this one continues (the server names
+    that run; a client start, a retry or a cron run cannot), locks to a child from its parent.
+    A client that set them could skip steps, run any activity as an undo, or claim locks.
+    """
+    carried = request.carried
+    if carried is not None:
+        if info.continued_run_id is None or carried.from_run_id != info.continued_run_id:
+            return (
+                "carried is the engine's own hand-over from one run of a procedure to the next "
+                "(continue-as-new): a start may not set it"
+            )
+        return None  # the rest of the input was checked by the first run
+    if request.inherited_locks or request.lock_family:
+        parent = info.parent
+        if parent is None or request.lock_family[:1] != [parent.workflow_id]:
+            return (
+                "inherited_locks and lock_family are set by the engine for a child procedure "
+                "from its parent: a start may not set them"
+            )
+    return None
+
+
 class Procedure(Generic[InputT, ResultT]):
     """Base class of every procedure; see the module docstring."""
 
@@ -232,7 +257,7 @@ class Procedure(Generic[InputT, ResultT]):
     def _resume(self, request: InputT) -> ProcedureCarry:
         """A fresh state, or the one the previous run handed over when it continued as new."""
         carried = request.carried
-        if carried is not None:
+        if carried is not None and engine_state_refusal(request, workflow.info()) is None:
             self._carried_steps = set(carried.status.steps_done)
             self._carried_children = {
                 key for key in carried.results if key.startswith(CHILDREN_RESULT_PREFIX)
@@ -255,7 +280,11 @@ class Procedure(Generic[InputT, ResultT]):
         )
 
     def _check_input(self, request: InputT) -> None:
-        """The engine's settings, the procedure's own checks, then its lock set."""
+        """The engine's own state (never from a client), its settings, the procedure's own
+        checks, then its lock set."""
+        refusal = engine_state_refusal(request, workflow.info())
+        if refusal is not None:
+            raise invalid_input(refusal)
         for name in (
             "deadline_seconds",
             "step_timeout_seconds",
@@ -628,6 +657,7 @@ class Procedure(Generic[InputT, ResultT]):
         ):
             return
         # The whole state, as one model: nothing the next run needs is left behind.
+        self._kept.from_run_id = info.run_id
         workflow.continue_as_new(self._current_input.model_copy(update={"carried": self._kept}))
 
     def _set_state(self, state: ProcedureState) -> None:

@@ -131,6 +131,10 @@ class ProcedureCarry(BaseModel):
     leased_until: datetime | None = Field(
         default=None, description="when the locks' leases run out unless renewed"
     )
+    from_run_id: str | None = Field(
+        default=None,
+        description="the run that handed this over; the next run accepts it only from there",
+    )
 
 
 ProcedureInput.model_rebuild()

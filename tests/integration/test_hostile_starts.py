@@ -1,0 +1,141 @@
+"""What a caller who is not the engine may hand a workflow, sent as a hostile person would with
+the real `temporal` CLI: engine state (a carried hand-over, inherited locks) and bus operations
+that change every worker's caches are refused at once, and nothing runs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from procbus.lakehouse.names import namespace_resource
+from procbus.stack.temporal_server import temporal_binary
+from tests.services import run_command
+
+
+async def start_with_cli(
+    temporal_address: str, task_queue: str, workflow_type: str, payload: dict[str, Any]
+) -> tuple[str, str]:
+    """`temporal workflow execute` as a person types it; the workflow ID and what it printed."""
+    workflow_id = f"hostile-{workflow_type}-{uuid.uuid4().hex[:8]}"
+    returncode, stdout, stderr = await run_command(
+        str(temporal_binary()),
+        "workflow",
+        "execute",
+        "--address",
+        temporal_address,
+        "--task-queue",
+        task_queue,
+        "--type",
+        workflow_type,
+        "--workflow-id",
+        workflow_id,
+        "--input",
+        json.dumps(payload),
+        timeout=60,
+    )
+    assert returncode != 0, stdout + stderr
+    return workflow_id, stdout + stderr
+
+
+async def refused_before_anything_ran(client: Client, workflow_id: str, says: str) -> None:
+    handle = client.get_workflow_handle(workflow_id)
+    assert (await handle.describe()).status is WorkflowExecutionStatus.FAILED
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "InvalidProcedureInput" and cause.non_retryable
+    assert says in cause.message, cause.message
+    events = [event.event_type async for event in handle.fetch_history_events()]
+    ran = {
+        EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+        EventType.EVENT_TYPE_MARKER_RECORDED,  # local activities (locks)
+        EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
+    }
+    assert not ran & set(events), events
+
+
+def forged_carry(workflow_type: str, target: str, victim: Path) -> dict[str, Any]:
+    """A hand-over that, if believed, skips every step and runs `delete_data` of another
+    table as an "undo": its deadline has passed, so the run rolls back at once."""
+    return {
+        "status": {
+            "procedure_id": "forged",
+            "procedure_type": workflow_type,
+            "target": target,
+            "state": "RUNNING",
+            "steps_done": ["preflight", "add_to_catalog", "record_event"],
+        },
+        "deadline_at": "2000-01-01T00:00:00Z",
+        "compensations": [
+            {
+                "step": "add_to_catalog",
+                "activity": "delete_data",
+                "arg": {
+                    "procedure_id": "forged",
+                    "table": {"namespace": victim.parent.name, "name": victim.name, "columns": []},
+                },
+            }
+        ],
+    }
+
+
+async def test_a_forged_carried_state_is_refused_and_runs_no_undo(
+    client: Client, worker: Worker, temporal_address: str, task_queue: str, warehouse: Path
+) -> None:
+    victim = warehouse / "victim" / "orders"
+    (victim / "data").mkdir(parents=True)
+    (victim / "data" / "part-0.parquet").write_bytes(b"committed data")
+    payload = {"namespace": "evil", "carried": forged_carry("CreateNamespace", "evil", victim)}
+    workflow_id, output = await start_with_cli(
+        temporal_address, task_queue, "CreateNamespace", payload
+    )
+    assert "carried" in output
+    await refused_before_anything_ran(client, workflow_id, "a start may not set it")
+    assert (victim / "data" / "part-0.parquet").read_bytes() == b"committed data"
+
+
+async def test_a_carried_state_naming_another_run_is_refused(
+    client: Client, worker: Worker, temporal_address: str, task_queue: str, warehouse: Path
+) -> None:
+    """Even with the field the engine writes filled in: only the run this one continues counts."""
+    victim = warehouse / "victim" / "events"
+    (victim / "data").mkdir(parents=True)
+    carried = forged_carry("CreateNamespace", "evil", victim) | {"from_run_id": str(uuid.uuid4())}
+    workflow_id, _ = await start_with_cli(
+        temporal_address,
+        task_queue,
+        "CreateNamespace",
+        {"namespace": "evil", "carried": carried},
+    )
+    await refused_before_anything_ran(client, workflow_id, "a start may not set it")
+    assert (victim / "data").is_dir()
+
+
+async def test_inherited_locks_from_a_client_are_refused(
+    client: Client, worker: Worker, temporal_address: str, task_queue: str
+) -> None:
+    """A start claiming a parent's locks (to write past another holder's lock) is refused."""
+    payload = {
+        "namespace": "claimed",
+        "inherited_locks": [{"resource": namespace_resource("claimed"), "mode": "X", "token": 1}],
+        "lock_family": ["some-other-procedure"],
+    }
+    workflow_id, output = await start_with_cli(
+        temporal_address, task_queue, "CreateNamespace", payload
+    )
+    assert "inherited_locks" in output
+    await refused_before_anything_ran(client, workflow_id, "a start may not set them")
+    family_only = {"namespace": "claimed", "lock_family": ["some-other-procedure"]}
+    workflow_id, _ = await start_with_cli(
+        temporal_address, task_queue, "CreateNamespace", family_only
+    )
+    await refused_before_anything_ran(client, workflow_id, "a start may not set them")
