@@ -1,8 +1,9 @@
 """What a broadcast costs: the latency of a one-phase broadcast to 3 bus members against one
 activity on one worker, in the same run on the same Temporal server.
 
-Both start a workflow and wait for its result, one at a time (latency, not throughput). The
-broadcast lists the live members (one activity), then sends to all three at once. The three
+Both start a workflow and wait for its result, one at a time (latency, not throughput), and
+send a `report` (a Broadcast on its own may only read). The broadcast lists the live members
+(one activity), then sends to all three at once. The three
 members are in this process, each with its own task queue, as three worker processes would be.
 Goal: median broadcast latency <= 2x the single activity's. Last line: JSON.
 """
@@ -23,12 +24,10 @@ from bus_workflows import SingleSend, SingleSendInput
 from temporalio.worker import Worker
 
 from procbus.bus.membership import member_task_queue
-from procbus.bus.models import BroadcastInput, BusMessage, PutDescriptor
+from procbus.bus.models import BroadcastInput, BusMessage, ReportState
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import Column
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from worker import build_worker
@@ -37,7 +36,6 @@ from workflows.bus import Broadcast
 
 COUNT = int(os.environ.get("BENCH_COUNT", "60"))
 MEMBERS = 3
-TABLE = TableDescriptor(namespace="bench", name="t", columns=[Column(name="id", type="bigint")])
 
 
 async def latencies(count: int, run_one: Callable[[int], Awaitable[object]]) -> list[float]:
@@ -85,7 +83,7 @@ async def main() -> dict[str, float | int]:
             def single(index: int, round_number: int) -> Awaitable[object]:
                 message = BusMessage(
                     operation_id=f"single-{round_number}-{index}",
-                    operation=PutDescriptor(table=TABLE),
+                    operation=ReportState(),
                 )
                 return client.execute_workflow(
                     SingleSend.run,
@@ -97,7 +95,7 @@ async def main() -> dict[str, float | int]:
             def broadcast(index: int, round_number: int) -> Awaitable[object]:
                 return client.execute_workflow(
                     Broadcast.run,
-                    BroadcastInput(operation=PutDescriptor(table=TABLE)),
+                    BroadcastInput(operation=ReportState()),
                     id=f"broadcast-{round_number}-{index}-{queue}",
                     task_queue=queue,
                 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from procbus.bus.outcomes import MemberReport
 from procbus.lakehouse.models import AccessEntry, TableDescriptor
@@ -92,7 +92,12 @@ class MemberReply(BaseModel):
 
 
 class BroadcastInput(WorkflowInput):
-    """A broadcast on its own (not a procedure step): one phase, or two when `two_phase`."""
+    """A broadcast on its own (not a procedure step): one phase, or two when `two_phase`.
+
+    It may only read: an operation that changes the members' caches comes from the procedure
+    that owns the change (CreateTable, DeleteTable, ChangeAccess), after the catalog has it, or
+    a client could change every worker's ACL cache without the catalog.
+    """
 
     operation: Operation
     two_phase: bool = False
@@ -100,3 +105,14 @@ class BroadcastInput(WorkflowInput):
         default=10.0, gt=0, description="resend to a live member that has not answered by then"
     )
     max_sends: int = Field(default=5, ge=1, description="a live member that never answers fails")
+
+    @field_validator("operation")
+    @classmethod
+    def _read_only(cls, operation: Operation) -> Operation:
+        if not isinstance(operation, ReportState):
+            raise ValueError(
+                f"a Broadcast on its own may only read (kind 'report'), not {operation.kind!r}: "
+                "changes to the workers' caches come from the procedures that own them "
+                "(CreateTable, DeleteTable, ChangeAccess)"
+            )
+        return operation

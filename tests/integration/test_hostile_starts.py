@@ -139,3 +139,34 @@ async def test_inherited_locks_from_a_client_are_refused(
         temporal_address, task_queue, "CreateNamespace", family_only
     )
     await refused_before_anything_ran(client, workflow_id, "a start may not set them")
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        {
+            "kind": "change_access",
+            "action": "grant",
+            "entry": {
+                "principal": "mallory",
+                "namespace": "sales",
+                "table": "orders",
+                "permission": "write",
+            },
+        },
+        {"kind": "evict_descriptor", "qualified_name": "sales.orders"},
+    ],
+)
+async def test_a_broadcast_on_its_own_may_only_read(
+    client: Client,
+    worker: Worker,
+    temporal_address: str,
+    task_queue: str,
+    operation: dict[str, Any],
+) -> None:
+    """Only ChangeAccess (after the catalog) may change every worker's ACL cache."""
+    workflow_id, output = await start_with_cli(
+        temporal_address, task_queue, "Broadcast", {"operation": operation}
+    )
+    assert "may only read" in output
+    await refused_before_anything_ran(client, workflow_id, "may only read")
