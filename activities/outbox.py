@@ -9,13 +9,24 @@ from procbus.hooks.outbox import OutboxRelay, SweepRequest, SweepResult
 
 
 class OutboxActivities:
-    def __init__(self, pool: asyncpg.Pool, task_queue: str) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        task_queue: str,
+        allowed_workflow_types: frozenset[str] | None = None,
+    ) -> None:
         self.pool = pool
         self.task_queue = task_queue
+        self.allowed_workflow_types = allowed_workflow_types
 
     @activity.defn(name="sweep_outbox")
     async def sweep_outbox(self, request: SweepRequest) -> SweepResult:
-        relay = OutboxRelay(activity.client(), self.pool, self.task_queue)
+        relay = OutboxRelay(
+            activity.client(),
+            self.pool,
+            self.task_queue,
+            allowed_workflow_types=self.allowed_workflow_types,
+        )
         performed = 0
         while performed < request.limit:
             done = await relay.sweep(min(100, request.limit - performed))

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
         description="hosts and CIDRs topics may send to, comma-separated; unset: any but "
         "link-local and cloud metadata addresses",
     )
+    outbox_workflow_types: str | None = Field(
+        default=None,
+        description="workflow types the outbox relay may start, comma-separated; unset: any but "
+        "procbus's own (Broadcast, OutboxSweep, TopicDelivery)",
+    )
 
     worker_id: str | None = Field(
         default=None,
@@ -192,6 +197,13 @@ class Settings(BaseSettings):
     @property
     def warehouse_root(self) -> Path:
         return self.warehouse if self.warehouse is not None else self.state_dir / "warehouse"
+
+    def allowed_outbox_workflow_types(self) -> frozenset[str] | None:
+        if self.outbox_workflow_types is None:
+            return None
+        return frozenset(
+            name.strip() for name in self.outbox_workflow_types.split(",") if name.strip()
+        )
 
     def metrics_address(self, default_port: int | None = None) -> str | None:
         """host:port of the metrics endpoint, or None for none."""

@@ -73,10 +73,11 @@ def activities_for(
     events_topic: str | None,
     access: AccessCache | None,
     spark: SparkActivities,
+    outbox_workflow_types: frozenset[str] | None = None,
 ) -> list[Callable[..., object]]:
     return [
         StackCheckActivities(pool).record_stack_check,
-        OutboxActivities(pool, task_queue).sweep_outbox,
+        OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access).all(),
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
@@ -110,6 +111,7 @@ def build_worker(
     spark_web_url: str | None = None,
     worker_id: str | None = None,
     heartbeat_throttle: timedelta = HEARTBEAT_THROTTLE,
+    outbox_workflow_types: frozenset[str] | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
     activities check principals against `access`, the ACL cache of this process's bus member.
@@ -137,6 +139,7 @@ def build_worker(
             events_topic,
             access,
             spark,
+            outbox_workflow_types,
         ),
         interceptors=worker_interceptors(faults),
         # A running job's progress reaches the UI every few seconds, not every 0.8 x timeout.
@@ -212,6 +215,7 @@ async def serve(
                 spark_rest_url=settings.spark_rest_url,
                 spark_web_url=settings.spark_web_url,
                 worker_id=settings.worker_id,
+                outbox_workflow_types=settings.allowed_outbox_workflow_types(),
             ),
             bus_member(
                 client,
@@ -229,7 +233,13 @@ async def serve(
                 on_ready()
             await asyncio.gather(
                 # Performs durable calls whose process died between commit and relay.
-                OutboxRelay(client, pool, services.task_queue, metrics).run(stop),
+                OutboxRelay(
+                    client,
+                    pool,
+                    services.task_queue,
+                    metrics,
+                    allowed_workflow_types=settings.allowed_outbox_workflow_types(),
+                ).run(stop),
                 # Every topic gets its one delivery workflow.
                 keep_owners(client, Topics(pool).list_topics, services.task_queue, stop),
             )

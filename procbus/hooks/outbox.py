@@ -36,6 +36,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.db.queries import load_queries
+from procbus.errors import InvalidRequest
+from procbus.procedures.models import ENGINE_ONLY_FIELDS
 from procbus.temporal.metrics import OutboxMetrics
 from procbus.temporal.payloads import WorkflowInput
 
@@ -51,6 +53,47 @@ SWEEP_SCHEDULE_ID = "procbus-outbox-sweep"
 # Every worker's relay loop sweeps all the time; the Schedule is the safety net behind them, and
 # rare, so the Temporal UI's workflow list shows procedures, not a sweep a minute.
 SWEEP_EVERY = timedelta(hours=1)
+
+
+# procbus's own machinery, started only by procbus itself: a row may never name them.
+INTERNAL_WORKFLOW_TYPES = frozenset({"Broadcast", "OutboxSweep", "TopicDelivery"})
+# The engine's signals (a child's undo stack, lock wake-ups) carry engine state.
+ENGINE_SIGNAL_PREFIX = "procbus_"
+
+
+def outbox_refusal(
+    kind: str,
+    workflow_type: str | None,
+    signal_name: str | None,
+    args: Any,
+    allowed_workflow_types: frozenset[str] | None = None,
+) -> str | None:
+    """Why an outbox call may not be performed, or None when it may. Checked when the
+    application queues it and again by the relay, since anyone who can write a row to
+    procbus_outbox could otherwise start or signal anything as a worker."""
+    if kind == "start_workflow":
+        if workflow_type in INTERNAL_WORKFLOW_TYPES:
+            return f"{workflow_type} is procbus's own workflow: only procbus starts it"
+        if allowed_workflow_types is not None and workflow_type not in allowed_workflow_types:
+            return (
+                f"workflow type {workflow_type!r} is not in PROCBUS_OUTBOX_WORKFLOW_TYPES "
+                f"({', '.join(sorted(allowed_workflow_types)) or 'empty'})"
+            )
+    elif (signal_name or "").startswith(ENGINE_SIGNAL_PREFIX):
+        return f"signal {signal_name!r} is the engine's own: only procbus sends it"
+    for arg in args if isinstance(args, list) else [args]:
+        if isinstance(arg, dict):
+            engine_state = [field for field in ENGINE_ONLY_FIELDS if arg.get(field)]
+            if engine_state:
+                return (
+                    f"{', '.join(engine_state)}: engine state, set only by procbus for its own "
+                    "runs; a start may not set it"
+                )
+    return None
+
+
+class OutboxRowRefused(InvalidRequest):
+    """A row names what an outbox call may not do; it is closed with the reason, not retried."""
 
 
 class SweepRequest(WorkflowInput):
@@ -85,11 +128,13 @@ class OutboxRelay:
         pool: asyncpg.Pool,
         default_task_queue: str,
         metrics: OutboxMetrics | None = None,
+        allowed_workflow_types: frozenset[str] | None = None,
     ) -> None:
         self.client = client
         self.pool = pool
         self.default_task_queue = default_task_queue
         self.metrics = metrics
+        self.allowed_workflow_types = allowed_workflow_types
         self.queries = load_queries(QUERIES)
 
     async def claim(self, limit: int = BATCH, ids: list[int] | None = None) -> list[OutboxRow]:
@@ -136,6 +181,9 @@ class OutboxRelay:
     async def _call_logged(self, row: OutboxRow) -> tuple[bool, str | None]:
         try:
             run_id = await self._call_temporal(row)
+        except OutboxRowRefused as refused:  # closed with its reason; never tried again
+            log.warning("outbox row %s refused: %s", row.id, refused)
+            return False, None
         except Exception as error:  # stays pending; the next sweep tries again
             log.warning(
                 "outbox row %s (%s %s) failed: %s", row.id, row.kind, row.workflow_id, error
@@ -149,6 +197,8 @@ class OutboxRelay:
         """The Temporal call of one claimed row; no database connection is held meanwhile."""
         try:
             run_id = await self._call_temporal(row)
+        except OutboxRowRefused:
+            raise
         except Exception as error:
             await self._mark_failed(row, error)
             raise
@@ -160,7 +210,16 @@ class OutboxRelay:
             self.queries["mark_outbox_failed"], row.id, str(error), RETRY_AFTER_SECONDS
         )
 
+    async def _refuse_unless_allowed(self, row: OutboxRow) -> None:
+        refusal = outbox_refusal(
+            row.kind, row.workflow_type, row.signal_name, row.payload, self.allowed_workflow_types
+        )
+        if refusal is not None:
+            await self.pool.execute(self.queries["close_refused_outbox_row"], row.id, refusal)
+            raise OutboxRowRefused(f"outbox row {row.id} refused: {refusal}")
+
     async def _call_temporal(self, row: OutboxRow) -> str | None:
+        await self._refuse_unless_allowed(row)
         if row.kind == "start_workflow":
             assert row.workflow_type is not None
             try:

@@ -35,5 +35,10 @@ WHERE o."id" = d."id";
 UPDATE "procbus_outbox" SET "claimed_until" = now() + make_interval(secs => $3), "last_error" = $2
 WHERE "id" = $1;
 
+-- name: close_refused_outbox_row
+-- A row that names what the outbox may not do (an internal workflow, engine state): closed, not
+-- performed, its reason kept; `run_id` stays NULL.
+UPDATE "procbus_outbox" SET "done_at" = now(), "last_error" = 'refused: ' || $2 WHERE "id" = $1;
+
 -- name: count_pending_outbox
 SELECT count(*) FROM "procbus_outbox" WHERE "done_at" IS NULL;

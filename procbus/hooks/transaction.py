@@ -31,8 +31,8 @@ from pydantic_core import to_jsonable_python
 from temporalio import workflow as temporal_workflow
 
 from procbus.db.queries import load_queries
-from procbus.errors import ProcbusError
-from procbus.hooks.outbox import QUERIES, OutboxRelay
+from procbus.errors import InvalidRequest, ProcbusError
+from procbus.hooks.outbox import QUERIES, OutboxRelay, outbox_refusal
 from procbus.topics.models import DEFAULT_EVENT_TYPE, Published
 from procbus.topics.queue import mark_transaction_end, publish_in_transaction
 
@@ -232,9 +232,13 @@ class Transaction:
         task_queue: str | None,
         arg: Any,
     ) -> asyncio.Future[str | None]:
+        args = [] if arg is None else [to_jsonable_python(arg)]
+        refusal = outbox_refusal(kind, workflow_type, signal, args)
+        if refusal is not None:
+            raise InvalidRequest(f"durable {kind} refused: {refusal}")
         # Text, not a Python value: this is the application's connection, maybe without
         # procbus's jsonb codec.
-        payload = json.dumps([] if arg is None else [to_jsonable_python(arg)])
+        payload = json.dumps(args)
         row_id = await self.connection.fetchval(
             load_queries(QUERIES)["insert_outbox_row"],
             kind,

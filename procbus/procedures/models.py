@@ -75,6 +75,10 @@ class ProcedureInput(WorkflowInput):
     )
 
 
+# What only the engine sets in a procedure's input (never a client, an outbox row or a schedule).
+ENGINE_ONLY_FIELDS = ("carried", "inherited_locks", "lock_family")
+
+
 class AbortRequest(BaseModel):
     reason: str = "aborted by an operator"
 

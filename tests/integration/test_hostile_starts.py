@@ -1,6 +1,7 @@
-"""What a caller who is not the engine may hand a workflow, sent as a hostile person would with
-the real `temporal` CLI: engine state (a carried hand-over, inherited locks) and bus operations
-that change every worker's caches are refused at once, and nothing runs."""
+"""What a caller who is not the engine may hand a workflow, sent as a hostile person would: with
+the real `temporal` CLI, engine state (a carried hand-over, inherited locks) and bus operations
+that change every worker's caches are refused at once, and nothing runs; through a row written
+to procbus_outbox, the relay starts and signals only what procbus's `durable` API may."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from procbus.errors import InvalidRequest
+from procbus.hooks import transaction
+from procbus.hooks.outbox import OutboxRelay
 from procbus.lakehouse.names import namespace_resource
 from procbus.stack.temporal_server import temporal_binary
 from tests.services import run_command
@@ -170,3 +176,122 @@ async def test_a_broadcast_on_its_own_may_only_read(
     )
     assert "may only read" in output
     await refused_before_anything_ran(client, workflow_id, "may only read")
+
+
+async def write_outbox_row(
+    pool: asyncpg.Pool,
+    kind: str,
+    workflow_id: str,
+    *,
+    workflow_type: str | None = None,
+    signal_name: str | None = None,
+    args: list[Any],
+) -> int:
+    """A row as any role that may write procbus's tables can write it, without the API."""
+    row_id: int = await pool.fetchval(
+        'INSERT INTO "procbus_outbox" ("kind", "workflow_id", "workflow_type", "signal_name", '
+        '"payload", "request_id") VALUES ($1, $2, $3, $4, $5::text::jsonb, $6) RETURNING "id"',
+        kind,
+        workflow_id,
+        workflow_type,
+        signal_name,
+        json.dumps(args),
+        uuid.uuid4(),
+    )
+    return row_id
+
+
+async def workflow_exists(client: Client, workflow_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow_id).describe()
+    except RPCError:
+        return False
+    return True
+
+
+async def test_the_outbox_relay_refuses_rows_the_api_would_never_write(
+    client: Client, worker: Worker, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    victim = warehouse / "victim" / "orders"
+    (victim / "data").mkdir(parents=True)
+    grant = {
+        "kind": "change_access",
+        "action": "grant",
+        "entry": {"principal": "m", "namespace": "s", "table": "o", "permission": "write"},
+    }
+    forged = {"namespace": "evil", "carried": forged_carry("CreateNamespace", "evil", victim)}
+    compensations = {"procedure_id": "child", "compensations": forged["carried"]["compensations"]}
+    hostile = {
+        "broadcast": ("start_workflow", "Broadcast", None, [{"operation": grant}]),
+        "sweep": ("start_workflow", "OutboxSweep", None, [{"limit": 1}]),
+        "carried": ("start_workflow", "CreateNamespace", None, [forged]),
+        "engine signal": ("signal_workflow", None, "procbus_child_compensations", [compensations]),
+    }
+    rows = {
+        case: await write_outbox_row(
+            pool,
+            kind,
+            f"outbox-{case.replace(' ', '-')}-{uuid.uuid4().hex[:6]}",
+            workflow_type=workflow_type,
+            signal_name=signal_name,
+            args=args,
+        )
+        for case, (kind, workflow_type, signal_name, args) in hostile.items()
+    }
+    relay = OutboxRelay(client, pool, task_queue)
+    assert await relay.sweep() == 0
+    closed = {
+        row["id"]: row
+        for row in await pool.fetch(
+            'SELECT "id", "workflow_id", "done_at", "run_id", "last_error", "attempts" '
+            'FROM "procbus_outbox"'
+        )
+    }
+    for case, row_id in rows.items():
+        row = closed[row_id]
+        assert row["done_at"] is not None and row["run_id"] is None, case
+        assert row["last_error"].startswith("refused: "), (case, row["last_error"])
+        assert not await workflow_exists(client, row["workflow_id"]), case
+    assert await relay.pending() == 0  # closed: no relay tries them again
+    assert (victim / "data").is_dir()
+
+
+async def test_the_outbox_allowlist_limits_what_a_row_may_start(
+    client: Client, worker: Worker, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    allowed_id, other_id = (f"outbox-{n}-{uuid.uuid4().hex[:6]}" for n in ("allowed", "other"))
+    await write_outbox_row(
+        pool,
+        "start_workflow",
+        allowed_id,
+        workflow_type="CreateNamespace",
+        args=[{"namespace": f"ns{uuid.uuid4().hex[:6]}"}],
+    )
+    other = await write_outbox_row(
+        pool, "start_workflow", other_id, workflow_type="DeleteNamespace", args=[{"namespace": "x"}]
+    )
+    relay = OutboxRelay(
+        client, pool, task_queue, allowed_workflow_types=frozenset({"CreateNamespace"})
+    )
+    assert await relay.sweep() == 1
+    assert await workflow_exists(client, allowed_id)
+    assert not await workflow_exists(client, other_id)
+    last_error = await pool.fetchval(
+        'SELECT "last_error" FROM "procbus_outbox" WHERE "id" = $1', other
+    )
+    assert "not in PROCBUS_OUTBOX_WORKFLOW_TYPES" in last_error
+
+
+async def test_the_durable_api_refuses_engine_calls_before_writing_a_row(
+    pool: asyncpg.Pool,
+) -> None:
+    async with pool.acquire() as connection, transaction(connection) as tx:
+        with pytest.raises(InvalidRequest, match="procbus's own workflow"):
+            await tx.start_workflow("Broadcast", {"operation": {"kind": "report"}}, id="b")
+        with pytest.raises(InvalidRequest, match="engine state"):
+            await tx.start_workflow(
+                "CreateNamespace", {"namespace": "x", "lock_family": ["p"]}, id="c"
+            )
+        with pytest.raises(InvalidRequest, match="the engine's own"):
+            await tx.signal_workflow("p", "procbus_locks_changed")
+    assert await pool.fetchval('SELECT count(*) FROM "procbus_outbox"') == 0
