@@ -85,6 +85,7 @@ class Broadcaster:
         *,
         answer_timeout: timedelta,
         max_sends: int,
+        max_roll_forward_sends: int | None = None,
         undo: bool = False,
         sent: dict[str, int] | None = None,
         result: BroadcastResult | None = None,
@@ -94,6 +95,9 @@ class Broadcaster:
         self.message = message
         self.answer_timeout = answer_timeout
         self.max_sends = max_sends
+        # A decided phase (commit, abort) is sent again while the member lives; past this many
+        # sends it fails, so the procedure goes STUCK for an operator instead of looping forever.
+        self.max_roll_forward_sends = max_roll_forward_sends
         self.undo = undo
         # Sends so far per activity, across the broadcasters of one run: IDs never repeat.
         self.sent = sent if sent is not None else {}
@@ -130,11 +134,16 @@ class Broadcaster:
         (they may have read the catalog before the decision); retried until each commits or
         is dropped: the decision is taken and only rolls forward."""
         await self.send(Phase.COMMIT, await self.members(), roll_forward=True)
-        return self.result
+        return self._unless_failed()
 
     async def abort_all(self) -> BroadcastResult:
         """Abort on every live member: an abort of what a member never saw changes nothing."""
         await self.send(Phase.ABORT, await self.members(), roll_forward=True)
+        return self._unless_failed()
+
+    def _unless_failed(self) -> BroadcastResult:
+        if any(m.outcome is MemberOutcome.FAILED for m in self.result.members):
+            raise BroadcastFailed(self.result)
         return self.result
 
     async def send(
@@ -197,6 +206,12 @@ class Broadcaster:
                     return
                 if roll_forward:
                     into.error = failure_text(error)
+                    limit = self.max_roll_forward_sends
+                    if limit is not None and into.sends >= limit:
+                        into.outcome = MemberOutcome.FAILED
+                        into.error = f"no {phase.value} after {into.sends} sends: {into.error}"
+                        self.on_change(self.result)
+                        return
                     self.on_change(self.result)
                     if not unanswered:  # it refused: give it time before asking again
                         wait = min(self.answer_timeout * into.sends, ROLL_FORWARD_MAX_WAIT)
@@ -244,6 +259,7 @@ class Broadcast:
             message,
             answer_timeout=timedelta(seconds=request.answer_timeout_seconds),
             max_sends=request.max_sends,
+            max_roll_forward_sends=request.max_sends,
             on_change=self._show,
         )
         self.result = broadcaster.result

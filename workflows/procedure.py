@@ -77,7 +77,6 @@ ResultT = TypeVar("ResultT")
 
 # Where the results of a finished run_children call are kept, like a step's.
 CHILDREN_RESULT_PREFIX = "children:"
-ROLL_FORWARD_FIRST_WAIT = timedelta(seconds=1)
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
 UNDO_BY_BROADCAST = {f"bus:{phase.value}": phase for phase in (Phase.APPLY, Phase.ABORT)}
@@ -139,6 +138,10 @@ class Procedure(Generic[InputT, ResultT]):
         maximum_attempts=5,
     )
     step_timeout: ClassVar[timedelta] = timedelta(minutes=5)
+    # Past the pivot a failing step is tried again, waits doubling from the first; after this
+    # many failed attempts in a row it is STUCK until an operator says retry.
+    roll_forward_first_wait: ClassVar[timedelta] = timedelta(seconds=1)
+    roll_forward_attempts: ClassVar[int] = 10
     # A bus member that has not answered a broadcast by then is sent it again.
     broadcast_answer_timeout: ClassVar[timedelta] = timedelta(seconds=10)
     broadcast_max_sends: ClassVar[int] = 5
@@ -264,6 +267,8 @@ class Procedure(Generic[InputT, ResultT]):
             }
             status = carried.status
             status.runs += 1
+            # A step past the pivot that was being retried when the run continued runs again.
+            status.step_running = None
             return carried
         info = workflow.info()
         deadline_at = None
@@ -421,7 +426,7 @@ class Procedure(Generic[InputT, ResultT]):
                 arg=to_jsonable_python(arg if undo_arg is None else undo_arg),
             ),
         )
-        attempt = 1
+        attempt = self.status.roll_forward_failures + 1  # counted on across continue-as-new
         while True:
             try:
                 result = await workflow.execute_activity(
@@ -440,17 +445,41 @@ class Procedure(Generic[InputT, ResultT]):
             except ActivityError as error:
                 if not past_pivot or isinstance(error.cause, CancelledError):
                     raise
-                # Past the point of no return there is no way back: try again until it works.
-                self.status.error = failure_text(error)
-                self._set_state(ProcedureState.ROLLING_FORWARD)
-                wait = min(ROLL_FORWARD_FIRST_WAIT * 2 ** (attempt - 1), ROLL_FORWARD_MAX_WAIT)
-                await workflow.sleep(wait)
-                attempt += 1
+                await self._before_rolling_forward_again(name, error)
+                attempt = self.status.roll_forward_failures + 1
+        self._rolled_forward()
+        self._end_step(name, result, pivot=pivot)
+        return result
+
+    async def _before_rolling_forward_again(self, name: str, error: BaseException) -> None:
+        """Past the point of no return there is no way back: wait and try again; after every
+        `roll_forward_attempts` failures, STUCK until an operator says retry. The run continues
+        as new when its history is long (the step runs again there), so it never outgrows it."""
+        self.status.error = failure_text(error)
+        self.status.roll_forward_failures += 1
+        failures = self.status.roll_forward_failures
+        if failures % self.roll_forward_attempts == 0:
+            self.status.stuck_step = name
+            self.status.stuck_error = self.status.error
+            self._set_state(ProcedureState.STUCK)
+            await workflow.wait_condition(lambda: self._operator_decision is not None)
+            self._operator_decision = None
+            self.status.stuck_step = None
+            self.status.stuck_error = None
+        self._set_state(ProcedureState.ROLLING_FORWARD)
+        if failures % self.roll_forward_attempts != 0:
+            exponent = (failures - 1) % self.roll_forward_attempts
+            await workflow.sleep(
+                min(self.roll_forward_first_wait * 2**exponent, ROLL_FORWARD_MAX_WAIT),
+                summary=f"before trying {name} again",
+            )
+        self._continue_as_new_if_due()
+
+    def _rolled_forward(self) -> None:
+        self.status.roll_forward_failures = 0
         if self.status.state is ProcedureState.ROLLING_FORWARD:
             self.status.error = None
             self._set_state(ProcedureState.RUNNING)
-        self._end_step(name, result, pivot=pivot)
-        return result
 
     def _begin_step(self, name: str, undo: Compensation | None) -> None:
         """A step starts: its name is new, no rollback was asked for, its undo is stacked."""
@@ -525,6 +554,7 @@ class Procedure(Generic[InputT, ResultT]):
             message,
             answer_timeout=self._answer_timeout,
             max_sends=self.broadcast_max_sends,
+            max_roll_forward_sends=self.broadcast_max_sends,
             undo=undo,
             sent=self._bus_sends,
             result=result,
@@ -543,10 +573,17 @@ class Procedure(Generic[InputT, ResultT]):
             self._carried_steps.discard(name)
             return BroadcastResult.model_validate(self._kept.results[name])
         self._begin_step(name, compensation)
-        try:
-            result = await run(self._broadcaster(name, message))
-        except BroadcastFailed as failed:
-            raise broadcast_failure(failed.result, name) from None
+        while True:
+            try:
+                result = await run(self._broadcaster(name, message))
+                break
+            except BroadcastFailed as failed:
+                failure = broadcast_failure(failed.result, name)
+                if self.status.pivot_step is None:
+                    raise failure from None
+                # A commit past the pivot: every member must get it, however long it takes.
+                await self._before_rolling_forward_again(name, failure)
+        self._rolled_forward()
         self._end_step(name, result)
         return result
 
@@ -734,6 +771,11 @@ class Procedure(Generic[InputT, ResultT]):
     @skip.validator
     def _validate_skip(self, request: SkipRequest) -> None:
         self._require_stuck("skip")
+        if self.status.pivot_step is not None:
+            raise ValueError(
+                f"step {self.status.stuck_step!r} is past the pivot {self.status.pivot_step!r} "
+                "and cannot be skipped: fix its cause, then retry"
+            )
         if not request.reason.strip():
             raise ValueError("skip needs a reason: it is recorded in the procedure's status")
 

@@ -111,6 +111,9 @@ class ProcedureStatus(BaseModel):
     rollback_reason: str | None = None
     stuck_step: str | None = None
     stuck_error: str | None = None
+    roll_forward_failures: int = Field(
+        default=0, description="failed attempts in a row of the step past the pivot retried now"
+    )
     waiting_for: list[str] = Field(
         default_factory=list, description="while WAITING: each lock, and behind whom it waits"
     )

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -126,6 +127,21 @@ class ShortHistoryLedger(Ledger):
     """Continues as new every few steps, to test that the undo stack travels along."""
 
     max_history_events = 40
+
+    @workflow.run
+    async def run(self, request: LedgerInput) -> LedgerResult:
+        return await self.execute(request)
+
+
+@workflow.defn(name="RollForwardLedger")
+class RollForwardLedger(Ledger):
+    """Past its pivot: one try per attempt, a tenth of a second apart at first, STUCK after
+    every four failed attempts; continues as new every few steps."""
+
+    max_history_events = 40
+    roll_forward_attempts = 4
+    roll_forward_first_wait = timedelta(milliseconds=100)
+    step_retry = RetryPolicy(maximum_attempts=1)
 
     @workflow.run
     async def run(self, request: LedgerInput) -> LedgerResult:

@@ -328,3 +328,28 @@ async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
     new_w2 = next(m.report for m in report.members if m.member_id == "w2")
     assert new_w2 is not None and new_w2.started_at < granted_at
     assert new_w2.applied == {f"{procedure_id}/stage_on_workers": 1}
+
+
+async def test_a_commit_a_live_member_keeps_refusing_is_resent_a_bounded_number_of_times(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    """A decided phase goes on while its member lives, but not forever: past its sends the
+    broadcast fails (a procedure goes STUCK for an operator) instead of growing its history
+    until Temporal terminates it."""
+    with start_members(w1="", w2="Broadcast.broadcast.commit:fail_before"):
+        await wait_for_members(pool, "w1", "w2")
+        with pytest.raises(WorkflowFailureError) as failure:
+            async with asyncio.timeout(60):
+                await client.execute_workflow(
+                    Broadcast.run,
+                    BroadcastInput(
+                        operation=ReportState(),
+                        two_phase=True,
+                        answer_timeout_seconds=2,
+                        max_sends=2,
+                    ),
+                    id=new_id("commit"),
+                    task_queue=task_queue,
+                )
+    message = str(failure.value.cause)
+    assert "w2: no commit after 2 sends" in message, message

@@ -25,6 +25,7 @@ from tests.integration.ledger_procedures import (
     Ledger,
     LedgerActivities,
     LedgerInput,
+    RollForwardLedger,
     ShortHistoryLedger,
 )
 
@@ -42,7 +43,7 @@ def ledger_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any:
         return Worker(
             client,
             task_queue=task_queue,
-            workflows=[Ledger, ShortHistoryLedger],
+            workflows=[Ledger, ShortHistoryLedger, RollForwardLedger],
             activities=[
                 LedgerActivities(ledger).write,
                 LedgerActivities(ledger).erase,
@@ -252,6 +253,36 @@ async def test_retry_runs_a_stuck_compensation_again(
     assert status.state is ProcedureState.ROLLED_BACK
     assert status.compensations_done == ["write_b", "write_a"]
     assert await keys(ledger) == []
+
+
+async def test_a_step_past_the_pivot_that_keeps_failing_is_stuck_then_retried(
+    client: Client, ledger_worker: Any, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    """Rolling forward is bounded: STUCK after a few attempts (not retried until the history
+    limit kills the run), continuing as new while it retries, and done on the operator's retry."""
+    procedure_id = new_id()
+    # Fails its first 4 attempts (STUCK), then 3 more after the retry, then works.
+    async with ledger_worker("RollForwardLedger.write_after:fail_before=7"):
+        handle = await client.start_workflow(
+            RollForwardLedger.run,
+            LedgerInput(entries=[Entry(key="pivot", entry="x", pivot=True), *entries("after")]),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        stuck = await wait_for(client, procedure_id, lambda s: s.state == "STUCK")
+        assert stuck.stuck_step == "write_after" and stuck.pivot_step == "write_pivot"
+        assert "InjectedFault" in (stuck.stuck_error or "")
+        assert await keys(ledger) == ["pivot"]  # the pivot's work stays; nothing rolled back
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("skip", SkipRequest(reason="no"))
+        assert "cannot be skipped" in str(refused.value.cause)
+        await handle.execute_update("retry")
+        assert (await handle.result()).written == ["pivot", "after"]
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert status.runs > 1, "the procedure never continued as new while rolling forward"
+    assert status.stuck_step is None and status.error is None
+    assert await keys(ledger) == ["after", "pivot"]
 
 
 async def test_parallel_children_one_failing(
