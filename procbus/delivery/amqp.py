@@ -26,11 +26,12 @@ ERROR_TEXT_LIMIT = 200
 
 
 class PinnedTransport(TransportFactory):
-    """Opens the broker connection to the address that was checked, never to the name resolved
-    again (DNS may answer otherwise the second time); TLS still verifies and sends the name."""
+    """Opens the broker connection to an address that was checked (the first that answers),
+    never to the name resolved again (DNS may answer otherwise the second time); TLS still
+    verifies and sends the name."""
 
-    def __init__(self, address: str, server_hostname: str) -> None:
-        self.address = address
+    def __init__(self, addresses: list[str], server_hostname: str) -> None:
+        self.addresses = addresses
         self.server_hostname = server_hostname
 
     async def create(
@@ -40,10 +41,13 @@ class PinnedTransport(TransportFactory):
         tls: dict[str, Any] = {}
         if url.scheme == "amqps" and provider is not None:
             tls = {"ssl": await provider.get_context(), "server_hostname": self.server_hostname}
-        try:
-            return await asyncio.open_connection(self.address, url.port, **tls, **kwargs)
-        except OSError as error:
-            raise AMQPConnectionError(*error.args) from error
+        failure = OSError(f"{self.server_hostname} has no checked address")
+        for address in self.addresses:
+            try:
+                return await asyncio.open_connection(address, url.port, **tls, **kwargs)
+            except OSError as error:
+                failure = error
+        raise AMQPConnectionError(*failure.args) from failure
 
 
 class PinnedConnection(aio_pika.Connection):
@@ -73,8 +77,8 @@ class AmqpClient(EndpointClient):
         if self._exchange is None:
             broker = URL(self.broker_url)
             # Checked once, connected to as checked: the name is not resolved a second time.
-            [address, *_] = await checked_addresses(self.endpoint.host, broker.port)
-            connection = PinnedConnection(broker, PinnedTransport(address, self.endpoint.host))
+            addresses = await checked_addresses(self.endpoint.host, broker.port)
+            connection = PinnedConnection(broker, PinnedTransport(addresses, self.endpoint.host))
             await connection.connect(timeout=self.timeout_seconds)
             self._connection = connection
             # Confirms: publish() returns once the broker took the message; returned

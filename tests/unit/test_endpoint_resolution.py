@@ -5,13 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+from aiormq.abc import SSLCerts
+from aiormq.connection import SSLContextProvider
+from aiormq.exceptions import AMQPConnectionError
+from yarl import URL
 
 from procbus.delivery import webhook
+from procbus.delivery.amqp import PinnedTransport
 from procbus.delivery.endpoints import checked_addresses, parse_endpoint, refused_resolution
 from procbus.errors import InvalidRequest
+from procbus.stack.processes import LOOPBACK
 
 
 @pytest.mark.parametrize(
@@ -142,3 +151,60 @@ async def test_the_amqp_check_refuses_a_mapped_metadata_answer(
         await checked_addresses("broker.example", 5672)
     with pytest.raises(OSError, match="carries 169.254.169.254"):
         await checked_addresses("::ffff:169.254.169.254", 5672)
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for broker.test only, and its key."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=broker.test", "-addext", "subjectAltName=DNS:broker.test"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def test_a_pinned_amqps_connection_still_verifies_and_sends_the_name(
+    certificate: tuple[Path, Path],
+) -> None:
+    """Connected at a checked address (the first that answers), TLS still asks for (SNI) and
+    verifies the broker's name: a real TLS server on 127.0.0.1 (nothing on 127.0.0.2) with a
+    certificate for broker.test only."""
+    cert, key = certificate
+    asked_for: list[str | None] = []
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+
+    def remember(_socket: ssl.SSLObject, name: str | None, _context: ssl.SSLContext) -> None:
+        asked_for.append(name)
+
+    server_side.sni_callback = remember
+
+    async def greet(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(greet, LOOPBACK, 0, ssl=server_side)
+    port = server.sockets[0].getsockname()[1]
+    client_side = ssl.create_default_context(cafile=str(cert))
+    provider = SSLContextProvider(
+        ssl_context=client_side,
+        ssl_certs=SSLCerts(None, None, None, None, None, True),
+        loop=asyncio.get_running_loop(),
+    )
+    async with server:
+        transport = PinnedTransport(["127.0.0.2", LOOPBACK], "broker.test")
+        _, writer = await transport.create(
+            URL(f"amqps://broker.test:{port}/"), ssl_context_provider=provider
+        )
+        writer.close()
+        assert asked_for == ["broker.test"]
+        # The name is verified: a certificate for another name is refused.
+        with pytest.raises(AMQPConnectionError, match="certificate verify failed"):
+            await PinnedTransport([LOOPBACK], "other.test").create(
+                URL(f"amqps://other.test:{port}/"), ssl_context_provider=provider
+            )
