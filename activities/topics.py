@@ -16,7 +16,7 @@ from temporalio import activity
 
 from procbus.delivery.clients import EndpointClient
 from procbus.delivery.dispatch import deliver_round
-from procbus.delivery.endpoints import EndpointKind, parse_endpoint
+from procbus.delivery.endpoints import Endpoint, EndpointKind, endpoint_refused, parse_endpoint
 from procbus.delivery.factory import client_for
 from procbus.delivery.models import DeliveryRequest, DeliveryResult
 from procbus.errors import InvalidRequest
@@ -33,7 +33,8 @@ HEARTBEAT_EVERY_SECONDS = 5.0
 # picked up within IDLE_MAX, and an idle topic costs two index probes a second.
 IDLE_FIRST_SECONDS = 0.05
 IDLE_MAX_SECONDS = 0.5
-# A disabled topic (410 Gone) is looked at this often, for `procbus topic enable`.
+# A disabled topic (410 Gone, a refused endpoint) is looked at this often, for `procbus topic
+# enable`.
 DISABLED_POLL_SECONDS = 2.0
 EXPIRE_EVERY_SECONDS = 10.0
 REFRESH_EVERY_SECONDS = 1.0
@@ -95,7 +96,16 @@ class TopicActivities:
                 if client is None or client_made_for != (topic.endpoint, secrets):
                     if client is not None:
                         await client.close()
-                    client = self._client(topic, secrets)
+                        client = None
+                    try:
+                        endpoint = parse_endpoint(topic.endpoint, self.allowlist)
+                    except InvalidRequest as refused:
+                        # Retrying cannot help (the allowlist changed, or the URL is no longer
+                        # accepted): stop with the reason, keep the queue, wait to be enabled.
+                        await self.topics.disable(topic.name, endpoint_refused(topic.name, refused))
+                        refresh_due = loop.time()
+                        continue
+                    client = self._client(topic, endpoint, secrets)
                     client_made_for = (topic.endpoint, secrets)
                 done = await deliver_round(self.topics, topic, client, round_seconds=ROUND_SECONDS)
                 progress.rounds += 1
@@ -124,8 +134,7 @@ class TopicActivities:
                 await client.close()
         return progress
 
-    def _client(self, topic: Topic, secrets: list[str]) -> EndpointClient:
-        endpoint = parse_endpoint(topic.endpoint, self.allowlist)
+    def _client(self, topic: Topic, endpoint: Endpoint, secrets: list[str]) -> EndpointClient:
         if endpoint.kind is EndpointKind.TABLE:
             if self.spark is None:
                 raise InvalidRequest(f"this worker runs no Spark to apply {endpoint.url}")

@@ -472,7 +472,7 @@ CREATE TABLE "procbus_topics" (
     "max_retries" integer NOT NULL CHECK ("max_retries" >= 0),
     "retry_sleep_seconds" double precision NOT NULL CHECK ("retry_sleep_seconds" > 0),
     "ttl_seconds" double precision NOT NULL CHECK ("ttl_seconds" > 0),
-    "batch_size" integer NOT NULL CHECK ("batch_size" > 0),
+    "batch_size" integer NOT NULL CHECK ("batch_size" > 0 AND "batch_size" <= 10000),
     "group_transactions" boolean NOT NULL DEFAULT false,
     "shards" integer NOT NULL CHECK ("shards" > 0),
     -- One event's payload at most: it must fit one shard.

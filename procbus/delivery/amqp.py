@@ -7,17 +7,56 @@ nack, a returned (unroutable) message, a timeout or a lost connection is a failu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, FieldValue
+from aiormq.connection import TransportFactory
+from aiormq.exceptions import AMQPConnectionError
+from yarl import URL
 
 from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
-from procbus.delivery.endpoints import Endpoint, check_resolution
+from procbus.delivery.endpoints import Endpoint, checked_addresses
 
 CONFIRM_TIMEOUT_SECONDS = 10.0
 ERROR_TEXT_LIMIT = 200
+
+
+class PinnedTransport(TransportFactory):
+    """Opens the broker connection to an address that was checked (the first that answers),
+    never to the name resolved again (DNS may answer otherwise the second time); TLS still
+    verifies and sends the name."""
+
+    def __init__(self, addresses: list[str], server_hostname: str) -> None:
+        self.addresses = addresses
+        self.server_hostname = server_hostname
+
+    async def create(
+        self, url: URL, **kwargs: Any
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        provider = kwargs.pop("ssl_context_provider", None)
+        tls: dict[str, Any] = {}
+        if url.scheme == "amqps" and provider is not None:
+            tls = {"ssl": await provider.get_context(), "server_hostname": self.server_hostname}
+        failure = OSError(f"{self.server_hostname} has no checked address")
+        for address in self.addresses:
+            try:
+                return await asyncio.open_connection(address, url.port, **tls, **kwargs)
+            except OSError as error:
+                failure = error
+        raise AMQPConnectionError(*failure.args) from failure
+
+
+class PinnedConnection(aio_pika.Connection):
+    """aio-pika's connection, through a PinnedTransport (aio-pika passes no transport of its
+    own choosing to aiormq)."""
+
+    def __init__(self, url: URL, transport: PinnedTransport, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.kwargs["transport_factory"] = transport
 
 
 class AmqpClient(EndpointClient):
@@ -36,8 +75,12 @@ class AmqpClient(EndpointClient):
 
     async def _ready_exchange(self) -> AbstractExchange:
         if self._exchange is None:
-            await check_resolution(self.endpoint.host, urlsplit(self.broker_url).port)
-            self._connection = await aio_pika.connect(self.broker_url, timeout=self.timeout_seconds)
+            broker = URL(self.broker_url)
+            # Checked once, connected to as checked: the name is not resolved a second time.
+            addresses = await checked_addresses(self.endpoint.host, broker.port)
+            connection = PinnedConnection(broker, PinnedTransport(addresses, self.endpoint.host))
+            await connection.connect(timeout=self.timeout_seconds)
+            self._connection = connection
             # Confirms: publish() returns once the broker took the message; returned
             # (unroutable) messages raise instead of vanishing.
             self._channel = await self._connection.channel(

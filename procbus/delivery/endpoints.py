@@ -8,15 +8,19 @@
 
 PROCBUS_ENDPOINT_ALLOWLIST (hosts and CIDRs, comma-separated), when set, refuses every other
 endpoint. Link-local and cloud metadata addresses are refused always: an endpoint must never
-reach the machine's own credentials.
+reach the machine's own credentials. An IPv6 address that carries an IPv4 one (IPv4-mapped
+::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, 6to4 2002::/16, NAT64 64:ff9b::/96) is checked as
+the IPv4 address it reaches, written in the URL or resolved from a name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TypeAlias
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from procbus.errors import InvalidRequest
@@ -31,6 +35,11 @@ METADATA_ADDRESSES = (
     ipaddress.ip_network("100.100.100.200/32"),
     ipaddress.ip_network("fd00:ec2::254/128"),
 )
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a connection to them reaches.
+NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
+IPv4_COMPATIBLE = ipaddress.ip_network("::/96")
+
+IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class EndpointKind(StrEnum):
@@ -78,9 +87,28 @@ def parse_allowlist(text: str | None) -> list[str]:
     return entries
 
 
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def embedded_ipv4(address: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 address carries (IPv4-mapped, IPv4-compatible, 6to4, NAT64),
+    else the address itself: every check must look at where a connection really goes."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in NAT64_PREFIX:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    # ::a.b.c.d, but not :: or ::1 (unspecified and loopback in IPv6 itself).
+    if address in IPv4_COMPATIBLE and int(address) > 1:
+        return ipaddress.IPv4Address(int(address))
+    return address
+
+
+def _address(host: str) -> IPAddress | None:
+    """The address a literal host reaches (an embedded IPv4 address unwrapped); None for a
+    name."""
     try:
-        return ipaddress.ip_address(host)
+        return embedded_ipv4(ipaddress.ip_address(host))
     except ValueError:
         return None
 
@@ -89,13 +117,17 @@ def refused_address(host: str) -> str | None:
     """Why an endpoint host is refused whatever the allowlist says, or None."""
     if host in METADATA_HOSTS:
         return "it names a cloud metadata service"
-    address = _address(host)
-    if address is None:
+    try:
+        written = ipaddress.ip_address(host)
+    except ValueError:
         return None
+    address = embedded_ipv4(written)
+    # Say what it carries: [::ffff:169.254.169.254] is refused as 169.254.169.254.
+    carries = "" if address == written else f" ({host} carries {address})"
     if address.is_link_local or any(address in network for network in METADATA_ADDRESSES):
-        return "it is a link-local or cloud metadata address"
+        return f"it is a link-local or cloud metadata address{carries}"
     if address.is_unspecified or address.is_multicast:
-        return "it is not a single host"
+        return f"it is not a single host{carries}"
     return None
 
 
@@ -109,15 +141,23 @@ def refused_resolution(host: str, addresses: list[str]) -> str | None:
     return None
 
 
-async def check_resolution(host: str, port: int | None) -> None:
-    """Resolve `host` as a connection will, and raise OSError when it resolves to a refused
-    address (for clients that cannot plug in a resolver of their own)."""
+async def checked_addresses(host: str, port: int | None) -> list[str]:
+    """The addresses `host` resolves to now, checked: connect to one of these, not to the name
+    (resolved again, it may answer otherwise). OSError when it resolves to a refused address
+    (for clients that cannot plug in a resolver of their own)."""
     if _address(host) is not None:
-        return  # an address was checked when the topic was created
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port)
-    refusal = refused_resolution(host, [str(info[4][0]) for info in infos])
+        refusal = refused_address(host)
+        if refusal is not None:
+            raise OSError(f"{host}: refused, {refusal}")
+        return [host]
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    refusal = refused_resolution(host, addresses)
     if refusal is not None:
         raise OSError(refusal)
+    if not addresses:
+        raise OSError(f"{host} resolves to no address")
+    return addresses
 
 
 def allowed(host: str, allowlist: list[str]) -> bool:
@@ -127,6 +167,10 @@ def allowed(host: str, allowlist: list[str]) -> bool:
     for entry in allowlist:
         if "/" in entry:
             if address is not None and address in ipaddress.ip_network(entry, strict=False):
+                return True
+        elif address is not None:
+            # An address matches the same address written otherwise (::ffff:10.0.0.5, 10.0.0.5).
+            if _address(entry) == address:
                 return True
         elif host == entry or host.endswith("." + entry):
             return True
@@ -173,6 +217,15 @@ def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
             f"endpoint {shown!r}: an AMQP endpoint needs ?exchange=NAME and/or ?routing_key=KEY"
         )
     return Endpoint(url=url, kind=kind, host=host, batch=batch)
+
+
+def endpoint_refused(topic: str, refusal: InvalidRequest) -> str:
+    """Why a topic's delivery stopped when its stored endpoint is refused now (the allowlist
+    changed, or the URL no longer passes the checks), and what to do."""
+    return (
+        f"delivery stopped: {refusal}. Its events stay queued: once the workers accept the "
+        f"endpoint (PROCBUS_ENDPOINT_ALLOWLIST), run `procbus topic enable {topic}`"
+    )
 
 
 def _table_endpoint(url: str, target: str, rest: str) -> Endpoint:

@@ -26,6 +26,8 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 USER_AGENT = "procbus-webhooks/0.1"
 # Longest error text kept with an entry: the start of the endpoint's answer.
 ERROR_TEXT_LIMIT = 200
+# The most of a reply's body ever read: an endpoint's answer must not fill the worker's memory.
+REPLY_READ_LIMIT = 4096
 
 
 def retry_after(header: str | None, now: datetime) -> float | None:
@@ -50,6 +52,21 @@ def signature(secrets: list[str], message: Message) -> str:
         Webhook(secret).sign(msg_id=message.id, timestamp=message.timestamp, data=message.body)
         for secret in secrets
     )
+
+
+async def reply_start(response: aiohttp.ClientResponse, limit: int = REPLY_READ_LIMIT) -> str:
+    """The first `limit` bytes of a reply's body, decoded; the rest is never read (the
+    connection is closed, not reused, when the response is released unread)."""
+    start = bytearray()
+    while len(start) < limit:
+        chunk = await response.content.read(limit - len(start))
+        if not chunk:
+            break
+        start += chunk
+    try:
+        return start.decode(response.charset or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return start.decode("utf-8", errors="replace")
 
 
 class RefusingResolver(AbstractResolver):
@@ -114,7 +131,7 @@ class WebhookClient(EndpointClient):
                 status = response.status
                 if 200 <= status < 300:
                     return Sent(Outcome.ACK)
-                answer = (await response.text(errors="replace")).strip()
+                answer = (await reply_start(response)).strip()
                 wait_header = response.headers.get("retry-after")
         except (TimeoutError, aiohttp.ClientError) as error:
             text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

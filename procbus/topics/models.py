@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from procbus.errors import InvalidRequest, validation_findings
 
@@ -20,6 +20,11 @@ TOPIC_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 MAX_PAYLOAD_BYTES = 256 * 1024
 # The most a bound may be: PostgreSQL's bigint, which counts it.
 BIGGEST_BOUND = 2**63 - 1
+# Entries per delivery round at most: a round's claim, bodies and settlement are held in one
+# worker's memory and one statement each (the lake table's batches too).
+MAX_BATCH_SIZE = 10_000
+# max_retries is a PostgreSQL integer.
+MAX_RETRIES = 2**31 - 1
 SHARDS = 16  # capacity shards per topic: publishers of one topic spread over them
 DEFAULT_EVENT_TYPE = "event"
 MAX_EVENT_TYPE_LENGTH = 200
@@ -50,7 +55,9 @@ class TopicSettings(BaseModel):
     ttl_seconds: float = Field(
         default=3 * 24 * 3600.0, description="an entry older than this goes to the dead letters"
     )
-    batch_size: int = Field(default=100, description="entries per delivery round")
+    batch_size: int = Field(
+        default=100, description=f"entries per delivery round (at most {MAX_BATCH_SIZE})"
+    )
     group_transactions: bool = Field(
         default=False, description="batches never hold part of a source transaction"
     )
@@ -67,11 +74,15 @@ class TopicSettings(BaseModel):
 
     @field_validator("max_entries", "max_bytes", "batch_size")
     @classmethod
-    def _positive(cls, value: int) -> int:
+    def _positive(cls, value: int, info: ValidationInfo) -> int:
         if value <= 0:
             raise ValueError(f"must be more than 0, got {value}")
-        if value > BIGGEST_BOUND:
-            raise ValueError(f"must be at most {BIGGEST_BOUND}, got {value}")
+        most = MAX_BATCH_SIZE if info.field_name == "batch_size" else BIGGEST_BOUND
+        if value > most:
+            raise ValueError(f"must be at most {most}, got {value}")
+        if info.field_name == "max_bytes" and value < SHARDS:
+            # Each of the SHARDS shards must hold one byte of payload at least.
+            raise ValueError(f"must be at least {SHARDS} (one byte per shard), got {value}")
         return value
 
     @field_validator("retry_sleep_seconds", "ttl_seconds", "incomplete_wait_seconds")
@@ -86,6 +97,8 @@ class TopicSettings(BaseModel):
     def _not_negative(cls, value: int) -> int:
         if value < 0:
             raise ValueError(f"must be 0 or more, got {value}")
+        if value > MAX_RETRIES:
+            raise ValueError(f"must be at most {MAX_RETRIES}, got {value}")
         return value
 
     @field_validator("batch_seconds")

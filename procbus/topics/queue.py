@@ -39,7 +39,7 @@ from pydantic_core import to_json
 from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches
 from procbus.db.queries import Queries, load_queries
-from procbus.delivery.endpoints import EndpointKind, parse_endpoint
+from procbus.delivery.endpoints import EndpointKind, masked, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
     DEFAULT_EVENT_TYPE,
@@ -608,7 +608,9 @@ class Topics:
         return pending
 
     async def enable(self, name: str) -> Topic:
-        """Resume delivery to an endpoint that was disabled (it answered 410 Gone)."""
+        """Resume delivery to an endpoint that was disabled (it answered 410 Gone, or it was
+        refused); InvalidRequest, and nothing changed, while this process still refuses it."""
+        parse_endpoint((await self.get(name)).endpoint, self.allowlist)
         if await self.pool.fetchval(self.queries["set_enabled"], name) is None:
             raise TopicNotFound(f"no topic named {name!r}")
         return await self.get(name)
@@ -1087,7 +1089,7 @@ class Topics:
         oldest: datetime | None = row["oldest"]
         return TopicStats(
             topic=name,
-            endpoint=parse_endpoint(topic.endpoint).display,
+            endpoint=masked(topic.endpoint),  # shown even when the endpoint is refused now
             enabled=topic.enabled,
             disabled_reason=topic.disabled_reason,
             depth=row["depth"],

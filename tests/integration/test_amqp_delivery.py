@@ -1,6 +1,7 @@
 """Topic delivery to a real RabbitMQ broker (the OS package, started by the test on loopback):
 publisher confirms, key order, a returned message is no delivery, and a broker stopped in the
-middle of a run loses nothing that was counted delivered."""
+middle of a run loses nothing that was counted delivered; the broker's name is resolved once,
+and connected to at the address that was checked."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import asyncpg
@@ -16,6 +19,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from procbus.delivery.amqp import AmqpClient
+from procbus.delivery.clients import Message, Outcome
+from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
@@ -191,3 +197,33 @@ async def test_a_broker_stopped_mid_run_loses_nothing_counted_delivered(
         assert counted_while_down < 200
     finally:
         broker.close()
+
+
+async def test_the_broker_is_connected_at_the_address_that_was_checked(
+    rabbitmq: RabbitMQ, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker's name resolves to the broker when it is checked and elsewhere after that
+    (nothing listens on 127.0.0.2): the connection goes where the check said, and the name is
+    resolved once."""
+    loop = asyncio.get_running_loop()
+    resolve = loop.getaddrinfo
+    asked: list[str] = []
+
+    async def changing_answers(host: Any, port: Any, **options: Any) -> Any:
+        if host != "broker.test":
+            return await resolve(host, port, **options)
+        asked.append(host)
+        return await resolve("127.0.0.1" if len(asked) == 1 else "127.0.0.2", port, **options)
+
+    monkeypatch.setattr(loop, "getaddrinfo", changing_answers)
+    endpoint = parse_endpoint(
+        f"amqp://guest:guest@broker.test:{rabbitmq.port}/?routing_key={queue_name}"
+    )
+    async with AmqpClient(endpoint, timeout_seconds=5.0) as amqp:
+        sent = await amqp.send(
+            Message(id="msg_pinned", body='{"i": 0}', timestamp=datetime.now(UTC), key=None)
+        )
+    assert sent.outcome is Outcome.ACK, sent.error
+    assert asked == ["broker.test"]
+    [message] = await consume(rabbitmq.url, queue_name, 1)
+    assert message.message_id == "msg_pinned"

@@ -1,25 +1,35 @@
 """Input that does not fit a workflow, sent as a person would with the real `temporal` CLI:
 every procbus workflow fails at once, non-retryable, as InvalidProcedureInput naming the bad
-fields, and nothing else happens (no step, no lock, no search attribute)."""
+fields, and nothing else happens (no step, no lock, no search attribute). A topic or an event that
+does not fit, sent with `procbus topic` and through the API, is refused with one line naming
+what is wrong, and nothing is written."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
+from pathlib import Path
 
+import asyncpg
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from procbus.errors import InvalidRequest
+from procbus.hooks import transaction
 from procbus.procedures.client import procedure_status
 from procbus.procedures.models import ProcedureState
 from procbus.stack.temporal_server import temporal_binary
 from procbus.temporal.search_attributes import PROCEDURE_STATE
-from tests.services import run_command
+from procbus.topics import Event, Topics
+from procbus.topics.models import MAX_PAYLOAD_BYTES, topic_settings
+from tests.services import run_command, subprocess_environment
 from worker.main import WORKFLOWS
 
+PROCBUS = str(Path(sys.executable).parent / "procbus")
 WORKFLOW_TYPES = sorted(workflow.__temporal_workflow_definition.name for workflow in WORKFLOWS)  # type: ignore[attr-defined]
 # The shapes a person gets wrong: a misspelled field, and JSON of the wrong type.
 BAD_INPUTS = {
@@ -110,3 +120,92 @@ async def test_bad_input_fails_at_once_and_does_nothing(
         status = await procedure_status(client, workflow_id)
         assert status.state is ProcedureState.FAILED and status.steps_done == []
         assert status.error == f"InvalidProcedureInput: {cause.message}"
+
+
+async def topic_cli(
+    state_dir: Path, database_url: str, temporal_address: str, *args: str
+) -> tuple[int, str, str]:
+    """`procbus topic ...` as a person runs it, on this test's database."""
+    env = subprocess_environment(
+        state_dir, database_url=database_url, temporal_address=temporal_address
+    )
+    return await run_command(PROCBUS, "topic", *args, env=env, timeout=60)
+
+
+# (what is wrong, the CLI's arguments after the topic's name, what the one error line says)
+BAD_TOPICS = [
+    (
+        "an IPv4-mapped metadata address",
+        ["--endpoint", "http://[::ffff:169.254.169.254]/latest/meta-data"],
+        "link-local or cloud metadata address (::ffff:169.254.169.254 carries 169.254.169.254)",
+    ),
+    (
+        "a NAT64 metadata address",
+        ["--endpoint", "http://[64:ff9b::a9fe:a9fe]/"],
+        "link-local or cloud metadata address (64:ff9b::a9fe:a9fe carries 169.254.169.254)",
+    ),
+    (
+        "a 6to4 metadata address",
+        ["--endpoint", "amqp://[2002:a9fe:a9fe::1]/?routing_key=x"],
+        "link-local or cloud metadata address (2002:a9fe:a9fe::1 carries 169.254.169.254)",
+    ),
+    (
+        "a batch too large",
+        ["--endpoint", "http://127.0.0.1:9/hooks", "--batch-size", "10001"],
+        "batch_size: must be at most 10000, got 10001",
+    ),
+    (
+        "fewer bytes than shards",
+        ["--endpoint", "http://127.0.0.1:9/hooks", "--max-bytes", "15"],
+        "max_bytes: must be at least 16 (one byte per shard), got 15",
+    ),
+    (
+        "retries past PostgreSQL's integer",
+        ["--endpoint", "http://127.0.0.1:9/hooks", "--max-retries", str(2**31)],
+        f"max_retries: must be at most {2**31 - 1}, got {2**31}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "args", "says"), BAD_TOPICS, ids=[b[0] for b in BAD_TOPICS])
+async def test_a_bad_topic_is_refused_by_the_cli_and_the_api_and_nothing_is_written(
+    pool: asyncpg.Pool,
+    database_url: str,
+    temporal_address: str,
+    state_dir: Path,
+    case: str,
+    args: list[str],
+    says: str,
+) -> None:
+    returncode, stdout, stderr = await topic_cli(
+        state_dir, database_url, temporal_address, "create", "bad", *args
+    )
+    assert returncode == 1, (case, stdout, stderr)
+    assert says in stderr and len(stderr.strip().splitlines()) == 1, (case, stderr)
+    fields = {"endpoint": args[1]} | {
+        flag.removeprefix("--").replace("-", "_"): int(value)
+        for flag, value in zip(args[2::2], args[3::2], strict=True)
+    }
+    with pytest.raises(InvalidRequest) as refused:
+        await Topics(pool).create("bad", topic_settings(**fields))
+    assert says in str(refused.value), case
+    assert await pool.fetchval('SELECT count(*) FROM "procbus_topics"') == 0
+    assert await pool.fetchval('SELECT count(*) FROM "procbus_topic_shards"') == 0
+
+
+async def test_an_event_past_the_payload_bound_is_refused_and_nothing_is_queued(
+    pool: asyncpg.Pool,
+) -> None:
+    # (Not from the CLI: no system takes a --payload argument this long.)
+    topics = Topics(pool)
+    await topics.create("orders", topic_settings(endpoint="http://127.0.0.1:9/hooks"))
+    too_big = "x" * MAX_PAYLOAD_BYTES  # with its two quotes, over the bound
+    for key in (None, "k"):
+        with pytest.raises(InvalidRequest, match=f"takes at most {MAX_PAYLOAD_BYTES}"):
+            await topics.publish("orders", Event(payload=too_big, key=key))
+    async with pool.acquire() as connection:
+        with pytest.raises(InvalidRequest, match=f"takes at most {MAX_PAYLOAD_BYTES}"):
+            async with transaction(connection) as tx:
+                await tx.publish("orders", too_big)
+    stats = await topics.stats("orders")
+    assert (stats.depth, stats.capacity_used_entries, stats.capacity_used_bytes) == (0, 0, 0)

@@ -1,6 +1,7 @@
 """Topic delivery on the real Temporal server and PostgreSQL to a real HTTP receiver: signed
 webhooks in key order, an endpoint down then back, a failing key, 410, Retry-After, dead letters
-and redrive, batches, and a slow endpoint that does not slow another topic."""
+and redrive, batches, a slow endpoint that does not slow another topic, an error reply read only
+in part, and an endpoint the workers refuse now."""
 
 from __future__ import annotations
 
@@ -11,16 +12,23 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+import pytest
+from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.delivery.owner import delivery_workflow_id, ensure_delivery
+from procbus.delivery.webhook import ERROR_TEXT_LIMIT
+from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
+from procbus.stack.processes import LOOPBACK, free_port
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import subprocess_environment, worker_process
+from worker import build_worker
 
 
 async def delivering(
@@ -304,3 +312,86 @@ async def test_deleting_a_topic_ends_its_delivery_cleanly(
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
     ]
     assert failures == []
+
+
+async def test_a_huge_error_reply_is_read_only_in_part(
+    client: Client, worker: Worker, topics: Topics, task_queue: str
+) -> None:
+    """An endpoint answering 500 with 64 MiB: the entry's error keeps the start of it, and the
+    rest is never read (the worker hangs up before the endpoint has written it all)."""
+    size, chunk = 64 * 1024 * 1024, b"x" * 65536
+    wrote_it_all: list[bool] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(status=500, headers={"content-length": str(size)})
+        await response.prepare(request)
+        try:
+            for _ in range(size // len(chunk)):
+                await response.write(chunk)
+            await response.write_eof()
+            wrote_it_all.append(True)
+        except ConnectionError:  # the worker hung up
+            wrote_it_all.append(False)
+        return response
+
+    app = web.Application()
+    app.router.add_post("/hooks", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, LOOPBACK, port).start()
+    try:
+        name, _ = await delivering(
+            topics, client, task_queue, f"http://{LOOPBACK}:{port}/hooks", max_retries=0
+        )
+        await topics.publish(name, Event(payload={"i": 0}))
+        await settled(topics, name, dead_letters=1)
+        [dead] = await topics.dead_letters(name)
+        assert (dead.last_error or "").startswith("HTTP 500: xxxx"), dead.last_error
+        assert len(dead.last_error or "") <= ERROR_TEXT_LIMIT
+        assert wrote_it_all == [False]
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_endpoint_the_workers_refuse_now_disables_its_topic_until_enabled(
+    client: Client,
+    pool: asyncpg.Pool,
+    topics: Topics,
+    task_queue: str,
+    receiver: WebhookReceiver,
+    warehouse: Path,
+) -> None:
+    """A topic created when its endpoint was allowed, delivered by workers whose allowlist no
+    longer holds it: its delivery stops with the reason and keeps every event, instead of
+    failing and starting again forever; once allowed and enabled, it delivers them."""
+    name, _ = await delivering(topics, client, task_queue, receiver.url)
+    for i in range(2):
+        await topics.publish(name, Event(payload={"i": i}))
+    refusing = ["hooks.internal"]
+    async with build_worker(
+        client, pool, task_queue, warehouse_root=warehouse, endpoint_allowlist=refusing
+    ):
+        async with asyncio.timeout(30):
+            while (await topics.get(name)).enabled:
+                await asyncio.sleep(0.1)
+        stats = await topics.stats(name)
+        reason = stats.disabled_reason or ""
+        assert "not in PROCBUS_ENDPOINT_ALLOWLIST" in reason, reason
+        assert f"run `procbus topic enable {name}`" in reason, reason
+        assert (stats.depth, stats.retried, stats.dead_letters) == (2, 0, 0)
+        description = await client.get_workflow_handle(delivery_workflow_id(name)).describe()
+        [pending] = description.raw_description.pending_activities
+        assert pending.attempt == 1  # it waits: no failure, no restart
+        # Enabling it where it is still refused changes nothing, and says why.
+        with pytest.raises(InvalidRequest, match="not in PROCBUS_ENDPOINT_ALLOWLIST"):
+            await Topics(pool, refusing).enable(name)
+        assert not (await topics.get(name)).enabled
+    assert receiver.received == []
+    async with build_worker(
+        client, pool, task_queue, warehouse_root=warehouse, endpoint_allowlist=[LOOPBACK]
+    ):
+        await Topics(pool, [LOOPBACK]).enable(name)
+        assert [event["data"]["i"] for event in await receiver.wait_for(2)] == [0, 1]
+        await settled(topics, name, depth=0, delivered=2)
