@@ -40,7 +40,7 @@ from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches
 from procbus.db.queries import Queries, load_queries
 from procbus.delivery.endpoints import EndpointKind, parse_endpoint
-from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
+from procbus.errors import AttemptFencedOut, InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
     DEFAULT_EVENT_TYPE,
     SHARDS,
@@ -179,6 +179,7 @@ _SQLSTATE_ERRORS: dict[str, type[Exception]] = {
     "PBT01": InvalidRequest,  # no such topic
     "PBT02": SynchronousTopic,  # it queues nothing
     "PBT03": TopicInUse,  # a delete waited too long for a publishing transaction
+    "PBT04": AttemptFencedOut,  # a delivery attempt of an older owner epoch tried to claim
     "PBP01": InvalidRequest,  # payload too large
     "PBP02": InvalidRequest,  # larger than its reservation
     "PBQ01": QueueFull,
@@ -500,12 +501,18 @@ def _read_look(
 
 
 class Topics:
-    """Topics on a pool made by procbus.db.create_pool (its json codec decodes payloads)."""
+    """Topics on a pool made by procbus.db.create_pool (its json codec decodes payloads).
+
+    An instance that took a topic over (`take_over`) is that topic's delivery owner at the epoch
+    it took: its claims carry that epoch, and are refused (AttemptFencedOut) once a later
+    take-over ended it. One instance per delivery attempt, then."""
 
     def __init__(self, pool: asyncpg.Pool, allowlist: list[str] | None = None) -> None:
         self.pool = pool
         self.allowlist = allowlist or []
         self.queries = load_queries(QUERIES)
+        # Topic -> the owner epoch this instance took it over at (None: it owns none of it).
+        self.epochs: dict[str, int] = {}
 
     # ---- topics ----
 
@@ -781,7 +788,9 @@ class Topics:
         waits for its retry. The new claim becomes the topic's one claim: only it settles them,
         and an older one settles nothing from now on."""
         claim_id = uuid.uuid4()
-        rows = await self.pool.fetch(self.queries["claim_entries"], topic, limit, claim_id)
+        rows = await self._fetch(
+            self.queries["claim_entries"], topic, limit, claim_id, self.epochs.get(topic)
+        )
         return Claim(topic=topic, id=claim_id, entries=_entries(rows))
 
     async def claim_encoded(self, topic: str, batch_size: int, count: int = 1) -> Claim:
@@ -789,8 +798,13 @@ class Topics:
         built by PostgreSQL from the stored payloads, for an endpoint that takes only bodies:
         the round then costs the worker no decoding and no encoding of an event."""
         claim_id = uuid.uuid4()
-        rows = await self.pool.fetch(
-            self.queries["claim_bodies"], topic, batch_size * count, batch_size, claim_id
+        rows = await self._fetch(
+            self.queries["claim_bodies"],
+            topic,
+            batch_size * count,
+            batch_size,
+            claim_id,
+            self.epochs.get(topic),
         )
         encoded = [
             EncodedBatch(
@@ -817,7 +831,7 @@ class Topics:
         kept_tried = False
         look = self.queries["grouped_view_for_bodies" if encoded else "grouped_view"]
         while True:
-            view = await self.pool.fetch(look, topic.name, limit, claim_id)
+            view = await self._fetch(look, topic.name, limit, claim_id, self.epochs.get(topic.name))
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
                 kept = await self._claim_kept_batch(topic, claim_id, encoded=encoded)
@@ -903,7 +917,9 @@ class Topics:
     ) -> Claim | None:
         """The oldest batch that was sent, failed and is due again, claimed whole in its order;
         with `encoded`, as its body (the same bytes as when it was first sent)."""
-        kept = await self.pool.fetch(self.queries["claim_kept_batch"], topic.name, claim_id)
+        kept = await self._fetch(
+            self.queries["claim_kept_batch"], topic.name, claim_id, self.epochs.get(topic.name)
+        )
         if not kept:
             return None
         rows = sorted(kept, key=lambda row: row["batch_seq"])
@@ -929,11 +945,27 @@ class Topics:
         )
 
     async def take_over(self, topic: str) -> bool:
-        """End the topic's claim, for its delivery's new owner to send what it held again at
-        once (with the same webhook IDs; a grouped topic's next look keeps the batches it
-        assembled, to be resent exactly); whether there was one."""
-        status: str = await self.pool.execute(self.queries["take_over_claims"], topic)
-        return status != "DELETE 0"
+        """Become the topic's delivery owner at a new epoch, and end the topic's claim, for this
+        owner to send what it held again at once (with the same webhook IDs; a grouped topic's
+        next look keeps the batches it assembled, to be resent exactly); whether there was one.
+        Every earlier owner's attempt claims, settles and commits nothing from now on."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            held = await connection.fetchval(self.queries["lock_claim_for_take_over"], topic)
+            epoch = await connection.fetchval(self.queries["bump_owner_epoch"], topic)
+            if epoch is None:
+                return False  # no such topic: its delivery finds it deleted
+            await connection.execute(self.queries["take_over_claims"], topic, epoch)
+        self.epochs[topic] = epoch
+        return held is not None
+
+    async def _fetch(self, query: str, *arguments: object) -> list[asyncpg.Record]:
+        """A claim's statement; a refusal (an older owner epoch: AttemptFencedOut) raised as the
+        procbus error it stands for."""
+        try:
+            rows: list[asyncpg.Record] = await self.pool.fetch(query, *arguments)
+        except asyncpg.PostgresError as error:
+            raise topic_error(error) from None
+        return rows
 
     async def settle(
         self,
@@ -1023,7 +1055,12 @@ class Topics:
             if not ids:
                 return []
             # Batches being assembled from these entries must not be kept (assign_batches).
-            await connection.execute(self.queries["hold_claim"], topic, uuid.uuid4())
+            try:
+                await connection.execute(
+                    self.queries["hold_claim"], topic, uuid.uuid4(), self.epochs.get(topic)
+                )
+            except asyncpg.PostgresError as error:
+                raise topic_error(error) from None
             reason = f"older than the topic's TTL of {settings.ttl_seconds:g} s"
             dead: list[int] = await connection.fetchval(
                 self.queries["dead_letter_ids"], topic, ids, reason

@@ -21,8 +21,10 @@ from temporalio.client import Client
 
 from procbus.capture import Captures
 from procbus.delivery.clients import Message, Outcome
+from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
+from procbus.errors import AttemptFencedOut
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput
@@ -271,6 +273,57 @@ async def test_a_batch_applied_twice_commits_once(
     files = [p for p in (Path(warehouse) / "bank" / "accounts").rglob("*") if p.is_file()]
     assert len([p for p in files if p.suffix == ".parquet"]) == 1
     assert not [p for p in files if "_staging" in p.parts]
+
+
+async def test_a_zombie_attempt_claims_nothing_after_a_take_over_and_no_file_goes_missing(
+    bank: asyncpg.Pool, warehouse: Path, spark: Any
+) -> None:
+    topic = await pipeline(bank, "accounts", batch_size=2)
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
+    await bank.execute("INSERT INTO accounts VALUES (2, 'bob', 20)")
+    backend = LocalBackend(spark)
+
+    async def local() -> LocalBackend:
+        return backend
+
+    paused, resume = asyncio.Event(), asyncio.Event()
+
+    class PausedBeforeCommit(Pipelines):
+        """The first attempt's worker stalls with its files moved in, before its commit."""
+
+        async def commit(self, *args: Any, **kwargs: Any) -> dict[str, int] | None:
+            paused.set()
+            await resume.wait()
+            return await super().commit(*args, **kwargs)
+
+    endpoint = parse_endpoint("table://bank")
+    settings = await Topics(bank).get(topic)
+    first = Topics(bank)  # the first delivery attempt, the topic's owner
+    await first.take_over(topic)
+    first_applier = TableApplier(topic, endpoint, PausedBeforeCommit(bank), local)
+    stalled = asyncio.create_task(deliver_round(first, settings, first_applier, round_seconds=60))
+    await asyncio.wait_for(paused.wait(), 120)
+    # Its heartbeat timed out: a second attempt takes over, sweeps, and applies what it held.
+    second = Topics(bank)
+    assert await second.take_over(topic)
+    second_applier = TableApplier(topic, endpoint, Pipelines(bank), local)
+    taken = await deliver_round(second, settings, second_applier, round_seconds=60)
+    assert taken.delivered == 2
+    await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30)")
+    # The first attempt resumes: its commit and settlement are fenced out, and it claims nothing
+    # more (before, it took the claim back and committed what the new owner's sweep removed).
+    resume.set()
+    resumed = await stalled
+    assert (resumed.delivered, resumed.failed, resumed.dead_lettered) == (0, 0, 0)
+    with pytest.raises(AttemptFencedOut, match="taken over"):
+        await deliver_round(first, settings, first_applier, round_seconds=60)
+    assert (await deliver_round(second, settings, second_applier, round_seconds=60)).delivered == 1
+    assert (await Pipelines(bank).status(topic)).lag_changes == 0
+    folder = warehouse / "bank" / "accounts"
+    listed = (await Catalog(bank).table_files("bank", "accounts")).files
+    assert listed and [file.path for file in listed if not (folder / file.path).exists()] == []
+    (rows,) = await lake(bank, "accounts")
+    assert rows == await source(bank, "accounts") and len(rows) == 3
 
 
 async def transfers(pool: asyncpg.Pool, writer: int, count: int) -> tuple[int, int]:
