@@ -69,6 +69,11 @@ SELECT pg_advisory_xact_lock("procbus_topic_shard_lock"($1, s."shard"))
 FROM "procbus_topic_shards" AS s WHERE s."topic" = $1
 ORDER BY s."shard";
 
+-- name: lock_topic_reservations
+-- And their reservations' rows, which a reservation's commit deletes as it queues its event: one
+-- committing now is waited for (and counted), and none commits after this.
+SELECT 1 FROM "procbus_topic_reservations" WHERE "topic" = $1 FOR UPDATE;
+
 -- name: delete_topic_rows
 -- Everything of a topic but its row (its secrets go with it by the foreign key).
 WITH "entries" AS (DELETE FROM "procbus_topic_entries" WHERE "topic" = $1),

@@ -603,13 +603,16 @@ class Topics:
                 )
             except asyncpg.PostgresError as error:
                 raise topic_error(error) from None
+            # Counted under the shards' locks: a publish that committed before them is counted,
+            # and none can commit after them (counted first, one in between was lost unseen).
+            await connection.execute(self.queries["lock_topic_shards"], name)
+            await connection.execute(self.queries["lock_topic_reservations"], name)
             pending: int = await connection.fetchval(self.queries["count_pending"], name)
             if pending and not force:
                 raise InvalidRequest(
                     f"topic {name!r} still holds {pending} undelivered entries: they would be "
                     "lost; delete it with --force to drop them"
                 )
-            await connection.execute(self.queries["lock_topic_shards"], name)
             await connection.execute(self.queries["delete_topic_rows"], name)
             await connection.execute(self.queries["delete_topic"], name)
         return pending
