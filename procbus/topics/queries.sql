@@ -299,6 +299,11 @@ FROM unnest($2::bigint[], $3::text[], $4::double precision[]) AS f("id", "error"
 WHERE e."topic" = $1 AND e."id" = f."id"
 RETURNING e."id", e."attempts", e."created_at";
 
+-- name: retry_now
+-- Entries of a topic that was just stopped: due again as soon as it is enabled.
+UPDATE "procbus_topic_entries" SET "next_attempt_at" = clock_timestamp()
+WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]);
+
 -- name: count_retried
 UPDATE "procbus_topics" SET "retried" = "retried" + $2 WHERE "name" = $1;
 

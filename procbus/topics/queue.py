@@ -429,6 +429,12 @@ async def mark_transaction_end(
     await connection.execute(load_queries(QUERIES)["mark_transaction_end"], list(topics), txn_id)
 
 
+def stops_instead_of_dead_lettering(topic: TopicSettings) -> bool:
+    """A table:// topic (a change pipeline) applies its batches in order: one past its retries
+    or TTL stops the topic instead, for no later batch to apply over the gap it would leave."""
+    return topic.endpoint.startswith("table://")
+
+
 def backoff(topic: TopicSettings, failure: Failure) -> float:
     """Seconds until an entry's next attempt: the endpoint's Retry-After when it gave one, else
     retry_sleep doubled per attempt made (capped), with jitter so retries do not arrive in step."""
@@ -978,8 +984,9 @@ class Topics:
     ) -> Settled:
         """Record a delivery attempt: remove what the endpoint acknowledged, count the failures
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
-        max_retries or their TTL to the dead letters; what was not sent stays as it was. An
-        older, overlapping claim settles nothing."""
+        max_retries or their TTL to the dead letters (on a table:// topic: they stay, and the
+        topic stops, see stops_instead_of_dead_lettering); what was not sent stays as it was. An
+        older, overlapping claim, or one of an older owner epoch, settles nothing."""
         # Batches assembled for this claim: one that failed is kept, to be resent exactly; one
         # never sent is no batch (its entries are assembled again with what blocks them then).
         fresh = [batch for batch in claim.batches if batch.fresh]
@@ -1001,6 +1008,7 @@ class Topics:
                 return Settled(delivered=0, failed=0, dead_lettered=[])
             removed: int = settled["removed"]
             dead: list[int] = []
+            stopped: str | None = None
             if failed:
                 # The claim's row was there: so is its topic (deleting it deletes the claim).
                 topic = _topic(await connection.fetchrow(self.queries["get_topic"], claim.topic))
@@ -1029,6 +1037,23 @@ class Topics:
                     and row["id"] not in exhausted
                     and row["id"] not in refused_ids
                 ]
+                if (exhausted or too_old) and stops_instead_of_dead_lettering(topic):
+                    # Kept in the queue, due again as soon as an operator enables the topic.
+                    why = (
+                        f"failed {topic.max_retries + 1} times (max_retries)"
+                        if exhausted
+                        else f"is older than the topic's TTL of {topic.ttl_seconds:g} s"
+                    )
+                    stopped = (
+                        f"a batch {why}, kept in the queue with the batches behind it: "
+                        f"{failed[0].error}; fix the cause, then `procbus topic enable "
+                        f"{claim.topic}`"
+                    )
+                    await connection.execute(self.queries["set_disabled"], claim.topic, stopped)
+                    await connection.execute(
+                        self.queries["retry_now"], claim.topic, exhausted + too_old
+                    )
+                    exhausted, too_old = [], []
                 for ids, reason in (
                     (sorted(refused_ids), refused[0].error if refused else ""),
                     (exhausted, f"failed {topic.max_retries + 1} times (max_retries)"),
@@ -1041,12 +1066,17 @@ class Topics:
                             )
                             or []
                         )
-        return Settled(delivered=removed, failed=len(failed), dead_lettered=sorted(dead))
+        return Settled(
+            delivered=removed, failed=len(failed), dead_lettered=sorted(dead), stopped=stopped
+        )
 
     async def expire(self, topic: str, limit: int = 1000) -> list[int]:
         """Move entries past the topic's TTL to the dead letters, sent or not; their IDs. Ends
-        the topic's expired leases first (their owners died or forgot them)."""
+        the topic's expired leases first (their owners died or forgot them). A table:// topic's
+        entries never expire: a change pipeline applies every change, in order."""
         settings = await self.get(topic)
+        if stops_instead_of_dead_lettering(settings):
+            return []
         await self.pool.fetchval(self.queries["end_expired_leases"], topic)
         async with self.pool.acquire() as connection, connection.transaction():
             ids = [

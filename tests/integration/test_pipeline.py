@@ -72,15 +72,18 @@ async def bank(pool: asyncpg.Pool, warehouse: Path) -> asyncpg.Pool:
     return pool
 
 
-async def pipeline(pool: asyncpg.Pool, *tables: str, batch_size: int = 16) -> str:
+async def pipeline(pool: asyncpg.Pool, *tables: str, batch_size: int = 16, **settings: Any) -> str:
     name = f"p-{uuid.uuid4().hex[:8]}"
     await Topics(pool).create(
         name,
         TopicSettings(
-            endpoint="table://bank",
-            group_transactions=True,
-            batch_size=batch_size,
-            retry_sleep_seconds=0.05,
+            **{
+                "endpoint": "table://bank",
+                "group_transactions": True,
+                "batch_size": batch_size,
+                "retry_sleep_seconds": 0.05,
+            }
+            | settings
         ),
     )
     for table in tables:
@@ -212,6 +215,54 @@ async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applie
     assert accounts == await source(bank, "accounts")  # balance 7: the later change won
     assert accounts[0]["balance"] == 7
     assert savings == await source(bank, "savings") == [{"id": 1, "balance": 5, "note": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("limit", "settings"),
+    [("max_retries", {"max_retries": 1}), ("TTL", {"max_retries": 1000, "ttl_seconds": 1.0})],
+)
+async def test_a_batch_failing_past_its_retries_or_ttl_stops_the_pipeline_and_loses_nothing(
+    client: Client,
+    bank: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    limit: str,
+    settings: dict[str, Any],
+) -> None:
+    topic = await pipeline(bank, "accounts", **settings)
+    folder = warehouse / "bank" / "accounts"
+    away = folder.with_name("accounts-away")
+    folder.rename(away)
+    folder.write_text("")  # the lake table's folder is broken: every apply fails
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
+    pipelines = Pipelines(bank)
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        async with asyncio.timeout(60):
+            while (status := await pipelines.status(topic)).state == "running":
+                assert status.dead_letters == 0, "a pipeline's batch was dead-lettered"
+                await asyncio.sleep(0.05)
+        assert status.state.startswith("stopped: a batch") and limit in status.state
+        assert status.last_error is not None and status.dead_letters == 0
+        assert status.lag_changes == 1 and status.batches_applied == 0
+        # Later changes (of the same key and of another) wait behind the stopped batch.
+        await bank.execute("UPDATE accounts SET balance = 20 WHERE id = 1")
+        await bank.execute("INSERT INTO accounts VALUES (2, 'bob', 5)")
+        await asyncio.sleep(0.5)  # (a round or two of the stopped topic's delivery)
+        status = await pipelines.status(topic)
+        assert (status.lag_changes, status.batches_applied, status.dead_letters) == (3, 0, 0)
+        # The cause fixed, an operator enables the topic: every change applies, in order.
+        folder.unlink()
+        away.rename(folder)
+        await Topics(bank).enable(topic)
+        await applied(bank, topic)
+    status = await pipelines.status(topic)
+    assert (status.state, status.lag_changes, status.dead_letters) == ("running", 0, 0)
+    (rows,) = await lake(bank, "accounts")
+    assert rows == await source(bank, "accounts")
+    assert rows == [
+        {"id": 1, "owner": "ada", "balance": 20},
+        {"id": 2, "owner": "bob", "balance": 5},
+    ]
 
 
 async def test_a_batch_applied_twice_commits_once(
