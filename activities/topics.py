@@ -19,7 +19,7 @@ from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import Endpoint, EndpointKind, endpoint_refused, parse_endpoint
 from procbus.delivery.factory import client_for
 from procbus.delivery.models import DeliveryRequest, DeliveryResult
-from procbus.errors import InvalidRequest
+from procbus.errors import AttemptFencedOut, InvalidRequest
 from procbus.pipeline import Pipelines, TableApplier
 from procbus.spark.backends import SparkBackend
 from procbus.temporal.metrics import TopicMetrics
@@ -66,9 +66,11 @@ class TopicActivities:
         attributes = {"topic": request.topic}
         until = loop.time() + request.max_seconds
         idle = IDLE_FIRST_SECONDS
-        # The one owner starts here: what an earlier attempt held (its worker died, or it hangs
-        # and is fenced out by its claim IDs) is sent again now, not when its claims run out.
-        await self.topics.take_over(request.topic)
+        # The one owner starts here, at a new owner epoch: what an earlier attempt held (its
+        # worker died, or it hangs) is sent again now, and that attempt claims nothing more. Its
+        # own Topics: the epoch is this attempt's, not the next one's on this worker.
+        topics = Topics(self.topics.pool, self.allowlist)
+        await topics.take_over(request.topic)
         expire_due = gauges_due = refresh_due = loop.time()
         topic: Topic | None = None
         secrets: list[str] = []
@@ -78,9 +80,9 @@ class TopicActivities:
                     # Settings, state and secrets, read again each second (not each round). The
                     # secrets first: a topic deleted in between is then seen as deleted, never
                     # as a topic without secrets.
-                    secrets = await self.topics.signing_secrets(request.topic)
+                    secrets = await topics.signing_secrets(request.topic)
                     try:
-                        topic = await self.topics.get(request.topic)
+                        topic = await topics.get(request.topic)
                     except TopicNotFound:
                         progress.topic_deleted, progress.state = True, "topic deleted"
                         break
@@ -91,7 +93,7 @@ class TopicActivities:
                     refresh_due = loop.time()
                     continue
                 if loop.time() >= expire_due:
-                    progress.dead_lettered += len(await self.topics.expire(topic.name))
+                    progress.dead_lettered += len(await topics.expire(topic.name))
                     expire_due = loop.time() + EXPIRE_EVERY_SECONDS
                 if client is None or client_made_for != (topic.endpoint, secrets):
                     if client is not None:
@@ -117,7 +119,7 @@ class TopicActivities:
                 if done.gone is not None:
                     refresh_due = loop.time()  # the topic was just disabled: read it again
                 if loop.time() >= gauges_due:
-                    gauges = await self.topics.gauges(topic.name)
+                    gauges = await topics.gauges(topic.name)
                     metrics.depth.set(gauges.depth, attributes)
                     metrics.dead_letters.set(gauges.dead_letters, attributes)
                     gauges_due = loop.time() + GAUGES_EVERY_SECONDS
@@ -126,6 +128,9 @@ class TopicActivities:
                 else:
                     await asyncio.sleep(idle)
                     idle = min(idle * 2, IDLE_MAX_SECONDS)
+        except AttemptFencedOut as fenced:
+            # A newer attempt took the topic over (this one is a zombie): it owns the queue now.
+            progress.state = f"fenced out: {fenced}"
         finally:
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -493,7 +493,10 @@ CREATE TABLE "procbus_topics" (
         CHECK ("incomplete_wait_seconds" > 0),
     "incomplete_batches" bigint NOT NULL DEFAULT 0,
     -- Grouped topics: a batch shorter than batch_size waits until its oldest event is this old.
-    "batch_seconds" double precision NOT NULL DEFAULT 0 CHECK ("batch_seconds" >= 0)
+    "batch_seconds" double precision NOT NULL DEFAULT 0 CHECK ("batch_seconds" >= 0),
+    -- The epoch of the topic's delivery owner: each take-over by a new owner bumps it, and an
+    -- attempt of an older epoch claims, settles and commits nothing (procbus_topic_hold).
+    "owner_epoch" bigint NOT NULL DEFAULT 0
 );
 
 -- Signing secrets (Standard Webhooks, whsec_...): here only, never in workflow history or logs.
@@ -622,10 +625,13 @@ CREATE INDEX "procbus_topic_dead_letters_topic" ON "procbus_topic_dead_letters" 
 -- A topic's delivery claim: the one attempt that may settle what it sent. A new claim replaces
 -- the row (one owner per topic), fencing out an older, overlapping attempt. Unlogged: a fence
 -- between live attempts, not data (empty after a database crash: every attempt claims again).
+-- "epoch": the owner epoch of the attempt that holds it; a take-over leaves its new epoch here
+-- with no claim, so that an older attempt's hold racing it is refused (procbus_topic_hold).
 CREATE UNLOGGED TABLE "procbus_topic_claims" (
     "topic" text PRIMARY KEY REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
-    "claim" uuid NOT NULL,
-    "claimed_at" timestamptz NOT NULL DEFAULT clock_timestamp()
+    "claim" uuid,
+    "claimed_at" timestamptz NOT NULL DEFAULT clock_timestamp(),
+    "epoch" bigint NOT NULL DEFAULT 0
 );
 
 -- A grouped topic's batches as assembled, one row each (entries in send order), until their
@@ -1106,7 +1112,9 @@ $$;
 -- attempt assembled and did not settle (it died, or was fenced out) are kept on their entries:
 -- they may have been sent, so each is resent exactly. (The topic's own rounds settle theirs
 -- before the next.)
-CREATE FUNCTION "procbus_topic_view"("p_topic" text, "p_limit" integer, "p_claim" uuid)
+CREATE FUNCTION "procbus_topic_view"(
+    "p_topic" text, "p_limit" integer, "p_claim" uuid, "p_epoch" bigint
+)
 RETURNS TABLE (
     "id" bigint,
     "key" text,
@@ -1135,13 +1143,13 @@ DECLARE
     "kept" boolean;
 BEGIN
     IF EXISTS (SELECT 1 FROM "procbus_topic_batches" AS b WHERE b."topic" = "p_topic") THEN
-        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim", "p_epoch");
         PERFORM "procbus_topic_keep_batches"("p_topic", NULL);
     ELSIF EXISTS (
         SELECT 1 FROM "procbus_topic_entries" AS e
         WHERE e."topic" = "p_topic" AND e."batch_id" IS NULL
     ) THEN
-        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim", "p_epoch");
     END IF;
     "kept" := EXISTS (
         SELECT 1 FROM "procbus_topic_entries" AS k
@@ -1235,7 +1243,8 @@ $$;
 CREATE FUNCTION "procbus_topic_claim"(
     "p_topic" text,
     "p_limit" integer,
-    "p_claim" uuid
+    "p_claim" uuid,
+    "p_epoch" bigint
 ) RETURNS TABLE (
     "id" bigint,
     "key" text,
@@ -1271,17 +1280,33 @@ BEGIN
     LIMIT "p_limit";
     GET DIAGNOSTICS "found" = ROW_COUNT;
     IF "found" > 0 THEN
-        PERFORM "procbus_topic_hold"("p_topic", "p_claim");
+        PERFORM "procbus_topic_hold"("p_topic", "p_claim", "p_epoch");
     END IF;
 END
 $$;
 
--- Make "p_claim" the topic's one claim: an older one is fenced out from now on.
-CREATE FUNCTION "procbus_topic_hold"("p_topic" text, "p_claim" uuid) RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO "procbus_topic_claims" ("topic", "claim") VALUES ("p_topic", "p_claim")
+-- Make "p_claim" the topic's one claim: an older one is fenced out from now on. Only an attempt
+-- of the topic's current owner epoch ("p_epoch"; NULL: whatever it is now) may: an older one (a
+-- zombie past its take-over) is refused with PBT04, also when it races the take-over (that
+-- leaves the new epoch in the claim's row, which this then finds). PBT01: no such topic.
+CREATE FUNCTION "procbus_topic_hold"("p_topic" text, "p_claim" uuid, "p_epoch" bigint)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO "procbus_topic_claims" AS c ("topic", "claim", "epoch")
+    SELECT t."name", "p_claim", t."owner_epoch" FROM "procbus_topics" AS t
+    WHERE t."name" = "p_topic" AND t."owner_epoch" = coalesce("p_epoch", t."owner_epoch")
     ON CONFLICT ("topic") DO UPDATE
-    SET "claim" = excluded."claim", "claimed_at" = excluded."claimed_at";
+    SET "claim" = excluded."claim", "claimed_at" = excluded."claimed_at", "epoch" = excluded."epoch"
+    WHERE c."epoch" <= excluded."epoch";
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT FROM "procbus_topics" AS t WHERE t."name" = "p_topic") THEN
+            RAISE EXCEPTION 'no topic named %', "p_topic" USING ERRCODE = 'PBT01';
+        END IF;
+        RAISE EXCEPTION 'topic %: this delivery attempt (owner epoch %) was taken over by a newer '
+            'owner; it claims nothing more', "p_topic", "p_epoch" USING ERRCODE = 'PBT04';
+    END IF;
+END
 $$;
 
 -- One event as procbus.delivery.clients.event_body makes it: {"type", "timestamp", "topic",

@@ -214,6 +214,8 @@ async def deliver_round(
     gone = next((sent.error for sent in results.values() if sent.outcome is Outcome.GONE), None)
     if gone is not None:
         await topics.disable(topic.name, f"the endpoint answered {gone}")
+    # A table:// topic's batch past its retries or TTL stopped the topic (settle disabled it).
+    gone = settled.stopped or gone
     rejected = next(
         (sent.error for sent in results.values() if sent.outcome is Outcome.REJECTED), None
     )

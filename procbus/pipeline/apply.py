@@ -10,8 +10,9 @@ transaction, in one table or across tables.
 Exactly once: the batch ID is recorded in that transaction, so a retried apply of the same
 batch (its commit's answer was lost) finds it and commits nothing; its files are removed, never
 those a snapshot lists. The commit also locks the delivery attempt's claim on the batch: a new
-owner's take-over clears every claim first, so a zombie attempt commits nothing, and the new
-owner may sweep what killed attempts left (their staging, files no snapshot lists).
+owner's take-over bumps the topic's owner epoch and ends the claim first, so a zombie attempt
+(of an older epoch) neither commits nor claims again, and the new owner may sweep what killed
+attempts left (their staging, files no snapshot lists).
 
 A change that does not fit its lake table (a column missing or unknown, a value of the wrong
 type, a table that does not exist) is refused: the batch is dead-lettered with nothing applied,
@@ -325,7 +326,8 @@ class TableApplier(EndpointClient):
         """Remove what earlier apply attempts of this topic left in the table's folder (a
         worker killed mid-apply): staging, and moved files the current snapshot does not list.
         Run by the topic's one owner after its take-over, which fences every earlier attempt's
-        commit out (`batch_still_claimed`), so none of them can still list what goes here."""
+        claims and commits out (its owner epoch, `batch_still_claimed`), so none of them can
+        still list what goes here."""
         folder = Path(table.location)
         staged = folder / staging.STAGING_FOLDER
         for leftover in staged.glob(f"{self.token_prefix}*") if staged.exists() else []:

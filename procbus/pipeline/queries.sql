@@ -6,11 +6,14 @@ SELECT EXISTS (
 );
 
 -- name: batch_still_claimed
--- The fence of a delivery attempt: its claim is still the topic's claim. The row lock keeps a
--- new owner's take-over (which ends the claim) behind this commit, or this commit behind it.
-SELECT "claim" = $2::uuid AS "held" FROM "procbus_topic_claims"
-WHERE "topic" = $1
-FOR SHARE;
+-- The fence of a delivery attempt: its claim is still the topic's claim, of the topic's current
+-- owner epoch. The row lock keeps a new owner's take-over (which ends the claim and bumps the
+-- epoch) behind this commit, or this commit behind it.
+SELECT c."claim" = $2::uuid AND c."epoch" = t."owner_epoch" AS "held"
+FROM "procbus_topic_claims" AS c
+JOIN "procbus_topics" AS t ON t."name" = c."topic"
+WHERE c."topic" = $1
+FOR SHARE OF c;
 
 -- name: ensure_pipeline
 INSERT INTO "procbus_pipelines" ("topic") VALUES ($1) ON CONFLICT DO NOTHING;

@@ -307,6 +307,9 @@ class Settled(BaseModel):
     delivered: int = Field(description="entries acknowledged and removed")
     failed: int
     dead_lettered: list[int] = Field(default_factory=list)
+    stopped: str | None = Field(
+        default=None, description="why the topic was just stopped (a table:// topic's batch)"
+    )
 
 
 class Attempt(BaseModel):

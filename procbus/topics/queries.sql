@@ -69,6 +69,11 @@ SELECT pg_advisory_xact_lock("procbus_topic_shard_lock"($1, s."shard"))
 FROM "procbus_topic_shards" AS s WHERE s."topic" = $1
 ORDER BY s."shard";
 
+-- name: lock_topic_reservations
+-- And their reservations' rows, which a reservation's commit deletes as it queues its event: one
+-- committing now is waited for (and counted), and none commits after this.
+SELECT 1 FROM "procbus_topic_reservations" WHERE "topic" = $1 FOR UPDATE;
+
 -- name: delete_topic_rows
 -- Everything of a topic but its row (its secrets go with it by the foreign key).
 WITH "entries" AS (DELETE FROM "procbus_topic_entries" WHERE "topic" = $1),
@@ -230,11 +235,11 @@ SELECT "procbus_topic_reclaim"($1);
 -- name: claim_entries
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
        "last_error"
-FROM "procbus_topic_claim"($1, $2, $3)
+FROM "procbus_topic_claim"($1, $2, $3, $4)
 ORDER BY "id";
 
 -- name: claim_bodies
--- claim_entries' entries ($1 topic, $2 limit, $4 claim), cut in batches of $3 in queue order,
+-- claim_entries' entries ($1 topic, $2 limit, $4 claim, $5 owner epoch), cut in batches of $3 in queue order,
 -- one row per batch: its body (a JSON array of the events), its entries' IDs, their attempts so
 -- far and their webhook IDs (from which the batch's ID follows).
 SELECT '[' || string_agg("procbus_topic_event_json"(
@@ -245,19 +250,22 @@ SELECT '[' || string_agg("procbus_topic_event_json"(
        array_agg(c."webhook_id" ORDER BY c."id") AS "webhook_ids"
 FROM (
     SELECT e.*, (row_number() OVER (ORDER BY e."id") - 1) / $3 AS "batch"
-    FROM "procbus_topic_claim"($1, $2, $4) AS e
+    FROM "procbus_topic_claim"($1, $2, $4, $5) AS e
 ) AS c
 GROUP BY c."batch"
 ORDER BY c."batch";
 
 -- name: settle_round
 -- A delivery round's settlement, in one statement: the topic's claim ends if it is this one
--- ($2), and only then do the batches it assembled ($4) go, those that failed ($5) kept on their
+-- ($2) and of the topic's current owner epoch, and only then do the batches it assembled ($4) go, those that failed ($5) kept on their
 -- entries first, and the acknowledged entries ($3) go, their capacity given back, counted.
 -- "held" is false for an older, overlapping attempt: it settled nothing. The claim's row lock
 -- keeps a new claim or a take-over behind this.
 WITH "ended" AS (
-    DELETE FROM "procbus_topic_claims" WHERE "topic" = $1 AND "claim" = $2 RETURNING 1
+    DELETE FROM "procbus_topic_claims" AS c
+    WHERE c."topic" = $1 AND c."claim" = $2
+      AND c."epoch" = (SELECT t."owner_epoch" FROM "procbus_topics" AS t WHERE t."name" = $1)
+    RETURNING 1
 ), "batches" AS MATERIALIZED (
     SELECT "procbus_topic_keep_batches"($1, $5::text[], $4::text[]) FROM "ended"
     WHERE cardinality($4::text[]) > 0
@@ -291,13 +299,30 @@ FROM unnest($2::bigint[], $3::text[], $4::double precision[]) AS f("id", "error"
 WHERE e."topic" = $1 AND e."id" = f."id"
 RETURNING e."id", e."attempts", e."created_at";
 
+-- name: retry_now
+-- Entries of a topic that was just stopped: due again as soon as it is enabled.
+UPDATE "procbus_topic_entries" SET "next_attempt_at" = clock_timestamp()
+WHERE "topic" = $1 AND "id" = ANY ($2::bigint[]);
+
 -- name: count_retried
 UPDATE "procbus_topics" SET "retried" = "retried" + $2 WHERE "name" = $1;
 
+-- name: lock_claim_for_take_over
+-- A new owner's first act, in one transaction: the claim's row locked first (as a settlement
+-- locks it, before the topic's row); the topic's owner epoch bumped (bump_owner_epoch); the claim
+-- ended, the new epoch left in its row (take_over_claims), so that an attempt of an older epoch
+-- (a dead worker's, or a zombie that this fences out) holds nothing from now on, even one racing
+-- this (procbus_topic_hold).
+SELECT "claim" FROM "procbus_topic_claims" WHERE "topic" = $1 FOR UPDATE;
+
+-- name: bump_owner_epoch
+UPDATE "procbus_topics" SET "owner_epoch" = "owner_epoch" + 1 WHERE "name" = $1
+RETURNING "owner_epoch";
+
 -- name: take_over_claims
--- A new owner's first act: the topic's claim belongs to an attempt that is not the current one
--- any more (a dead worker's, or a zombie that this fences out).
-DELETE FROM "procbus_topic_claims" WHERE "topic" = $1;
+INSERT INTO "procbus_topic_claims" ("topic", "claim", "epoch") VALUES ($1, NULL, $2)
+ON CONFLICT ("topic") DO UPDATE
+SET "claim" = NULL, "claimed_at" = clock_timestamp(), "epoch" = excluded."epoch";
 
 -- name: dead_letter_ids
 -- Past max_retries or the TTL: out of the queue, into the dead letters, capacity given back.
@@ -404,14 +429,14 @@ WHERE "name" = $1;
 
 -- name: claim_kept_batch
 -- The oldest batch that was sent and failed, once it is due again: claimed whole, in its order
--- (the claim becomes the topic's one claim when there is such a batch).
+-- (the claim becomes the topic's one claim when there is such a batch, for owner epoch $3).
 WITH "batch" AS MATERIALIZED (
     SELECT "batch_id" FROM "procbus_topic_entries"
     WHERE "topic" = $1 AND "batch_id" IS NOT NULL AND "next_attempt_at" <= clock_timestamp()
     ORDER BY "id"
     LIMIT 1
 ), "held" AS MATERIALIZED (
-    SELECT "procbus_topic_hold"($1, $2) FROM "batch"
+    SELECT "procbus_topic_hold"($1, $2, $3) FROM "batch"
 )
 SELECT e."id", e."key", e."type", e."payload", e."bytes", e."webhook_id", e."created_at",
           e."attempts", e."last_error", e."txn_id", e."txn_last", e."txn_size", e."batch_id",
@@ -430,7 +455,7 @@ WHERE e."topic" = $1 AND e."batch_id" = $2;
 -- name: grouped_view
 SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "in_window",
        "any_kept", "now", "type", "payload", "bytes", "webhook_id", "attempts", "last_error"
-FROM "procbus_topic_view"($1, $2, $3);
+FROM "procbus_topic_view"($1, $2, $3, $4);
 
 -- name: grouped_view_for_bodies
 -- The same look for an endpoint that takes only bodies: each event's JSON as claim_bodies puts it
@@ -440,7 +465,7 @@ SELECT "id", "key", "txn_id", "txn_last", "txn_size", "created_at", "blocked", "
        "any_kept", "now", "attempts",
        "procbus_topic_event_json"(to_json($1::text)::text, "type", "created_at", "key",
            "payload", "txn_id", "txn_last", "txn_size") AS "body"
-FROM "procbus_topic_view"($1, $2, $3);
+FROM "procbus_topic_view"($1, $2, $3, $4);
 
 -- name: assign_batches
 -- Keep assembled batches, one row each: IDs $2 of $3 entries each, their entries one batch
@@ -466,8 +491,9 @@ WITH "held" AS (
 SELECT EXISTS (SELECT FROM "held");
 
 -- name: hold_claim
--- A new claim on the topic, for a change that any attempt in flight must not settle over.
-SELECT "procbus_topic_hold"($1, $2);
+-- A new claim on the topic (for owner epoch $3), for a change that any attempt in flight must
+-- not settle over.
+SELECT "procbus_topic_hold"($1, $2, $3);
 
 -- name: database_time
 SELECT clock_timestamp();

@@ -40,7 +40,7 @@ from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches
 from procbus.db.queries import Queries, load_queries
 from procbus.delivery.endpoints import EndpointKind, masked, parse_endpoint
-from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
+from procbus.errors import AttemptFencedOut, InvalidRequest, QueueFull, ReservationExpired
 from procbus.topics.models import (
     DEFAULT_EVENT_TYPE,
     SHARDS,
@@ -179,6 +179,7 @@ _SQLSTATE_ERRORS: dict[str, type[Exception]] = {
     "PBT01": InvalidRequest,  # no such topic
     "PBT02": SynchronousTopic,  # it queues nothing
     "PBT03": TopicInUse,  # a delete waited too long for a publishing transaction
+    "PBT04": AttemptFencedOut,  # a delivery attempt of an older owner epoch tried to claim
     "PBP01": InvalidRequest,  # payload too large
     "PBP02": InvalidRequest,  # larger than its reservation
     "PBQ01": QueueFull,
@@ -428,6 +429,12 @@ async def mark_transaction_end(
     await connection.execute(load_queries(QUERIES)["mark_transaction_end"], list(topics), txn_id)
 
 
+def stops_instead_of_dead_lettering(topic: TopicSettings) -> bool:
+    """A table:// topic (a change pipeline) applies its batches in order: one past its retries
+    or TTL stops the topic instead, for no later batch to apply over the gap it would leave."""
+    return topic.endpoint.startswith("table://")
+
+
 def backoff(topic: TopicSettings, failure: Failure) -> float:
     """Seconds until an entry's next attempt: the endpoint's Retry-After when it gave one, else
     retry_sleep doubled per attempt made (capped), with jitter so retries do not arrive in step."""
@@ -500,12 +507,18 @@ def _read_look(
 
 
 class Topics:
-    """Topics on a pool made by procbus.db.create_pool (its json codec decodes payloads)."""
+    """Topics on a pool made by procbus.db.create_pool (its json codec decodes payloads).
+
+    An instance that took a topic over (`take_over`) is that topic's delivery owner at the epoch
+    it took: its claims carry that epoch, and are refused (AttemptFencedOut) once a later
+    take-over ended it. One instance per delivery attempt, then."""
 
     def __init__(self, pool: asyncpg.Pool, allowlist: list[str] | None = None) -> None:
         self.pool = pool
         self.allowlist = allowlist or []
         self.queries = load_queries(QUERIES)
+        # Topic -> the owner epoch this instance took it over at (None: it owns none of it).
+        self.epochs: dict[str, int] = {}
 
     # ---- topics ----
 
@@ -596,13 +609,16 @@ class Topics:
                 )
             except asyncpg.PostgresError as error:
                 raise topic_error(error) from None
+            # Counted under the shards' locks: a publish that committed before them is counted,
+            # and none can commit after them (counted first, one in between was lost unseen).
+            await connection.execute(self.queries["lock_topic_shards"], name)
+            await connection.execute(self.queries["lock_topic_reservations"], name)
             pending: int = await connection.fetchval(self.queries["count_pending"], name)
             if pending and not force:
                 raise InvalidRequest(
                     f"topic {name!r} still holds {pending} undelivered entries: they would be "
                     "lost; delete it with --force to drop them"
                 )
-            await connection.execute(self.queries["lock_topic_shards"], name)
             await connection.execute(self.queries["delete_topic_rows"], name)
             await connection.execute(self.queries["delete_topic"], name)
         return pending
@@ -783,7 +799,9 @@ class Topics:
         waits for its retry. The new claim becomes the topic's one claim: only it settles them,
         and an older one settles nothing from now on."""
         claim_id = uuid.uuid4()
-        rows = await self.pool.fetch(self.queries["claim_entries"], topic, limit, claim_id)
+        rows = await self._fetch(
+            self.queries["claim_entries"], topic, limit, claim_id, self.epochs.get(topic)
+        )
         return Claim(topic=topic, id=claim_id, entries=_entries(rows))
 
     async def claim_encoded(self, topic: str, batch_size: int, count: int = 1) -> Claim:
@@ -791,8 +809,13 @@ class Topics:
         built by PostgreSQL from the stored payloads, for an endpoint that takes only bodies:
         the round then costs the worker no decoding and no encoding of an event."""
         claim_id = uuid.uuid4()
-        rows = await self.pool.fetch(
-            self.queries["claim_bodies"], topic, batch_size * count, batch_size, claim_id
+        rows = await self._fetch(
+            self.queries["claim_bodies"],
+            topic,
+            batch_size * count,
+            batch_size,
+            claim_id,
+            self.epochs.get(topic),
         )
         encoded = [
             EncodedBatch(
@@ -819,7 +842,7 @@ class Topics:
         kept_tried = False
         look = self.queries["grouped_view_for_bodies" if encoded else "grouped_view"]
         while True:
-            view = await self.pool.fetch(look, topic.name, limit, claim_id)
+            view = await self._fetch(look, topic.name, limit, claim_id, self.epochs.get(topic.name))
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
                 kept = await self._claim_kept_batch(topic, claim_id, encoded=encoded)
@@ -905,7 +928,9 @@ class Topics:
     ) -> Claim | None:
         """The oldest batch that was sent, failed and is due again, claimed whole in its order;
         with `encoded`, as its body (the same bytes as when it was first sent)."""
-        kept = await self.pool.fetch(self.queries["claim_kept_batch"], topic.name, claim_id)
+        kept = await self._fetch(
+            self.queries["claim_kept_batch"], topic.name, claim_id, self.epochs.get(topic.name)
+        )
         if not kept:
             return None
         rows = sorted(kept, key=lambda row: row["batch_seq"])
@@ -931,11 +956,27 @@ class Topics:
         )
 
     async def take_over(self, topic: str) -> bool:
-        """End the topic's claim, for its delivery's new owner to send what it held again at
-        once (with the same webhook IDs; a grouped topic's next look keeps the batches it
-        assembled, to be resent exactly); whether there was one."""
-        status: str = await self.pool.execute(self.queries["take_over_claims"], topic)
-        return status != "DELETE 0"
+        """Become the topic's delivery owner at a new epoch, and end the topic's claim, for this
+        owner to send what it held again at once (with the same webhook IDs; a grouped topic's
+        next look keeps the batches it assembled, to be resent exactly); whether there was one.
+        Every earlier owner's attempt claims, settles and commits nothing from now on."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            held = await connection.fetchval(self.queries["lock_claim_for_take_over"], topic)
+            epoch = await connection.fetchval(self.queries["bump_owner_epoch"], topic)
+            if epoch is None:
+                return False  # no such topic: its delivery finds it deleted
+            await connection.execute(self.queries["take_over_claims"], topic, epoch)
+        self.epochs[topic] = epoch
+        return held is not None
+
+    async def _fetch(self, query: str, *arguments: object) -> list[asyncpg.Record]:
+        """A claim's statement; a refusal (an older owner epoch: AttemptFencedOut) raised as the
+        procbus error it stands for."""
+        try:
+            rows: list[asyncpg.Record] = await self.pool.fetch(query, *arguments)
+        except asyncpg.PostgresError as error:
+            raise topic_error(error) from None
+        return rows
 
     async def settle(
         self,
@@ -945,8 +986,9 @@ class Topics:
     ) -> Settled:
         """Record a delivery attempt: remove what the endpoint acknowledged, count the failures
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
-        max_retries or their TTL to the dead letters; what was not sent stays as it was. An
-        older, overlapping claim settles nothing."""
+        max_retries or their TTL to the dead letters (on a table:// topic: they stay, and the
+        topic stops, see stops_instead_of_dead_lettering); what was not sent stays as it was. An
+        older, overlapping claim, or one of an older owner epoch, settles nothing."""
         # Batches assembled for this claim: one that failed is kept, to be resent exactly; one
         # never sent is no batch (its entries are assembled again with what blocks them then).
         fresh = [batch for batch in claim.batches if batch.fresh]
@@ -968,6 +1010,7 @@ class Topics:
                 return Settled(delivered=0, failed=0, dead_lettered=[])
             removed: int = settled["removed"]
             dead: list[int] = []
+            stopped: str | None = None
             if failed:
                 # The claim's row was there: so is its topic (deleting it deletes the claim).
                 topic = _topic(await connection.fetchrow(self.queries["get_topic"], claim.topic))
@@ -996,6 +1039,23 @@ class Topics:
                     and row["id"] not in exhausted
                     and row["id"] not in refused_ids
                 ]
+                if (exhausted or too_old) and stops_instead_of_dead_lettering(topic):
+                    # Kept in the queue, due again as soon as an operator enables the topic.
+                    why = (
+                        f"failed {topic.max_retries + 1} times (max_retries)"
+                        if exhausted
+                        else f"is older than the topic's TTL of {topic.ttl_seconds:g} s"
+                    )
+                    stopped = (
+                        f"a batch {why}, kept in the queue with the batches behind it: "
+                        f"{failed[0].error}; fix the cause, then `procbus topic enable "
+                        f"{claim.topic}`"
+                    )
+                    await connection.execute(self.queries["set_disabled"], claim.topic, stopped)
+                    await connection.execute(
+                        self.queries["retry_now"], claim.topic, exhausted + too_old
+                    )
+                    exhausted, too_old = [], []
                 for ids, reason in (
                     (sorted(refused_ids), refused[0].error if refused else ""),
                     (exhausted, f"failed {topic.max_retries + 1} times (max_retries)"),
@@ -1008,12 +1068,17 @@ class Topics:
                             )
                             or []
                         )
-        return Settled(delivered=removed, failed=len(failed), dead_lettered=sorted(dead))
+        return Settled(
+            delivered=removed, failed=len(failed), dead_lettered=sorted(dead), stopped=stopped
+        )
 
     async def expire(self, topic: str, limit: int = 1000) -> list[int]:
         """Move entries past the topic's TTL to the dead letters, sent or not; their IDs. Ends
-        the topic's expired leases first (their owners died or forgot them)."""
+        the topic's expired leases first (their owners died or forgot them). A table:// topic's
+        entries never expire: a change pipeline applies every change, in order."""
         settings = await self.get(topic)
+        if stops_instead_of_dead_lettering(settings):
+            return []
         await self.pool.fetchval(self.queries["end_expired_leases"], topic)
         async with self.pool.acquire() as connection, connection.transaction():
             ids = [
@@ -1025,7 +1090,12 @@ class Topics:
             if not ids:
                 return []
             # Batches being assembled from these entries must not be kept (assign_batches).
-            await connection.execute(self.queries["hold_claim"], topic, uuid.uuid4())
+            try:
+                await connection.execute(
+                    self.queries["hold_claim"], topic, uuid.uuid4(), self.epochs.get(topic)
+                )
+            except asyncpg.PostgresError as error:
+                raise topic_error(error) from None
             reason = f"older than the topic's TTL of {settings.ttl_seconds:g} s"
             dead: list[int] = await connection.fetchval(
                 self.queries["dead_letter_ids"], topic, ids, reason

@@ -301,7 +301,7 @@ async def test_a_grouped_look_reads_its_own_head_and_open_transactions_only(
     async with pool.acquire() as connection, connection.transaction():
         before = await connection.fetchval(reads)
         view = await connection.fetch(
-            topics.queries["grouped_view_for_bodies"], name, head, uuid.uuid4()
+            topics.queries["grouped_view_for_bodies"], name, head, uuid.uuid4(), None
         )
         read = await connection.fetchval(reads) - before
     assert sum(row["in_window"] for row in view) == head

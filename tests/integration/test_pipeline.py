@@ -21,8 +21,10 @@ from temporalio.client import Client
 
 from procbus.capture import Captures
 from procbus.delivery.clients import Message, Outcome
+from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
+from procbus.errors import AttemptFencedOut
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput
@@ -70,15 +72,18 @@ async def bank(pool: asyncpg.Pool, warehouse: Path) -> asyncpg.Pool:
     return pool
 
 
-async def pipeline(pool: asyncpg.Pool, *tables: str, batch_size: int = 16) -> str:
+async def pipeline(pool: asyncpg.Pool, *tables: str, batch_size: int = 16, **settings: Any) -> str:
     name = f"p-{uuid.uuid4().hex[:8]}"
     await Topics(pool).create(
         name,
         TopicSettings(
-            endpoint="table://bank",
-            group_transactions=True,
-            batch_size=batch_size,
-            retry_sleep_seconds=0.05,
+            **{
+                "endpoint": "table://bank",
+                "group_transactions": True,
+                "batch_size": batch_size,
+                "retry_sleep_seconds": 0.05,
+            }
+            | settings
         ),
     )
     for table in tables:
@@ -212,6 +217,54 @@ async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applie
     assert savings == await source(bank, "savings") == [{"id": 1, "balance": 5, "note": "hi"}]
 
 
+@pytest.mark.parametrize(
+    ("limit", "settings"),
+    [("max_retries", {"max_retries": 1}), ("TTL", {"max_retries": 1000, "ttl_seconds": 1.0})],
+)
+async def test_a_batch_failing_past_its_retries_or_ttl_stops_the_pipeline_and_loses_nothing(
+    client: Client,
+    bank: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    limit: str,
+    settings: dict[str, Any],
+) -> None:
+    topic = await pipeline(bank, "accounts", **settings)
+    folder = warehouse / "bank" / "accounts"
+    away = folder.with_name("accounts-away")
+    folder.rename(away)
+    folder.write_text("")  # the lake table's folder is broken: every apply fails
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
+    pipelines = Pipelines(bank)
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        async with asyncio.timeout(60):
+            while (status := await pipelines.status(topic)).state == "running":
+                assert status.dead_letters == 0, "a pipeline's batch was dead-lettered"
+                await asyncio.sleep(0.05)
+        assert status.state.startswith("stopped: a batch") and limit in status.state
+        assert status.last_error is not None and status.dead_letters == 0
+        assert status.lag_changes == 1 and status.batches_applied == 0
+        # Later changes (of the same key and of another) wait behind the stopped batch.
+        await bank.execute("UPDATE accounts SET balance = 20 WHERE id = 1")
+        await bank.execute("INSERT INTO accounts VALUES (2, 'bob', 5)")
+        await asyncio.sleep(0.5)  # (a round or two of the stopped topic's delivery)
+        status = await pipelines.status(topic)
+        assert (status.lag_changes, status.batches_applied, status.dead_letters) == (3, 0, 0)
+        # The cause fixed, an operator enables the topic: every change applies, in order.
+        folder.unlink()
+        away.rename(folder)
+        await Topics(bank).enable(topic)
+        await applied(bank, topic)
+    status = await pipelines.status(topic)
+    assert (status.state, status.lag_changes, status.dead_letters) == ("running", 0, 0)
+    (rows,) = await lake(bank, "accounts")
+    assert rows == await source(bank, "accounts")
+    assert rows == [
+        {"id": 1, "owner": "ada", "balance": 20},
+        {"id": 2, "owner": "bob", "balance": 5},
+    ]
+
+
 async def test_a_batch_applied_twice_commits_once(
     bank: asyncpg.Pool, warehouse: Path, spark: Any
 ) -> None:
@@ -271,6 +324,57 @@ async def test_a_batch_applied_twice_commits_once(
     files = [p for p in (Path(warehouse) / "bank" / "accounts").rglob("*") if p.is_file()]
     assert len([p for p in files if p.suffix == ".parquet"]) == 1
     assert not [p for p in files if "_staging" in p.parts]
+
+
+async def test_a_zombie_attempt_claims_nothing_after_a_take_over_and_no_file_goes_missing(
+    bank: asyncpg.Pool, warehouse: Path, spark: Any
+) -> None:
+    topic = await pipeline(bank, "accounts", batch_size=2)
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
+    await bank.execute("INSERT INTO accounts VALUES (2, 'bob', 20)")
+    backend = LocalBackend(spark)
+
+    async def local() -> LocalBackend:
+        return backend
+
+    paused, resume = asyncio.Event(), asyncio.Event()
+
+    class PausedBeforeCommit(Pipelines):
+        """The first attempt's worker stalls with its files moved in, before its commit."""
+
+        async def commit(self, *args: Any, **kwargs: Any) -> dict[str, int] | None:
+            paused.set()
+            await resume.wait()
+            return await super().commit(*args, **kwargs)
+
+    endpoint = parse_endpoint("table://bank")
+    settings = await Topics(bank).get(topic)
+    first = Topics(bank)  # the first delivery attempt, the topic's owner
+    await first.take_over(topic)
+    first_applier = TableApplier(topic, endpoint, PausedBeforeCommit(bank), local)
+    stalled = asyncio.create_task(deliver_round(first, settings, first_applier, round_seconds=60))
+    await asyncio.wait_for(paused.wait(), 120)
+    # Its heartbeat timed out: a second attempt takes over, sweeps, and applies what it held.
+    second = Topics(bank)
+    assert await second.take_over(topic)
+    second_applier = TableApplier(topic, endpoint, Pipelines(bank), local)
+    taken = await deliver_round(second, settings, second_applier, round_seconds=60)
+    assert taken.delivered == 2
+    await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30)")
+    # The first attempt resumes: its commit and settlement are fenced out, and it claims nothing
+    # more (before, it took the claim back and committed what the new owner's sweep removed).
+    resume.set()
+    resumed = await stalled
+    assert (resumed.delivered, resumed.failed, resumed.dead_lettered) == (0, 0, 0)
+    with pytest.raises(AttemptFencedOut, match="taken over"):
+        await deliver_round(first, settings, first_applier, round_seconds=60)
+    assert (await deliver_round(second, settings, second_applier, round_seconds=60)).delivered == 1
+    assert (await Pipelines(bank).status(topic)).lag_changes == 0
+    folder = warehouse / "bank" / "accounts"
+    listed = (await Catalog(bank).table_files("bank", "accounts")).files
+    assert listed and [file.path for file in listed if not (folder / file.path).exists()] == []
+    (rows,) = await lake(bank, "accounts")
+    assert rows == await source(bank, "accounts") and len(rows) == 3
 
 
 async def transfers(pool: asyncpg.Pool, writer: int, count: int) -> tuple[int, int]:

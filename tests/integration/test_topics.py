@@ -488,6 +488,30 @@ async def test_an_expired_event_takes_the_rest_of_its_transaction_to_the_dead_le
     assert (await topics.stats(topic)).depth == 3 and other.id is not None
 
 
+async def test_a_delete_counts_an_event_committed_while_it_waits_for_the_shards(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    """An event whose transaction commits while the delete waits for the shard it holds is
+    counted: the delete refuses, and the event stays (it was counted before the wait)."""
+    topic = await make(topics)
+    async with pool.acquire() as publisher:
+        transaction_ = publisher.transaction()
+        await transaction_.start()
+        # A keyed event takes its shard's lock, held until its transaction ends.
+        published = await publish_in_transaction(publisher, topic, {"n": 1}, key="k")
+        deleting = asyncio.create_task(topics.delete(topic))
+        async with asyncio.timeout(30):  # until the delete waits for that shard's lock
+            while not await pool.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)"
+            ):
+                assert not deleting.done(), deleting.result()
+                await asyncio.sleep(0.01)
+        await transaction_.commit()
+    with pytest.raises(InvalidRequest, match="holds 1 undelivered entries.*--force"):
+        await deleting
+    assert [entry.id for entry in (await topics.claim(topic, 10)).entries] == [published.id]
+
+
 async def test_delete_enable_and_secret_rotation(topics: Topics, pool: asyncpg.Pool) -> None:
     topic = await make(topics)
     await topics.publish(topic, Event(payload=1))
