@@ -139,7 +139,7 @@ class SparkActivities:
         if table.key_columns and len(current.files) > 1:
             # Merge-on-read: a delete may hide a row of any older file, so all of them fold.
             inputs = list(current.files)
-        plan = step.plan.model_copy(update={"inputs": inputs})
+        plan = step.plan.model_copy(update={"inputs": inputs, "snapshot_id": current.snapshot_id})
         return step.model_copy(update={"table": table, "plan": plan})
 
     # ---- the jobs ----
@@ -296,6 +296,7 @@ class SparkActivities:
                 adds=output.files,
                 removes=step.removes,
                 fences=step.fences,
+                based_on=step.based_on,
             )
         except ProcbusError:
             # Refused for certain: nothing was committed, and this attempt never will be.
