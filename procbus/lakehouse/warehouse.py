@@ -51,12 +51,30 @@ def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> 
     return True
 
 
-def delete_data(root: Path, namespace: str, table: str) -> bool:
-    """Remove the table's folder, whoever made it (after the catalog dropped it)."""
+def delete_data(root: Path, namespace: str, table: str, created_by: str) -> bool:
+    """Remove the folder of the table that `created_by` made (after the catalog dropped it).
+
+    A folder whose marker names another creator is a table made again since (this delete
+    is a retry or a zombie): it stays. The marker goes last, so a delete cut short and retried
+    still finds it and finishes."""
     folder = table_folder(root, namespace, table)
-    if not folder.exists():
+    marker = folder / MARKER
+    if not marker.exists():
+        # Emptied by an earlier try, or a new table's folder still without its marker.
+        remove_if_empty(folder)
+        remove_if_empty(folder.parent)
         return False
-    shutil.rmtree(folder)
+    if json.loads(marker.read_text()).get("created_by") != created_by:
+        return False
+    for child in list(folder.iterdir()):
+        if child == marker:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink(missing_ok=True)
+    marker.unlink(missing_ok=True)
+    remove_if_empty(folder)
     remove_if_empty(folder.parent)
     return True
 
