@@ -32,6 +32,7 @@ from procbus.lakehouse.data import (
     partition_matches,
 )
 from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.warehouse import owned_table_folder
 from procbus.spark import staging
 from procbus.spark.backends import (
     JobHandle,
@@ -107,6 +108,11 @@ class SparkActivities:
                 self._local_backend = LocalBackend(session)
             return self._local_backend
 
+    def _folder(self, table: TableDescriptor) -> Path:
+        """The table's own folder under the warehouse: every file a step writes or removes is
+        in it, whatever folder the step's input names (OutsideTableFolder otherwise)."""
+        return owned_table_folder(self.warehouse_root, table.namespace, table.name, table.location)
+
     # ---- preflight and plans ----
 
     async def _table(self, table: TableDescriptor) -> TableDescriptor:
@@ -172,8 +178,8 @@ class SparkActivities:
         activity.heartbeat(
             JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED).model_dump(mode="json")
         )
+        folder = self._folder(step.table)
         backend = await self.backend()
-        folder = Path(step.table.location)
         handle = await backend.reattach(step.job_key)
         if handle is not None and not await self.ledger.is_current(
             step.job_key, handle.attempt_token
@@ -250,6 +256,7 @@ class SparkActivities:
     async def discard_job_output(self, step: SparkJobStep) -> None:
         """Undo of a job step: the job, if it still runs here, is cancelled; every attempt's
         files are removed, and the ledger fences out any attempt still running elsewhere."""
+        folder = self._folder(step.table)  # refused before anything is cancelled or removed
         backend = await self.backend()
         # First the run itself (found through the ledger while it still says running), then
         # the ledger, so an attempt still alive elsewhere can no longer stage or commit.
@@ -260,7 +267,6 @@ class SparkActivities:
         record = await self.ledger.get(step.job_key)
         if record is not None and record.state is JobState.COMMITTED:
             return  # past the commit the output is the table's: never removed by an undo
-        folder = Path(step.table.location)
         for token in await self.ledger.attempt_tokens(step.job_key):
             await asyncio.to_thread(staging.discard_attempt, folder, token)
 
@@ -275,7 +281,7 @@ class SparkActivities:
         lost lock, a conflict), this attempt's files are removed.
         """
         output = step.output
-        folder = Path(step.table.location)
+        folder = self._folder(step.table)
         record = await self.ledger.get(output.job_key)
         if record is not None and record.state is JobState.COMMITTED:
             if record.attempt_token != output.attempt_token:
@@ -320,7 +326,7 @@ class SparkActivities:
         """After a compaction's commit: its input files are no longer in the current snapshot,
         so they are deleted (roll-forward: retried until done)."""
         paths = [file.path for file in step.removes]
-        return await asyncio.to_thread(staging.delete_files, Path(step.table.location), paths)
+        return await asyncio.to_thread(staging.delete_files, self._folder(step.table), paths)
 
     def all(self) -> list[Callable[..., object]]:
         return [
