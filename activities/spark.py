@@ -311,6 +311,29 @@ class SparkActivities:
         await asyncio.to_thread(staging.remove_staging, folder, output.attempt_token)
         return self._result(step, snapshot_id)
 
+    @activity.defn(name="find_committed_output")
+    async def find_committed_output(self, step: CommitStep) -> DataResult:
+        """After a commit step failed without a certain answer: the job ledger says whether
+        this attempt committed (the answer was lost). Its result if so; AttemptFencedOut if not,
+        and nothing changes."""
+        output = step.output
+        record = await self.ledger.get(output.job_key)
+        if (
+            record is None
+            or record.state is not JobState.COMMITTED
+            or record.attempt_token != output.attempt_token
+        ):
+            said = "not in the ledger" if record is None else record.state.value
+            raise AttemptFencedOut(f"job {output.job_key!r} did not commit ({said})")
+        folder = self._folder(step.table)
+        await asyncio.to_thread(staging.remove_staging, folder, output.attempt_token)
+        result = self._result(step, record.snapshot_id)
+        result.message = (
+            f"committed as snapshot {record.snapshot_id}; the commit's answer was lost, and "
+            "the job ledger showed the commit: rolled forward"
+        )
+        return result
+
     @staticmethod
     def _result(step: CommitStep, snapshot_id: int | None) -> DataResult:
         return DataResult(
@@ -336,5 +359,6 @@ class SparkActivities:
             self.run_compaction_job,
             self.discard_job_output,
             self.commit_job_output,
+            self.find_committed_output,
             self.delete_replaced_files,
         ]

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from activities.spark import SparkActivities
@@ -53,6 +54,33 @@ JOB_STEP_TIMEOUT = timedelta(hours=12)
 def snapshot_conflict(error: ActivityError) -> bool:
     cause = error.cause
     return isinstance(cause, ApplicationError) and cause.type == ErrorType.SNAPSHOT_CONFLICT
+
+
+async def commit_pivot(
+    procedure: Procedure[Any, DataResult], name: str, commit: CommitStep, summary: str
+) -> DataResult:
+    """The commit step, the pivot. If it failed without a certain refusal, the commit may have
+    happened with its answer lost: the job ledger says, and a found commit is the pivot passed
+    (rolled forward), never rolled back under committed data."""
+    try:
+        result: DataResult = await procedure.step(
+            name, SparkActivities.commit_job_output, commit, pivot=True, summary=summary
+        )
+        return result
+    except ActivityError as error:
+        if isinstance(error.cause, CancelledError) or snapshot_conflict(error):
+            raise
+        try:
+            found: DataResult = await procedure.step(
+                f"{name}_found",
+                SparkActivities.find_committed_output,
+                commit,
+                pivot=True,
+                summary="its answer was lost: look the commit up in the job ledger",
+            )
+        except ActivityError:
+            raise error from None  # not committed: roll back for the commit's own failure
+        return found
 
 
 def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timedelta:
@@ -96,9 +124,9 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
             step_timeout=JOB_STEP_TIMEOUT,
             heartbeat_timeout=job_heartbeat_timeout(request),
         )
-        result: DataResult = await self.step(
+        return await commit_pivot(
+            self,
             "commit",
-            SparkActivities.commit_job_output,
             CommitStep(
                 procedure_id=procedure_id,
                 table=table,
@@ -106,10 +134,8 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
                 output=output,
                 fences=[fence] if fence else [],
             ),
-            pivot=True,
-            summary=f"commit {output.records} rows to {table.qualified_name} (point of no return)",
+            f"commit {output.records} rows to {table.qualified_name} (point of no return)",
         )
-        return result
 
 
 @workflow.defn(name="CompactTable")
@@ -185,13 +211,11 @@ class CompactTable(Procedure[CompactTableInput, DataResult]):
                 based_on=step.plan.snapshot_id,
             )
             try:
-                result: DataResult = await self.step(
+                result = await commit_pivot(
+                    self,
                     f"swap{suffix}",
-                    SparkActivities.commit_job_output,
                     commit,
-                    pivot=True,
-                    summary=f"swap {len(inputs)} files for {len(output.files)} "
-                    "(point of no return)",
+                    f"swap {len(inputs)} files for {len(output.files)} (point of no return)",
                 )
             except ActivityError as error:
                 if not snapshot_conflict(error) or round_ == MAX_COMPACTION_PLANS:

@@ -385,6 +385,28 @@ async def test_a_commit_whose_outcome_was_lost_is_found_by_its_key_not_made_twic
     assert rows_of(read_snapshot(current)) == expected_rows(0, 40)
 
 
+async def test_a_commit_whose_answer_never_comes_rolls_forward_not_back(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    table = await make_table(pool, warehouse)
+    source = write_csv(tmp_path / "rows.csv", 0, 40)
+    # The commit happens, and every answer of it is lost: the procedure cannot hear it.
+    async with spark_worker(
+        client, pool, task_queue, warehouse, faults="LoadTable.commit:fail_after"
+    ):
+        handle = await start_load(client, task_queue, source)
+        result = None
+        with contextlib.suppress(WorkflowFailureError):
+            result = await handle.result()
+        status = await status_of(client, handle.id)
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 40)  # committed, whatever it says
+    assert status.state is ProcedureState.SUCCEEDED, status.error
+    assert (status.pivot_step, status.steps_done[-1]) == ("commit_found", "commit_found")
+    assert result is not None and result.snapshot_id == 1 and "answer was lost" in result.message
+    assert table_files_on_disk(table) == only_committed_files(table, current)
+
+
 async def test_a_compaction_racing_a_load_into_its_partition_loses_and_doubles_no_row(
     spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
 ) -> None:
