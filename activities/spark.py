@@ -32,6 +32,7 @@ from procbus.lakehouse.data import (
     partition_matches,
 )
 from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.warehouse import owned_table_folder
 from procbus.spark import staging
 from procbus.spark.backends import (
     JobHandle,
@@ -107,6 +108,11 @@ class SparkActivities:
                 self._local_backend = LocalBackend(session)
             return self._local_backend
 
+    def _folder(self, table: TableDescriptor) -> Path:
+        """The table's own folder under the warehouse: every file a step writes or removes is
+        in it, whatever folder the step's input names (OutsideTableFolder otherwise)."""
+        return owned_table_folder(self.warehouse_root, table.namespace, table.name, table.location)
+
     # ---- preflight and plans ----
 
     async def _table(self, table: TableDescriptor) -> TableDescriptor:
@@ -139,7 +145,7 @@ class SparkActivities:
         if table.key_columns and len(current.files) > 1:
             # Merge-on-read: a delete may hide a row of any older file, so all of them fold.
             inputs = list(current.files)
-        plan = step.plan.model_copy(update={"inputs": inputs})
+        plan = step.plan.model_copy(update={"inputs": inputs, "snapshot_id": current.snapshot_id})
         return step.model_copy(update={"table": table, "plan": plan})
 
     # ---- the jobs ----
@@ -172,8 +178,8 @@ class SparkActivities:
         activity.heartbeat(
             JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED).model_dump(mode="json")
         )
+        folder = self._folder(step.table)
         backend = await self.backend()
-        folder = Path(step.table.location)
         handle = await backend.reattach(step.job_key)
         if handle is not None and not await self.ledger.is_current(
             step.job_key, handle.attempt_token
@@ -250,6 +256,7 @@ class SparkActivities:
     async def discard_job_output(self, step: SparkJobStep) -> None:
         """Undo of a job step: the job, if it still runs here, is cancelled; every attempt's
         files are removed, and the ledger fences out any attempt still running elsewhere."""
+        folder = self._folder(step.table)  # refused before anything is cancelled or removed
         backend = await self.backend()
         # First the run itself (found through the ledger while it still says running), then
         # the ledger, so an attempt still alive elsewhere can no longer stage or commit.
@@ -260,7 +267,6 @@ class SparkActivities:
         record = await self.ledger.get(step.job_key)
         if record is not None and record.state is JobState.COMMITTED:
             return  # past the commit the output is the table's: never removed by an undo
-        folder = Path(step.table.location)
         for token in await self.ledger.attempt_tokens(step.job_key):
             await asyncio.to_thread(staging.discard_attempt, folder, token)
 
@@ -275,7 +281,7 @@ class SparkActivities:
         lost lock, a conflict), this attempt's files are removed.
         """
         output = step.output
-        folder = Path(step.table.location)
+        folder = self._folder(step.table)
         record = await self.ledger.get(output.job_key)
         if record is not None and record.state is JobState.COMMITTED:
             if record.attempt_token != output.attempt_token:
@@ -296,6 +302,7 @@ class SparkActivities:
                 adds=output.files,
                 removes=step.removes,
                 fences=step.fences,
+                based_on=step.based_on,
             )
         except ProcbusError:
             # Refused for certain: nothing was committed, and this attempt never will be.
@@ -303,6 +310,29 @@ class SparkActivities:
             raise
         await asyncio.to_thread(staging.remove_staging, folder, output.attempt_token)
         return self._result(step, snapshot_id)
+
+    @activity.defn(name="find_committed_output")
+    async def find_committed_output(self, step: CommitStep) -> DataResult:
+        """After a commit step failed without a certain answer: the job ledger says whether
+        this attempt committed (the answer was lost). Its result if so; AttemptFencedOut if not,
+        and nothing changes."""
+        output = step.output
+        record = await self.ledger.get(output.job_key)
+        if (
+            record is None
+            or record.state is not JobState.COMMITTED
+            or record.attempt_token != output.attempt_token
+        ):
+            said = "not in the ledger" if record is None else record.state.value
+            raise AttemptFencedOut(f"job {output.job_key!r} did not commit ({said})")
+        folder = self._folder(step.table)
+        await asyncio.to_thread(staging.remove_staging, folder, output.attempt_token)
+        result = self._result(step, record.snapshot_id)
+        result.message = (
+            f"committed as snapshot {record.snapshot_id}; the commit's answer was lost, and "
+            "the job ledger showed the commit: rolled forward"
+        )
+        return result
 
     @staticmethod
     def _result(step: CommitStep, snapshot_id: int | None) -> DataResult:
@@ -319,7 +349,7 @@ class SparkActivities:
         """After a compaction's commit: its input files are no longer in the current snapshot,
         so they are deleted (roll-forward: retried until done)."""
         paths = [file.path for file in step.removes]
-        return await asyncio.to_thread(staging.delete_files, Path(step.table.location), paths)
+        return await asyncio.to_thread(staging.delete_files, self._folder(step.table), paths)
 
     def all(self) -> list[Callable[..., object]]:
         return [
@@ -329,5 +359,6 @@ class SparkActivities:
             self.run_compaction_job,
             self.discard_job_output,
             self.commit_job_output,
+            self.find_committed_output,
             self.delete_replaced_files,
         ]

@@ -146,8 +146,13 @@ class TableActivities:
 
     @activity.defn(name="delete_data")
     async def delete_data(self, step: TableStep) -> None:
+        # Only the deleted table's own folder: a table made again since keeps its data.
         await asyncio.to_thread(
-            warehouse.delete_data, self.warehouse_root, step.table.namespace, step.table.name
+            warehouse.delete_data,
+            self.warehouse_root,
+            step.table.namespace,
+            step.table.name,
+            step.table.created_by,
         )
 
     # ---- access ----

@@ -10,17 +10,22 @@ Locks (README, "Table data"):
 
 Before the pivot a failure, a cancel or an abort removes the job's files; after it, the replaced
 files are deleted by roll-forward.
+A compaction of a merge-on-read table whose swap finds files committed after its plan (a
+change pipeline's) is refused, its output discarded, and it plans again: its fold would hide them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from activities.spark import SparkActivities
+    from procbus.errors import ErrorType
     from procbus.lakehouse.data import (
         CommitStep,
         CompactionPlan,
@@ -40,8 +45,42 @@ with workflow.unsafe.imports_passed_through():
 from workflows.procedure import Procedure
 from workflows.tables import checked
 
+# A compaction whose commit finds the table changed since its plan plans again, this often.
+MAX_COMPACTION_PLANS = 5
 # A Spark job may run for hours; its heartbeat, not this, tells a dead worker from a slow job.
 JOB_STEP_TIMEOUT = timedelta(hours=12)
+
+
+def snapshot_conflict(error: ActivityError) -> bool:
+    cause = error.cause
+    return isinstance(cause, ApplicationError) and cause.type == ErrorType.SNAPSHOT_CONFLICT
+
+
+async def commit_pivot(
+    procedure: Procedure[Any, DataResult], name: str, commit: CommitStep, summary: str
+) -> DataResult:
+    """The commit step, the pivot. If it failed without a certain refusal, the commit may have
+    happened with its answer lost: the job ledger says, and a found commit is the pivot passed
+    (rolled forward), never rolled back under committed data."""
+    try:
+        result: DataResult = await procedure.step(
+            name, SparkActivities.commit_job_output, commit, pivot=True, summary=summary
+        )
+        return result
+    except ActivityError as error:
+        if isinstance(error.cause, CancelledError) or snapshot_conflict(error):
+            raise
+        try:
+            found: DataResult = await procedure.step(
+                f"{name}_found",
+                SparkActivities.find_committed_output,
+                commit,
+                pivot=True,
+                summary="its answer was lost: look the commit up in the job ledger",
+            )
+        except ActivityError:
+            raise error from None  # not committed: roll back for the commit's own failure
+        return found
 
 
 def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timedelta:
@@ -85,9 +124,9 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
             step_timeout=JOB_STEP_TIMEOUT,
             heartbeat_timeout=job_heartbeat_timeout(request),
         )
-        result: DataResult = await self.step(
+        return await commit_pivot(
+            self,
             "commit",
-            SparkActivities.commit_job_output,
             CommitStep(
                 procedure_id=procedure_id,
                 table=table,
@@ -95,10 +134,8 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
                 output=output,
                 fences=[fence] if fence else [],
             ),
-            pivot=True,
-            summary=f"commit {output.records} rows to {table.qualified_name} (point of no return)",
+            f"commit {output.records} rows to {table.qualified_name} (point of no return)",
         )
-        return result
 
 
 @workflow.defn(name="CompactTable")
@@ -131,55 +168,71 @@ class CompactTable(Procedure[CompactTableInput, DataResult]):
         procedure_id = workflow.info().workflow_id
         namespace, name = checked(request.check)
         fences = self._fences(request)
-        wanted = CompactStep(
-            procedure_id=procedure_id,
-            job_key=f"{procedure_id}:rewrite",
-            table=TableDescriptor(namespace=namespace, name=name, columns=[]),
-            plan=CompactionPlan(
-                partitions=request.partitions, target_file_size=request.target_file_size
-            ),
-        )
-        step = await self.step(
-            "plan",
-            SparkActivities.plan_compaction,
-            wanted,
-            summary=f"find the small files of {request.table}",
-        )
-        table, inputs = step.table, step.plan.inputs
-        if not inputs:
-            return DataResult(
-                table=table.qualified_name,
-                snapshot_id=None,
-                message="nothing to compact: no partition has two files below the target size",
+        for round_ in range(1, MAX_COMPACTION_PLANS + 1):
+            # Round 1 keeps the names it always had; a re-plan's steps and job are its own.
+            suffix = "" if round_ == 1 else f"_{round_}"
+            wanted = CompactStep(
+                procedure_id=procedure_id,
+                job_key=f"{procedure_id}:rewrite{suffix}",
+                table=TableDescriptor(namespace=namespace, name=name, columns=[]),
+                plan=CompactionPlan(
+                    partitions=request.partitions, target_file_size=request.target_file_size
+                ),
             )
-        output = await self.step(
-            "rewrite",
-            SparkActivities.run_compaction_job,
-            step,
-            undo=SparkActivities.discard_job_output,
-            summary=f"Spark: rewrite {len(inputs)} small files of {table.qualified_name}",
-            step_timeout=JOB_STEP_TIMEOUT,
-            heartbeat_timeout=job_heartbeat_timeout(request),
-        )
-        commit = CommitStep(
-            procedure_id=procedure_id,
-            table=table,
-            operation=SnapshotOperation.COMPACT,
-            output=output,
-            removes=inputs,
-            fences=fences,
-        )
-        result: DataResult = await self.step(
-            "swap",
-            SparkActivities.commit_job_output,
-            commit,
-            pivot=True,
-            summary=f"swap {len(inputs)} files for {len(output.files)} (point of no return)",
-        )
-        await self.step(
-            "delete_replaced",
-            SparkActivities.delete_replaced_files,
-            commit,
-            summary=f"delete the {len(inputs)} replaced files",
-        )
-        return result
+            step = await self.step(
+                f"plan{suffix}",
+                SparkActivities.plan_compaction,
+                wanted,
+                summary=f"find the small files of {request.table}",
+            )
+            table, inputs = step.table, step.plan.inputs
+            if not inputs:
+                return DataResult(
+                    table=table.qualified_name,
+                    snapshot_id=None,
+                    message="nothing to compact: no partition has two files below the target size",
+                )
+            output = await self.step(
+                f"rewrite{suffix}",
+                SparkActivities.run_compaction_job,
+                step,
+                undo=SparkActivities.discard_job_output,
+                summary=f"Spark: rewrite {len(inputs)} small files of {table.qualified_name}",
+                step_timeout=JOB_STEP_TIMEOUT,
+                heartbeat_timeout=job_heartbeat_timeout(request),
+            )
+            commit = CommitStep(
+                procedure_id=procedure_id,
+                table=table,
+                operation=SnapshotOperation.COMPACT,
+                output=output,
+                removes=inputs,
+                fences=fences,
+                based_on=step.plan.snapshot_id,
+            )
+            try:
+                result = await commit_pivot(
+                    self,
+                    f"swap{suffix}",
+                    commit,
+                    f"swap {len(inputs)} files for {len(output.files)} (point of no return)",
+                )
+            except ActivityError as error:
+                if not snapshot_conflict(error) or round_ == MAX_COMPACTION_PLANS:
+                    raise
+                # A commit landed after the plan: this output is stale, so plan again.
+                await self.step(
+                    f"discard{suffix or '_1'}",
+                    SparkActivities.discard_job_output,
+                    step,
+                    summary="discard the stale rewrite: the table changed after its plan",
+                )
+                continue
+            await self.step(
+                "delete_replaced",
+                SparkActivities.delete_replaced_files,
+                commit,
+                summary=f"delete the {len(inputs)} replaced files",
+            )
+            return result
+        raise AssertionError("unreachable: the last round returns or raises")

@@ -332,11 +332,13 @@ class Catalog:
         procedure_id: str,
         adds: list[DataFile],
         removes: Sequence[DataFile],
+        based_on: int | None = None,
     ) -> int:
         """Inside the caller's transaction: a new snapshot adding `adds` and removing `removes`,
         by compare-and-set of the table's current one (tried again on the new one when another
         commit won: adding files never conflicts). SnapshotConflict if a file to remove is no
-        longer live; the new snapshot's ID."""
+        longer live, or (`based_on`: the snapshot a compaction planned on) if a merge-on-read
+        table got a file after it; the new snapshot's ID."""
         queries = self.queries
         for _ in range(MAX_SWAP_TRIES):
             exists = await connection.fetchrow(queries["current_snapshot"], namespace, table)
@@ -349,6 +351,8 @@ class Catalog:
                 break
         else:
             raise SnapshotConflict(f"{namespace}.{table}: the snapshot kept moving; try again")
+        if based_on is not None:
+            await self._check_nothing_newer(connection, namespace, table, based_on)
         removed_paths = [file.path for file in removes]
         if removed_paths:
             live = {
@@ -388,6 +392,22 @@ class Catalog:
             sum(file.records for file in removes),
         )
         return new_id
+
+    async def _check_nothing_newer(
+        self, connection: asyncpg.Connection, namespace: str, table: str, based_on: int
+    ) -> None:
+        """A fold of a merge-on-read table's files, newest by snapshot, would hide the changes
+        of any file committed after its plan: SnapshotConflict then (the table's row is locked,
+        so none can land before this commit)."""
+        found = await connection.fetchrow(
+            self.queries["files_added_since"], namespace, table, based_on
+        )
+        if found is not None and found["key_columns"] and found["newer"]:
+            raise SnapshotConflict(
+                f"{namespace}.{table}: {found['newer']} files were committed after snapshot "
+                f"{based_on}, which this compaction planned on; its files would hide their "
+                "changes, so nothing was committed: plan again"
+            )
 
     async def list_events(self) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(self.queries["list_events"])

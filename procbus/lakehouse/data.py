@@ -197,6 +197,7 @@ class CompactionPlan(BaseModel):
     partitions: list[str] = Field(default_factory=list, description="empty: the whole table")
     target_file_size: int
     inputs: list[DataFile] = Field(default_factory=list)
+    snapshot_id: int | None = Field(default=None, description="the snapshot the plan read")
 
 
 class CompactStep(SparkJobStep):
@@ -222,6 +223,11 @@ class CommitStep(BaseModel):
     output: StagedOutput
     removes: list[DataFile] = Field(default_factory=list)
     fences: list[Fence] = Field(default_factory=list, description="of every lock the step holds")
+    based_on: int | None = Field(
+        default=None,
+        description="a compaction's planned snapshot: on a merge-on-read table, a file committed "
+        "after it makes the commit a SnapshotConflict (the fold would hide its changes)",
+    )
 
 
 class DataResult(BaseModel):

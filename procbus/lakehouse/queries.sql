@@ -106,6 +106,14 @@ SELECT "path" FROM "procbus_table_files"
 WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY($3::text[])
   AND "removed_in" IS NULL;
 
+-- name: files_added_since
+-- A merge-on-read table's key and how many of its live files came after snapshot $3.
+SELECT t."key_columns",
+       (SELECT count(*) FROM "procbus_table_files" AS f
+        WHERE f."namespace" = t."namespace" AND f."table_name" = t."name"
+          AND f."added_in" > $3 AND f."removed_in" IS NULL) AS "newer"
+FROM "procbus_tables" AS t WHERE t."namespace" = $1 AND t."name" = $2;
+
 -- name: insert_snapshot
 INSERT INTO "procbus_snapshots"
     ("namespace", "table_name", "snapshot_id", "parent_id", "operation", "job_key",

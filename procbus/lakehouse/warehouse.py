@@ -1,6 +1,8 @@
 """Table data folders under the warehouse root: <root>/<namespace>/<table>/.
 
 A folder carries a marker naming the procedure that made it, so undo removes only its own.
+Whatever removes files stays inside one table's own folder: a name, path or token that would
+lead elsewhere (`..`, an absolute path, a symlink out) is refused before anything is removed.
 """
 
 from __future__ import annotations
@@ -13,13 +15,58 @@ from pathlib import Path
 
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.names import validate_name
 
 MARKER = "_procbus_table.json"
 DATA_FOLDER = "data"
 
 
+class OutsideTableFolder(InvalidRequest):
+    """A removal aimed outside the table's own folder under the warehouse: nothing removed."""
+
+
 def table_folder(root: Path, namespace: str, table: str) -> Path:
     return root / namespace / table
+
+
+def owned_table_folder(root: Path, namespace: str, table: str, location: str = "") -> Path:
+    """The table's folder, <root>/<namespace>/<table>, resolved, for removing files in it.
+    OutsideTableFolder if a name is no table name, if the folder resolves elsewhere (a
+    symlink), or if `location` (as a step carries it) names another folder."""
+    for kind, name in (("namespace", namespace), ("table", table)):
+        try:
+            validate_name(kind, name)
+        except InvalidRequest as bad:
+            raise OutsideTableFolder(f"refused to remove files: {bad}") from None
+    base = root.resolve()
+    folder = (base / namespace / table).resolve()
+    if folder != base / namespace / table:
+        raise OutsideTableFolder(
+            f"refused to remove files: the folder of {namespace}.{table} leads to {folder}, "
+            f"outside the warehouse {base}"
+        )
+    if location and Path(location).resolve() != folder:
+        raise OutsideTableFolder(
+            f"refused to remove files: {namespace}.{table} lives in {folder}, not {location}"
+        )
+    return folder
+
+
+def inside(folder: Path, relative: str, under: str = "") -> Path:
+    """`folder`/`relative` for removal, if it stays in `folder`/`under` (symlinks followed);
+    OutsideTableFolder for an absolute path, '..' or a symlink that leads out."""
+    base = folder.resolve() / under  # `under` itself must not lead out either
+    given = Path(relative)
+    target = folder / given
+    if not relative or given.is_absolute() or ".." in given.parts:
+        escapes = True
+    else:
+        escapes = not target.resolve().is_relative_to(base)
+    if escapes:
+        raise OutsideTableFolder(
+            f"refused to remove {relative!r}: it is not inside {base}; nothing was removed"
+        )
+    return target
 
 
 def create_layout(root: Path, table: TableDescriptor) -> Path:
@@ -40,7 +87,7 @@ def create_layout(root: Path, table: TableDescriptor) -> Path:
 
 def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> bool:
     """Undo create_layout: remove the folder if this procedure made it."""
-    folder = table_folder(root, namespace, table)
+    folder = owned_table_folder(root, namespace, table)
     marker = folder / MARKER
     if marker.exists() and json.loads(marker.read_text()).get("created_by") != procedure_id:
         return False
@@ -51,12 +98,30 @@ def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> 
     return True
 
 
-def delete_data(root: Path, namespace: str, table: str) -> bool:
-    """Remove the table's folder, whoever made it (after the catalog dropped it)."""
-    folder = table_folder(root, namespace, table)
-    if not folder.exists():
+def delete_data(root: Path, namespace: str, table: str, created_by: str) -> bool:
+    """Remove the folder of the table that `created_by` made (after the catalog dropped it).
+
+    A folder whose marker names another creator is a table made again since (this delete
+    is a retry or a zombie): it stays. The marker goes last, so a delete cut short and retried
+    still finds it and finishes."""
+    folder = owned_table_folder(root, namespace, table)
+    marker = folder / MARKER
+    if not marker.exists():
+        # Emptied by an earlier try, or a new table's folder still without its marker.
+        remove_if_empty(folder)
+        remove_if_empty(folder.parent)
         return False
-    shutil.rmtree(folder)
+    if json.loads(marker.read_text()).get("created_by") != created_by:
+        return False
+    for child in list(folder.iterdir()):
+        if child == marker:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink(missing_ok=True)
+    marker.unlink(missing_ok=True)
+    remove_if_empty(folder)
     remove_if_empty(folder.parent)
     return True
 

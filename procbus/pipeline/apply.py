@@ -42,7 +42,7 @@ from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.warehouse import DATA_FOLDER
+from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
 from procbus.spark import staging
 from procbus.spark.backends import SparkBackend, run_watched
@@ -331,6 +331,8 @@ class TableApplier(EndpointClient):
         folder = Path(table.location)
         staged = folder / staging.STAGING_FOLDER
         for leftover in staged.glob(f"{self.token_prefix}*") if staged.exists() else []:
+            # Never through a symlink out of the table's folder.
+            inside(folder, leftover.relative_to(folder).as_posix(), staging.STAGING_FOLDER)
             await asyncio.to_thread(shutil.rmtree, leftover, True)
         data = folder / DATA_FOLDER
         moved = sorted(data.rglob(f"{self.token_prefix}*")) if data.exists() else []
@@ -339,7 +341,7 @@ class TableApplier(EndpointClient):
         removed = 0
         for path in paths:
             if path not in listed:
-                (folder / path).unlink(missing_ok=True)
+                inside(folder, path, DATA_FOLDER).unlink(missing_ok=True)
                 removed += 1
         return removed
 

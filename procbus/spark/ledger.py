@@ -154,13 +154,15 @@ class JobLedger:
         adds: list[DataFile],
         removes: Sequence[DataFile] = (),
         fences: Sequence[Fence] = (),
+        based_on: int | None = None,
     ) -> int:
         """Make `adds` visible and `removes` invisible in one new snapshot; its ID.
 
         Idempotent: the same attempt committing again (its first outcome unknown) gets the
         snapshot it made. Refused with AttemptFencedOut for any other attempt, with
         StaleFencingToken if the lock was lost, with SnapshotConflict if a file to remove is
-        no longer live (a concurrent commit replaced it).
+        no longer live (a concurrent commit replaced it) or, for a compaction planned on
+        snapshot `based_on`, a merge-on-read table got a newer file meanwhile.
         """
         async with self.pool.acquire() as connection, connection.transaction():
             job = await connection.fetchrow(self.queries["lock_job"], job_key)
@@ -178,7 +180,15 @@ class JobLedger:
             for fence in fences:
                 await check_fence(connection, fence)
             snapshot_id = await self.catalog.swap_snapshot(
-                connection, namespace, table, operation, job_key, procedure_id, adds, removes
+                connection,
+                namespace,
+                table,
+                operation,
+                job_key,
+                procedure_id,
+                adds,
+                removes,
+                based_on,
             )
             await connection.execute(self.queries["mark_committed"], job_key, snapshot_id)
             return snapshot_id

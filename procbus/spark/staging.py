@@ -12,15 +12,27 @@ token prefix) when that attempt is discarded.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote
 
 from procbus.lakehouse.data import DataFile
-from procbus.lakehouse.warehouse import DATA_FOLDER, remove_if_empty
+from procbus.lakehouse.warehouse import DATA_FOLDER, OutsideTableFolder, inside, remove_if_empty
 from procbus.spark.specs import outcome_file
 
 STAGING_FOLDER = "_staging"
+# An attempt token names a folder and prefixes file names: never a path of its own.
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+
+
+def checked_token(attempt_token: str) -> str:
+    if not _TOKEN.match(attempt_token):
+        raise OutsideTableFolder(
+            f"refused to remove files: {attempt_token!r} is no attempt token (letters, digits, "
+            "'_' and '-'); nothing was removed"
+        )
+    return attempt_token
 
 
 def staging_folder(table_folder: Path, attempt_token: str) -> Path:
@@ -55,9 +67,9 @@ def collect_output(table_folder: Path, attempt_token: str) -> list[DataFile]:
 def publish_files(table_folder: Path, attempt_token: str, files: list[DataFile]) -> None:
     """Move staged files to their names under data/ (still invisible: no snapshot lists them).
     Idempotent: a file moved by an earlier try is left as it is."""
-    staging = staging_folder(table_folder, attempt_token)
-    for file in files:
-        final = table_folder / file.path
+    staging = staging_folder(table_folder, checked_token(attempt_token))
+    finals = [inside(table_folder, file.path, DATA_FOLDER) for file in files]
+    for file, final in zip(files, finals, strict=True):
         relative = Path(file.path).relative_to(DATA_FOLDER)
         staged = staging / relative.parent / relative.name.removeprefix(f"{attempt_token}-")
         if staged.exists():
@@ -68,7 +80,8 @@ def publish_files(table_folder: Path, attempt_token: str, files: list[DataFile])
 
 
 def remove_staging(table_folder: Path, attempt_token: str) -> None:
-    staged = staging_folder(table_folder, attempt_token)
+    staged = staging_folder(table_folder, checked_token(attempt_token))
+    inside(table_folder, staged.relative_to(table_folder).as_posix(), STAGING_FOLDER)
     shutil.rmtree(staged, ignore_errors=True)
     outcome_file(str(staged)).unlink(missing_ok=True)  # a cluster driver's
     remove_if_empty(table_folder / STAGING_FOLDER)  # other attempts' folders may remain
@@ -78,20 +91,23 @@ def discard_attempt(table_folder: Path, attempt_token: str) -> int:
     """Remove everything an uncommitted attempt wrote: its staging folder and any of its files
     already moved under data/. The number of files removed from data/."""
     remove_staging(table_folder, attempt_token)
-    removed = 0
     data = table_folder / DATA_FOLDER
-    if data.exists():
-        for moved in data.rglob(f"{attempt_token}-*"):
-            moved.unlink(missing_ok=True)
-            removed += 1
-    return removed
+    moved = list(data.rglob(f"{attempt_token}-*")) if data.exists() else []
+    targets = [
+        inside(table_folder, path.relative_to(table_folder).as_posix(), DATA_FOLDER)
+        for path in moved
+    ]
+    for target in targets:
+        target.unlink(missing_ok=True)
+    return len(targets)
 
 
 def delete_files(table_folder: Path, paths: list[str]) -> int:
-    """Delete replaced files (a retry finds some gone already); the number deleted now."""
+    """Delete replaced files (a retry finds some gone already); the number deleted now. Each
+    must lie under the table's data/ folder: else OutsideTableFolder, and none is deleted."""
+    targets = [inside(table_folder, path, DATA_FOLDER) for path in paths]
     deleted = 0
-    for path in paths:
-        target = table_folder / path
+    for target in targets:
         if target.exists():
             target.unlink()
             deleted += 1

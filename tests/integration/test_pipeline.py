@@ -34,7 +34,9 @@ from procbus.lakehouse.reader import read_snapshot
 from procbus.pipeline import Pipelines, TableApplier
 from procbus.pipeline import apply as apply_module
 from procbus.spark.backends import LocalBackend
+from procbus.temporal.faults import parse_faults
 from procbus.topics import Entry, Topics, TopicSettings
+from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import subprocess_environment, worker_process
 from worker import build_worker
 from workflows.data import CompactTable
@@ -175,6 +177,47 @@ async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
     after = await Catalog(bank).table_files("bank", "accounts")
     assert [(file.kind, file.records) for file in after.files] == [("data", 2)]
     assert read_snapshot(after) == await source(bank, "accounts")
+
+
+async def test_a_compaction_planned_before_a_pipeline_commit_hides_none_of_its_changes(
+    client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    topic = await pipeline(bank, "accounts", batch_size=100)
+    faults = parse_faults("CompactTable.swap:delay=8")
+    async with build_worker(client, bank, task_queue, warehouse_root=warehouse, faults=faults):
+        await ensure_delivery(client, topic, task_queue)
+        await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10), (2, 'bob', 20)")
+        await applied(bank, topic)
+        await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30)")
+        await applied(bank, topic)
+        compaction = await client.start_workflow(
+            CompactTable.run,
+            CompactTableInput(table="bank.accounts"),
+            id=new_id("compact"),
+            task_queue=task_queue,
+        )
+        # Its fold of the two change files is written; it waits to swap.
+        async with asyncio.timeout(60):
+            while "rewrite" not in (await status_of(client, compaction.id)).steps_done:
+                await asyncio.sleep(0.1)
+        # Meanwhile the pipeline commits an update and a delete.
+        await bank.execute("UPDATE accounts SET balance = 11 WHERE id = 1")
+        await bank.execute("DELETE FROM accounts WHERE id = 2")
+        await applied(bank, topic)
+        assert "swap" not in (await status_of(client, compaction.id)).steps_done
+        compacted = await compaction.result()
+        done = (await status_of(client, compaction.id)).steps_done
+    (rows,) = await lake(bank, "accounts")
+    assert rows == [
+        {"id": 1, "owner": "ada", "balance": 11},
+        {"id": 3, "owner": "cy", "balance": 30},
+    ]
+    assert rows == await source(bank, "accounts")
+    # The first swap was refused (the table moved on); the re-planned fold took the changes in.
+    assert done[-3:] == ["rewrite_2", "swap_2", "delete_replaced"]
+    assert (compacted.files_removed, compacted.files_added) == (3, 1)
+    snapshots = await Catalog(bank).list_snapshots("bank", "accounts")
+    assert snapshots[0].operation == "compact"
 
 
 async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applied(

@@ -16,22 +16,29 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.testing import ActivityEnvironment
 
-from procbus.errors import AttemptFencedOut, SnapshotConflict
+from activities.spark import SparkActivities
+from activities.tables import TableActivities
+from procbus.errors import NON_RETRYABLE_ERROR_TYPES, AttemptFencedOut, SnapshotConflict
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import (
+    CommitStep,
     CompactTableInput,
     DataFile,
     DataResult,
     InputFormat,
     LoadTableInput,
     SnapshotOperation,
+    SparkJobStep,
+    StagedOutput,
     TableFiles,
 )
-from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor, TableStep
 from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
+from procbus.lakehouse.warehouse import OutsideTableFolder
 from procbus.procedures import ProcedureState
 from procbus.spark import jobs
 from procbus.spark.ledger import Attempt, JobLedger, JobState
@@ -378,6 +385,28 @@ async def test_a_commit_whose_outcome_was_lost_is_found_by_its_key_not_made_twic
     assert rows_of(read_snapshot(current)) == expected_rows(0, 40)
 
 
+async def test_a_commit_whose_answer_never_comes_rolls_forward_not_back(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    table = await make_table(pool, warehouse)
+    source = write_csv(tmp_path / "rows.csv", 0, 40)
+    # The commit happens, and every answer of it is lost: the procedure cannot hear it.
+    async with spark_worker(
+        client, pool, task_queue, warehouse, faults="LoadTable.commit:fail_after"
+    ):
+        handle = await start_load(client, task_queue, source)
+        result = None
+        with contextlib.suppress(WorkflowFailureError):
+            result = await handle.result()
+        status = await status_of(client, handle.id)
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 40)  # committed, whatever it says
+    assert status.state is ProcedureState.SUCCEEDED, status.error
+    assert (status.pivot_step, status.steps_done[-1]) == ("commit_found", "commit_found")
+    assert result is not None and result.snapshot_id == 1 and "answer was lost" in result.message
+    assert table_files_on_disk(table) == only_committed_files(table, current)
+
+
 async def test_a_compaction_racing_a_load_into_its_partition_loses_and_doubles_no_row(
     spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
 ) -> None:
@@ -497,3 +526,66 @@ async def test_json_and_parquet_inputs_load_into_the_tables_types(
         await load(client, task_queue, as_parquet, format=InputFormat.PARQUET)
     current = await Catalog(pool).table_files("sales", "orders")
     assert rows_of(read_snapshot(current)) == expected_rows(0, 20)
+
+
+async def test_file_removals_are_refused_outside_the_tables_own_folder(
+    pool: asyncpg.Pool, warehouse: Path, tmp_path: Path
+) -> None:
+    table = await make_table(pool, warehouse, partition_by=())
+    folder = Path(table.location)
+    own = folder / "data" / "own.parquet"
+    victim = warehouse / "other_ns" / "t" / "data" / "x.parquet"
+    outside = tmp_path / "outside" / "y.parquet"
+    for path in (own, victim, outside):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"PAR1")
+    (folder / "data" / "escape").symlink_to(outside.parent)
+    spark = SparkActivities(pool, warehouse)
+    tables = TableActivities(pool, warehouse)
+    environment = ActivityEnvironment()
+
+    def replaced(path: str, location: str = table.location) -> CommitStep:
+        # As a forged compensation or roll-forward step would carry it.
+        return CommitStep(
+            procedure_id="forged",
+            table=table.model_copy(update={"location": location}),
+            operation=SnapshotOperation.COMPACT,
+            output=StagedOutput(job_key="forged:rewrite", attempt_token="t0", files=[]),
+            removes=[
+                DataFile(path="data/own.parquet", records=1, bytes=4),
+                DataFile(path=path, records=1, bytes=4),
+            ],
+        )
+
+    hostile: list[tuple[Any, Any]] = [
+        (spark.delete_replaced_files, replaced("../../other_ns/t/data/x.parquet")),
+        (spark.delete_replaced_files, replaced("data/../../../other_ns/t/data/x.parquet")),
+        (spark.delete_replaced_files, replaced(str(victim))),
+        (spark.delete_replaced_files, replaced("data/escape/y.parquet")),
+        (spark.delete_replaced_files, replaced("data/x.parquet", str(victim.parents[1]))),
+        (
+            spark.discard_job_output,
+            SparkJobStep(
+                procedure_id="forged",
+                job_key="forged:rewrite",
+                table=table.model_copy(update={"location": str(victim.parents[1])}),
+            ),
+        ),
+        (
+            tables.remove_layout,
+            TableStep(procedure_id="forged", table=table.model_copy(update={"name": ".."})),
+        ),
+        (
+            tables.delete_data,
+            TableStep(procedure_id="forged", table=table.model_copy(update={"namespace": ".."})),
+        ),
+    ]
+    for run, argument in hostile:
+        with pytest.raises(OutsideTableFolder, match="refused") as refused:
+            await environment.run(run, argument)
+        assert str(refused.value.error_type) in NON_RETRYABLE_ERROR_TYPES
+        assert own.exists() and victim.exists() and outside.exists(), (run, argument)
+    # The same step with only the table's own file deletes it.
+    step = replaced("data/own.parquet")
+    assert await environment.run(spark.delete_replaced_files, step) == 1
+    assert not own.exists() and victim.exists() and outside.exists()

@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
+from activities.tables import TableActivities
 from procbus.errors import ProcbusError
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import (
@@ -19,6 +20,7 @@ from procbus.lakehouse.models import (
     CreateTableInput,
     DeleteNamespaceInput,
     DeleteTableInput,
+    TableStep,
 )
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import abort_procedure, list_procedures
@@ -168,6 +170,35 @@ async def test_delete_table_rolls_back_before_the_pivot_and_forward_after(
     else:
         assert status.state is ProcedureState.ROLLED_BACK
         assert after == before
+
+
+async def test_a_late_delete_data_leaves_the_folder_of_the_table_made_again(
+    client: Client, start_worker: Any, task_queue: str, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    async with start_worker():
+        await create_namespace(client, task_queue)
+        first = await client.execute_workflow(
+            CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+        )
+        deleting = new_id("delete")
+        await client.execute_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.orders"),
+            id=deleting,
+            task_queue=task_queue,
+        )
+        again = await client.execute_workflow(
+            CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+        )
+    kept = Path(again.table.location) / "data" / "dt=2026-11-24" / "part-0.parquet"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"PAR1")
+    # The first DeleteTable's delete_data again, late (a retry whose lease ran out meanwhile).
+    late = TableStep(procedure_id=deleting, table=first.table)
+    await TableActivities(pool, warehouse).delete_data(late)
+    assert kept.read_bytes() == b"PAR1"
+    marker = json.loads((Path(again.table.location) / "_procbus_table.json").read_text())
+    assert marker["created_by"] == again.table.created_by
 
 
 async def test_abort_is_refused_past_the_pivot(
