@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import asyncpg
@@ -50,6 +51,43 @@ from procbus.spark.standalone import StandaloneBackend
 
 # A compaction rewrites a partition's files smaller than this share of the target size.
 SMALL_FILE_SHARE = 0.75
+# Under the warehouse: where a worker loads inputs from unless PROCBUS_LOAD_ROOTS says more.
+INCOMING = "incoming"
+
+
+def allowed_source(source: str, roots: Sequence[Path]) -> Path:
+    """`source` with every link and `..` resolved, when it lies under one of `roots` (a folder:
+    with everything in it); else InvalidRequest, the same whether or not it exists."""
+    if not os.path.isabs(source):
+        raise InvalidRequest(f"the source {source!r} is not an absolute path")
+    real_roots = [Path(os.path.realpath(root)) for root in roots]
+
+    def inside(path: str) -> bool:
+        real = Path(os.path.realpath(path))
+        return any(real.is_relative_to(root) for root in real_roots)
+
+    if not inside(source):
+        shown = ", ".join(str(root) for root in real_roots)
+        raise InvalidRequest(
+            f"the source {source} is not under a folder this worker loads from ({shown}): put "
+            "the input there, or add its folder to the worker's PROCBUS_LOAD_ROOTS"
+        )
+    resolved = Path(os.path.realpath(source))
+    if resolved.is_dir():
+        # Spark reads what the folder holds: no link in it may lead out (nor loop).
+        walked: set[str] = set()
+        for folder, folders, files in os.walk(resolved, followlinks=True):
+            if os.path.realpath(folder) in walked:
+                folders[:] = []
+                continue
+            walked.add(os.path.realpath(folder))
+            for name in (*folders, *files):
+                if not inside(os.path.join(folder, name)):
+                    raise InvalidRequest(
+                        f"the source {source} holds links that lead outside the folders this "
+                        "worker loads from"
+                    )
+    return resolved
 
 
 class SparkActivities:
@@ -64,10 +102,14 @@ class SparkActivities:
         backend: SparkBackend | None = None,
         spark_rest_url: str | None = None,
         spark_web_url: str | None = None,
+        load_roots: Sequence[Path] | None = None,
     ) -> None:
         self.catalog = Catalog(pool)
         self.ledger = JobLedger(pool)
         self.warehouse_root = warehouse_root
+        self.load_roots = (
+            list(load_roots) if load_roots is not None else [warehouse_root / INCOMING]
+        )
         self.spark_master = spark_master
         self.worker_id = worker_id or default_member_id()
         self.progress_every_seconds = progress_every_seconds
@@ -124,7 +166,9 @@ class SparkActivities:
     @activity.defn(name="preflight_load_table")
     async def preflight_load_table(self, step: LoadStep) -> TableDescriptor:
         table = await self._table(step.table)
-        if not await asyncio.to_thread(Path(step.source).exists):
+        # Checked before it is touched: a refused path is never read, nor said to exist.
+        source = await asyncio.to_thread(allowed_source, step.source, self.load_roots)
+        if not await asyncio.to_thread(source.exists):
             raise InvalidRequest(f"the source {step.source} does not exist on this worker")
         return table
 
@@ -152,9 +196,12 @@ class SparkActivities:
 
     @activity.defn(name="run_load_job")
     async def run_load_job(self, step: LoadStep) -> StagedOutput:
+        # Again: a link swapped since the preflight must not lead Spark out of the roots.
+        source = await asyncio.to_thread(allowed_source, step.source, self.load_roots)
+
         def job(output: Path) -> SparkJob:
             return LoadJob(
-                table=step.table, source=step.source, format=step.format, output=str(output)
+                table=step.table, source=str(source), format=step.format, output=str(output)
             )
 
         return await self._run_job(step, job)

@@ -176,7 +176,9 @@ async def main() -> dict[str, Any]:
         load_times: dict[str, list[float]] = {"procedure": [], "direct": [], "function": []}
         compact_times: dict[str, list[float]] = {"procedure": [], "direct": []}
         seen: list[float] = []
-        async with build_worker(client, pool, queue, warehouse_root=root, spark_backend=backend):
+        async with build_worker(
+            client, pool, queue, warehouse_root=root, spark_backend=backend, load_roots=[scratch]
+        ):
             # Warm-up, not counted: Spark's first jobs compile and cache much.
             warm = await make_table(catalog, root, "warm")
             await asyncio.to_thread(plain_write, spark, warm, source, scratch / "warm")

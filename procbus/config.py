@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     warehouse: Path | None = Field(
         default=None, description="root folder of table data; unset: STATE_DIR/warehouse"
     )
+    load_roots: str | None = Field(
+        default=None,
+        description="absolute folders `table load --from` may read, comma-separated; unset: "
+        "WAREHOUSE/incoming alone",
+    )
     spark_master: str = Field(
         default="local[*]",
         description="local[*] (jobs in the worker) or spark://host:port (a standalone cluster)",
@@ -164,6 +169,17 @@ class Settings(BaseSettings):
             raise ValueError("the URL has a port that is not a number") from None
         return value
 
+    @field_validator("load_roots")
+    @classmethod
+    def _load_roots(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for folder in value.split(","):
+            # Relative to what? A worker's working folder is no place to grant reads from.
+            if not Path(folder.strip()).is_absolute():
+                raise ValueError(f"expected absolute folders, comma-separated, got {folder!r}")
+        return value
+
     @field_validator("spark_master")
     @classmethod
     def _spark_master(cls, value: str) -> str:
@@ -204,6 +220,13 @@ class Settings(BaseSettings):
         return frozenset(
             name.strip() for name in self.outbox_workflow_types.split(",") if name.strip()
         )
+
+    @property
+    def load_root_paths(self) -> list[Path]:
+        """The folders a worker loads table data from (what else it can read stays private)."""
+        if self.load_roots is None:
+            return [self.warehouse_root / "incoming"]
+        return [Path(folder.strip()) for folder in self.load_roots.split(",")]
 
     def metrics_address(self, default_port: int | None = None) -> str | None:
         """host:port of the metrics endpoint, or None for none."""

@@ -764,7 +764,8 @@ class Demo:
             f"10. Table data on Spark: load {table} from three files, read it, compact it (its "
             "progress shown), read it again, and a Schedule"
         )
-        inputs = self.settings.state_dir / "demo-input" / self.run_id
+        # Under a folder the workers load from (WAREHOUSE/incoming unless PROCBUS_LOAD_ROOTS).
+        inputs = self.settings.load_root_paths[0] / "demo" / self.run_id
         inputs.mkdir(parents=True, exist_ok=True)
         load_ids = []
         for number in range(DEMO_LOADS):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from procbus.config import Settings
-from procbus.stack.addresses import embedded_addresses
+from procbus.stack.addresses import embedded_addresses, mask_password
 from procbus.stack.embedded import EmbeddedServices
 from starter.output import console
 from worker import serve, stopped_by_signals
@@ -28,7 +28,7 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
                 console.print(f"[bold green]procbus dev[/] is up (state in {services.state_dir})")
                 console.print(f"  Temporal   {info.temporal_address}  namespace {info.namespace}")
                 console.print(f"  Web UI     {info.ui_url}")
-                console.print(f"  PostgreSQL {info.database_url}")
+                console.print(f"  PostgreSQL {mask_password(info.database_url)}")
                 console.print(f"  worker     task queue {info.task_queue}")
                 console.print(f"  metrics    {info.metrics_url}")
                 console.print("Ctrl-C stops everything.", style="dim")

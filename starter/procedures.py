@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from starter.output import console, print_json
+from starter.output import console, error_console, print_json
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -120,7 +120,13 @@ async def follow(
     from procbus.procedures.models import ProcedureState
 
     if json_output:
-        status = await wait_for_procedure(client, procedure_id, timeout_seconds=timeout_seconds)
+        # Notes go to stderr: stdout stays one JSON document.
+        status = await wait_for_procedure(
+            client,
+            procedure_id,
+            timeout_seconds=timeout_seconds,
+            on_unreadable=lambda note: error_console.print(note, style="yellow", highlight=False),
+        )
         print_json(status)
     else:
         with Live(console=console, auto_refresh=False) as live:
@@ -134,7 +140,13 @@ async def follow(
             watching = asyncio.create_task(show_job_progress(client, procedure_id, live, shown))
             try:
                 status = await wait_for_procedure(
-                    client, procedure_id, timeout_seconds=timeout_seconds, on_change=show
+                    client,
+                    procedure_id,
+                    timeout_seconds=timeout_seconds,
+                    on_change=show,
+                    on_unreadable=lambda note: live.console.print(
+                        note, style="yellow", highlight=False
+                    ),
                 )
             finally:
                 watching.cancel()

@@ -210,7 +210,12 @@ def table_list(
 @table_app.command("load")
 def table_load(
     name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
-    source: str = typer.Option(..., "--from", help="A file or folder the workers can read."),
+    source: str = typer.Option(
+        ...,
+        "--from",
+        help="A file or folder under the workers' load roots (PROCBUS_LOAD_ROOTS; by default "
+        "WAREHOUSE/incoming).",
+    ),
     input_format: str = typer.Option("csv", "--format", help="csv (with a header), json, parquet"),
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,

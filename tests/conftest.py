@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -111,11 +112,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "state"
+def state_dir() -> Iterator[Path]:
+    """A state folder the embedded PostgreSQL user can enter when run as root (pytest's own
+    folders are closed to others): its data stays in it, and goes with it."""
+    from procbus.stack.ephemeral import service_dir
+
+    root = service_dir("procbus-state-")
+    folder = root / "state"
     folder.mkdir()
-    tmp_path.chmod(0o755)
-    return folder
+    yield folder
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

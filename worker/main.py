@@ -20,7 +20,7 @@ from temporalio.worker import Interceptor, Worker
 from activities.bus import BusActivities, MemberActivities
 from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
-from activities.spark import SparkActivities
+from activities.spark import INCOMING, SparkActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
@@ -112,11 +112,14 @@ def build_worker(
     worker_id: str | None = None,
     heartbeat_throttle: timedelta = HEARTBEAT_THROTTLE,
     outbox_workflow_types: frozenset[str] | None = None,
+    load_roots: Sequence[Path] | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
     activities check principals against `access`, the ACL cache of this process's bus member.
-    Spark starts on `spark_master` when the first Spark job runs."""
-    warehouse_root.mkdir(parents=True, exist_ok=True)
+    Spark starts on `spark_master` when the first Spark job runs; loads read only under
+    `load_roots` (unset: the warehouse's incoming/ folder)."""
+    # incoming/ made at once: where to put a load's input is plain to see.
+    (warehouse_root / INCOMING).mkdir(parents=True, exist_ok=True)
     spark = SparkActivities(
         pool,
         warehouse_root,
@@ -126,6 +129,7 @@ def build_worker(
         backend=spark_backend,
         spark_rest_url=spark_rest_url,
         spark_web_url=spark_web_url,
+        load_roots=load_roots,
     )
     return Worker(
         client,
@@ -216,6 +220,7 @@ async def serve(
                 spark_web_url=settings.spark_web_url,
                 worker_id=settings.worker_id,
                 outbox_workflow_types=settings.allowed_outbox_workflow_types(),
+                load_roots=settings.load_root_paths,
             ),
             bus_member(
                 client,

@@ -9,7 +9,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -34,6 +34,20 @@ from procbus.procedures.models import (
 )
 
 POLL_SECONDS = 0.25
+# A status query that waits longer than this is given up and asked again.
+QUERY_TIMEOUT_SECONDS = 10.0
+# Answers that mean "no worker answered in time" (one paused, or gone with the sticky task).
+_UNANSWERED = frozenset(
+    {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE}
+)
+
+
+class StatusUnreadable(ProcbusError):
+    """No worker answered the status query in time; the procedure may well be running."""
+
+    def __init__(self, procedure_id: str, reason: str) -> None:
+        super().__init__(f"cannot read procedure {procedure_id!r}: {reason}")
+        self.reason = reason
 
 
 class ProcedureSummary(BaseModel):
@@ -70,10 +84,17 @@ async def start_procedure(
     )
 
 
-async def procedure_status(client: Client, procedure_id: str) -> ProcedureStatus:
+async def procedure_status(
+    client: Client, procedure_id: str, *, query_timeout: float | None = None
+) -> ProcedureStatus:
+    """Its status, asked of the worker that runs it; StatusUnreadable when none answers in
+    `query_timeout` seconds (or the server's own limit)."""
     handle = client.get_workflow_handle(procedure_id)
+    rpc_timeout = None if query_timeout is None else timedelta(seconds=query_timeout)
     try:
-        status: ProcedureStatus = await handle.query("status", result_type=ProcedureStatus)
+        status: ProcedureStatus = await handle.query(
+            "status", result_type=ProcedureStatus, rpc_timeout=rpc_timeout
+        )
         return status
     except WorkflowQueryFailedError as error:
         # No status to ask: the run failed before its code ran (its input was refused).
@@ -81,6 +102,8 @@ async def procedure_status(client: Client, procedure_id: str) -> ProcedureStatus
     except RPCError as error:
         if error.status is RPCStatusCode.NOT_FOUND:
             raise ProcbusError(f"no procedure with ID {procedure_id!r}") from None
+        if error.status in _UNANSWERED:
+            raise StatusUnreadable(procedure_id, error.message) from None
         raise ProcbusError(f"cannot read procedure {procedure_id!r}: {error.message}") from None
 
 
@@ -146,13 +169,41 @@ async def wait_for_procedure(
     *,
     timeout_seconds: float | None = None,
     on_change: Callable[[ProcedureStatus], None] | None = None,
+    on_unreadable: Callable[[str], None] | None = None,
 ) -> ProcedureStatus:
-    """Poll until it ends (or is STUCK, which needs a person); calls on_change as it moves."""
+    """Poll until it ends (or is STUCK, which needs a person); calls on_change as it moves.
+
+    A status query no worker answers (its worker paused, say) is asked again until the
+    timeout; on_unreadable hears of it once per stretch without an answer."""
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     last: ProcedureStatus | None = None
+    unreadable_since: float | None = None
     handle = client.get_workflow_handle(procedure_id)
     while True:
-        status = await procedure_status(client, procedure_id)
+        query_timeout = QUERY_TIMEOUT_SECONDS
+        if deadline is not None:  # the last query ends near the wait's own timeout
+            query_timeout = max(1.0, min(query_timeout, deadline - time.monotonic()))
+        asked_at = time.monotonic()
+        try:
+            status = await procedure_status(client, procedure_id, query_timeout=query_timeout)
+        except StatusUnreadable as error:
+            if unreadable_since is None:
+                unreadable_since = asked_at
+                if on_unreadable is not None:
+                    on_unreadable(
+                        f"procedure {procedure_id}: its status cannot be read right now (no "
+                        f"worker answered: {error.reason}); still waiting"
+                    )
+            if deadline is not None and time.monotonic() > deadline:
+                seen = f", last seen {last.state.value}" if last is not None else ""
+                raise ProcbusError(
+                    f"procedure {procedure_id}: its status could not be read for the last "
+                    f"{time.monotonic() - unreadable_since:.0f}s{seen} (its worker does not "
+                    f"answer); gave up after {timeout_seconds:g}s"
+                ) from None
+            await asyncio.sleep(POLL_SECONDS)
+            continue
+        unreadable_since = None
         if on_change is not None and status != last:
             on_change(status)
         last = status

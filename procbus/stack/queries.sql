@@ -11,3 +11,8 @@ WHERE "check_id" = $1;
 
 -- name: count_stack_checks
 SELECT count(*) FROM "procbus_stack_checks";
+
+-- name: set_superuser_password
+-- Run by the single-user server before the first start: a utility statement takes no
+-- parameters, so {password} is filled in (procbus's own URL-safe token, checked as such).
+ALTER ROLE "postgres" PASSWORD '{password}';

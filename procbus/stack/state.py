@@ -83,7 +83,11 @@ def is_held(state_dir: Path) -> bool:
 def write_stack(state_dir: Path, info: StackInfo) -> None:
     path = state_dir / STACK_FILE
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(info.model_dump_json(indent=2))
+    temporary.unlink(missing_ok=True)
+    # Its database URL carries the password: this user's alone, as postgres.password is.
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(info.model_dump_json(indent=2))
     temporary.replace(path)  # readers never see half a file
 
 

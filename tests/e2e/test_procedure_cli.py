@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from procbus.stack.processes import free_port
-from tests.e2e.conftest import DevStack, procbus
+from tests.e2e.conftest import PROCBUS, DevStack, procbus
 from tests.services import subprocess_environment
 
 
@@ -205,3 +207,77 @@ def test_acl_and_workers_from_the_cli(dev_stack: DevStack) -> None:
     missing = procbus(dev_stack.env, "acl", "grant", "etl", "sales.nope", "read", "--wait")
     assert missing.returncode == 1
     assert "table 'sales.nope' does not exist" in missing.stdout
+
+
+@pytest.fixture
+def slow_env(state_dir: Path) -> dict[str, str]:
+    return subprocess_environment(
+        state_dir,
+        dev_temporal_port=str(free_port()),
+        dev_ui_port=str(free_port()),
+        metrics_port=str(free_port()),
+        # Long enough that the procedure is still running while its worker is paused.
+        faults="CreateNamespace.create_namespace:delay=3",
+    )
+
+
+def wait_for_line(process: subprocess.Popen[str], says: str, timeout: float = 60) -> str:
+    """The first line of the process's stderr that holds `says` (read as it comes)."""
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if says in line:
+            return line
+    raise AssertionError(f"no line with {says!r} in {seen}")
+
+
+def test_a_wait_outlasts_a_paused_worker(slow_env: dict[str, str], state_dir: Path) -> None:
+    """The dev stack's worker (the `procbus dev` process, which holds the sticky workflow task)
+    is SIGSTOPped: status queries time out, and a wait keeps waiting instead of failing."""
+    stack = DevStack(slow_env, state_dir)
+    try:
+        stack.start()
+        assert stack.process is not None
+        worker_pid = stack.process.pid
+        procedure_id = ok(stack, "namespace", "create", "sales").strip()
+        ok(stack, "proc", "status", procedure_id)  # its worker answered: the task is sticky there
+        os.kill(worker_pid, signal.SIGSTOP)
+        try:
+            waiting = subprocess.Popen(
+                [PROCBUS, "proc", "wait", procedure_id, "--timeout", "90", "--json"],
+                env=stack.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                line = wait_for_line(waiting, "cannot be read right now")
+                assert "still waiting" in line, line
+            finally:
+                os.kill(worker_pid, signal.SIGCONT)
+            out, err = waiting.communicate(timeout=90)
+        finally:
+            os.kill(worker_pid, signal.SIGCONT)
+        assert waiting.returncode == 0, (out, err)
+        assert json.loads(out)["state"] == "SUCCEEDED"
+
+        # Paused to the end: the wait ends at its own timeout and says why.
+        procedure_id = ok(stack, "namespace", "create", "returns").strip()
+        ok(stack, "proc", "status", procedure_id)
+        os.kill(worker_pid, signal.SIGSTOP)
+        try:
+            gave_up = procbus(stack.env, "proc", "wait", procedure_id, "--timeout", "6", "--json")
+        finally:
+            os.kill(worker_pid, signal.SIGCONT)
+        assert gave_up.returncode == 1, (gave_up.stdout, gave_up.stderr)
+        assert gave_up.stdout == ""
+        last = gave_up.stderr.strip().splitlines()[-1]
+        assert f"procedure {procedure_id}: its status could not be read" in last, last
+        assert "could not be read for the last" in last and "gave up after 6s" in last, last
+    finally:
+        stack.stop()

@@ -35,8 +35,9 @@ def test_load_read_compact_from_the_cli(dev_stack: DevStack, tmp_path: Path) -> 
         "region",
         "--wait",
     )
+    incoming = dev_stack.state_dir / "warehouse" / "incoming"  # where its worker loads from
     for batch in range(2):
-        source = tmp_path / f"orders{batch}.csv"
+        source = incoming / f"orders{batch}.csv"
         source.write_text(
             "id,region,amount\n"
             + "".join(
@@ -92,13 +93,22 @@ def test_load_read_compact_from_the_cli(dev_stack: DevStack, tmp_path: Path) -> 
     assert "snapshot 3: 3 of 20 rows" in shown
 
     # Bad input: a clear error, exit 1, nothing committed.
-    bad = tmp_path / "bad.csv"
+    bad = incoming / "bad.csv"
     bad.write_text("id,region,amount\n1,eu,lots\n")
     failed = procbus(
         dev_stack.env, "table", "load", "sales.orders", "--from", str(bad), "--wait", timeout=180
     )
     assert failed.returncode == 1
     assert "column 'amount'" in failed.stdout and "'lots'" in failed.stdout, failed.stdout
+    # Outside the worker's load roots: refused before anything reads it.
+    secret = tmp_path / "secret.csv"
+    secret.write_text("id,region,amount\nhunter2,eu,1\n")
+    outside = procbus(
+        dev_stack.env, "table", "load", "sales.orders", "--from", str(secret), "--wait"
+    )
+    assert outside.returncode == 1
+    assert "is not under a folder this worker loads from" in outside.stdout, outside.stdout
+    assert "hunter2" not in outside.stdout + outside.stderr
     for args, says in [
         (
             ["table", "load", "sales.orders", "--from", str(bad), "--format", "xml"],

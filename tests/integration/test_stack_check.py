@@ -1,15 +1,24 @@
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
+import stat
+import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
+import pytest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.stack.check import StackCheckInput, StackCheckResult
+from procbus.stack.ephemeral import service_dir
+from procbus.stack.postgres import POSTGRES_BIN_PATH, EmbeddedPostgres, _system_user
 from procbus.stack.processes import free_port, wait_for_port
 from procbus.stack.temporal_server import DevTemporalServer, temporal_binary
 from procbus.temporal import connect_client
@@ -91,3 +100,94 @@ async def test_a_client_connecting_while_the_server_starts_waits_for_it(tmp_path
         assert description.server_version
     finally:
         server.stop()
+
+
+def folder_modes(folder: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mode for path in (folder, *folder.parents)}
+
+
+async def refused_without_the_password(url: str) -> None:
+    parts = urlsplit(url)
+    host = f"{parts.hostname}:{parts.port}"
+    for netloc in (f"postgres@{host}", f"postgres:wrong@{host}"):
+        with pytest.raises(asyncpg.InvalidPasswordError):
+            await asyncpg.connect(urlunsplit(parts._replace(netloc=netloc)), password="")
+
+
+def test_the_embedded_postgresql_needs_its_password_and_opens_no_folder_above_it(
+    tmp_path: Path,
+) -> None:
+    # A state folder in a folder closed to others, as a home folder is (pytest's are too).
+    closed = tmp_path / "home"
+    closed.mkdir(mode=0o700)
+    state = closed / "project" / ".procbus"
+    state.mkdir(parents=True)
+    modes = folder_modes(state)
+    postgres = EmbeddedPostgres(state / "postgres", free_port(), state / "postgres.log")
+    try:
+        postgres.prepare()
+        postgres.launch()
+        postgres.wait_ready()
+
+        async def check() -> None:
+            await refused_without_the_password(postgres.url())
+            connection = await asyncpg.connect(postgres.url())
+            try:
+                assert await connection.fetchval("SELECT current_user") == "postgres"
+            finally:
+                await connection.close()
+
+        asyncio.run(check())
+    finally:
+        postgres.stop()
+        if postgres.data_dir != (state / "postgres"):  # kept outside the closed folder
+            shutil.rmtree(postgres.data_dir)
+    assert folder_modes(state) == modes  # no folder above the data was opened to others
+    password_file = state / "postgres.password"
+    assert stat.S_IMODE(password_file.stat().st_mode) == 0o600
+    assert password_file.read_text().strip() == urlsplit(postgres.url()).password
+
+
+def test_a_cluster_of_an_older_procbus_switches_to_its_password_and_keeps_its_data() -> None:
+    """Its data folder in place, made with `trust` and no password file, as procbus made it."""
+    root = service_dir("procbus-old-state-")
+    data = root / "postgres"
+    data.mkdir(mode=0o700)
+    user = _system_user()
+    as_user: dict[str, Any] = {"user": user, "group": user, "extra_groups": [] if user else None}
+    try:
+        if user is not None:
+            shutil.chown(data, user, user)
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres"],
+            check=True,
+            capture_output=True,
+            **as_user,
+        )
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / "postgres"), "--single", "-D", str(data), "postgres"],
+            input=b'CREATE TABLE "kept" ("v" int);\nINSERT INTO "kept" VALUES (7);\n',
+            check=True,
+            capture_output=True,
+            **as_user,
+        )
+        postgres = EmbeddedPostgres(data, free_port(), root / "postgres.log")
+        postgres.prepare()
+        postgres.launch()
+        try:
+            postgres.wait_ready()
+
+            async def check() -> None:
+                await refused_without_the_password(postgres.url())
+                connection = await asyncpg.connect(postgres.url())
+                try:
+                    assert await connection.fetchval('SELECT "v" FROM "kept"') == 7
+                finally:
+                    await connection.close()
+
+            asyncio.run(check())
+        finally:
+            postgres.stop()
+        assert stat.S_IMODE((root / "postgres.password").stat().st_mode) == 0o600
+    finally:
+        shutil.rmtree(root)

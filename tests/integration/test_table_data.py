@@ -9,7 +9,7 @@ import csv
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,8 +109,14 @@ def table_files_on_disk(table: TableDescriptor) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def spark_worker(
-    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, faults: str = ""
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    faults: str = "",
+    load_roots: Sequence[Path] = (),
 ) -> AsyncIterator[None]:
+    """A worker that loads from the test's own folder (beside the warehouse) and `load_roots`."""
     from procbus.temporal.faults import parse_faults
 
     async with build_worker(
@@ -120,6 +126,7 @@ async def spark_worker(
         warehouse_root=warehouse,
         faults=parse_faults(faults),
         spark_progress_seconds=0.2,
+        load_roots=[warehouse.parent, *load_roots],
     ):
         yield
 
@@ -276,6 +283,57 @@ async def test_bad_input_names_the_column_and_commits_nothing(
     assert table_files_on_disk(table) == ["_procbus_table.json"]
 
 
+async def test_a_load_reads_only_under_the_load_roots(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    """A worker with the default settings loads from WAREHOUSE/incoming alone: any other path
+    (by `..` or a link too) is refused at preflight, the same whether it exists or not, and no
+    refused file's content reaches an error."""
+    await make_table(pool, warehouse)
+    incoming = warehouse / "incoming"
+    secret = tmp_path / "secret.csv"
+    secret.write_text("id,region,amount\nhunter2,eu,1\n")  # a load of it would quote hunter2
+    refused = "is not under a folder this worker loads from"
+
+    async def refusal(source: str) -> str:
+        procedure_id = new_id("load")
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                LoadTable.run,
+                LoadTableInput(table="sales.orders", source=source),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+        status = await status_of(client, procedure_id)
+        assert status.state is ProcedureState.ROLLED_BACK, status
+        assert status.failed_step == "preflight" and status.steps_done == [], status
+        assert "hunter2" not in (status.error or "")
+        return (status.error or "").replace(source, "SOURCE")
+
+    async with build_worker(client, pool, task_queue, warehouse_root=warehouse):
+        # Outside the roots, existing or not: one error, which says nothing of the file.
+        there = await refusal(str(secret))
+        assert refused in there and str(incoming) in there, there
+        assert await refusal(str(tmp_path / "absent.csv")) == there
+        # Out by `..`, resolved before the check.
+        assert refused in await refusal(f"{incoming}/../../secret.csv")
+        # Out by a link, and by a folder holding a link.
+        (incoming / "link.csv").symlink_to(secret)
+        assert refused in await refusal(str(incoming / "link.csv"))
+        (incoming / "batch").mkdir()
+        write_csv(incoming / "batch" / "part-1.csv", 0, 3)
+        (incoming / "batch" / "part-2.csv").symlink_to(secret)
+        assert "holds links that lead outside" in await refusal(str(incoming / "batch"))
+        assert "not an absolute path" in await refusal("incoming/rows.csv")
+        # Under the root: its absence may be said, and a file there loads.
+        assert "does not exist" in await refusal(str(incoming / "absent.csv"))
+        loaded = await load(client, task_queue, write_csv(incoming / "rows.csv", 0, 6))
+    assert loaded.records == 6
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 6)
+    assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
+
+
 async def wait_for_running_job(client: Client, procedure_id: str) -> dict[str, Any]:
     """The job's progress once Spark runs its tasks, from the pending activity's heartbeat
     details (what the Temporal UI shows)."""
@@ -309,7 +367,7 @@ async def test_cancelling_a_load_mid_job_stops_spark_and_leaves_no_files(
     warehouse: Path,
 ) -> None:
     table = await make_table(pool, warehouse)
-    async with spark_worker(client, pool, task_queue, warehouse):
+    async with spark_worker(client, pool, task_queue, warehouse, load_roots=[big_csv.parent]):
         handle = await start_load(client, task_queue, big_csv)
         procedure_id = handle.id
         progress = await wait_for_running_job(client, handle.id)
@@ -347,13 +405,14 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
         task_queue=task_queue,
         warehouse=str(warehouse),
         spark_master="local[2]",
+        load_roots=str(big_csv.parent),
     )
     with worker_process(env) as doomed:
         handle = await start_load(client, task_queue, big_csv, job_heartbeat_timeout_seconds=5)
         procedure_id = handle.id
         await wait_for_running_job(client, handle.id)
         os.kill(doomed.pid, signal.SIGKILL)
-    async with spark_worker(client, pool, task_queue, warehouse):
+    async with spark_worker(client, pool, task_queue, warehouse, load_roots=[big_csv.parent]):
         result = await handle.result()
         status = await status_of(client, procedure_id)
     assert status.state is ProcedureState.SUCCEEDED

@@ -49,6 +49,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ("PROCBUS_TASK_QUEUE", "queue with spaces", "expected letters"),
         ("PROCBUS_DEV_TEMPORAL_PORT", "70000", "less than or equal to 65535"),
         ("PROCBUS_TEMPORAL_TLS_CA", "/no/such/ca.pem", "no such file"),
+        ("PROCBUS_LOAD_ROOTS", "/data/in,incoming", "expected absolute folders"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_it(
@@ -61,6 +62,15 @@ def test_a_bad_setting_is_one_line_naming_it(
     assert message.startswith(f"invalid setting {name}: ")
     assert says in message
     assert "\n" not in message
+
+
+def test_loads_read_from_the_warehouse_incoming_folder_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PROCBUS_WAREHOUSE", "/data/warehouse")
+    assert load_settings().load_root_paths == [Path("/data/warehouse/incoming")]
+    monkeypatch.setenv("PROCBUS_LOAD_ROOTS", "/data/in, /mnt/exports")
+    assert load_settings().load_root_paths == [Path("/data/in"), Path("/mnt/exports")]
 
 
 def test_tls_certificate_and_key_go_together(
@@ -86,5 +96,6 @@ def test_setting_names_cover_the_documented_ones() -> None:
         "PROCBUS_WAREHOUSE",
         "PROCBUS_SPARK_MASTER",
         "PROCBUS_STATE_DIR",
+        "PROCBUS_LOAD_ROOTS",
     }
     assert documented <= setting_names()
