@@ -328,7 +328,10 @@ async def test_a_column_added_at_the_source_mid_stream_is_added_to_the_lake_tabl
         assert status.lag_changes == 0 and status.batches_applied == 2
         table = await Catalog(bank).get_table("bank", "accounts")
         assert table is not None
-        assert [(c.name, c.type) for c in table.columns][3:] == [("note", "string"), ("tier", "int")]
+        assert [(c.name, c.type) for c in table.columns][3:] == [
+            ("note", "string"),
+            ("tier", "int"),
+        ]
         (rows,) = await lake(bank, "accounts")
         # Rows from before the column read NULL until their next change; later ones its value.
         assert rows == [
@@ -364,7 +367,7 @@ def add_a_not_null_column_without_default() -> list[str]:
     return [
         "DELETE FROM accounts",
         'ALTER TABLE "accounts" ADD COLUMN "tier" integer NOT NULL',
-        "INSERT INTO accounts VALUES (3, 'cy', 30, 1)",
+        "INSERT INTO accounts (id, owner, balance, tier) VALUES (3, 'cy', 30, 1)",
     ]
 
 
