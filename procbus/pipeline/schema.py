@@ -24,6 +24,7 @@ from procbus.capture import Captures, SourceColumn
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.names import Column, validate_name
+from procbus.topics.models import Entry
 
 # PostgreSQL types (format_type without modifiers) and the lake column type their to_jsonb
 # values are read into; numeric is decimal(p,s) when it has a precision of at most 38.
@@ -66,7 +67,7 @@ def how_to_resume(topic: str, table: TableDescriptor) -> str:
     )
 
 
-def _row_images(entries: tuple[Any, ...], source: str) -> list[tuple[int, dict[str, Any]]]:
+def _row_images(entries: tuple[Entry, ...], source: str) -> list[tuple[int, dict[str, Any]]]:
     """The (entry ID, row after) of the batch's inserts and updates of `source`, in order."""
     images = []
     for entry in entries:
@@ -85,7 +86,7 @@ async def added_columns(
     topic: str,
     table: TableDescriptor,
     source: str,
-    entries: tuple[Any, ...],
+    entries: tuple[Entry, ...],
 ) -> list[Column]:
     """The columns of `source` that the batch's row images carry and lake table `table` lacks,
     added at the source since its capture began, to add to the lake table (in order); none when
