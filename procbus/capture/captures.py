@@ -35,6 +35,16 @@ QUERIES = "procbus.capture"
 TABLE_KINDS = {"r": "table", "p": "partitioned table"}
 
 
+class SourceColumn(BaseModel):
+    """A captured table's column as PostgreSQL has it now."""
+
+    name: str
+    base_type: str  # format_type without modifiers: 'numeric', 'character varying'
+    type: str  # with them: 'numeric(10,2)'
+    not_null: bool
+    has_default: bool
+
+
 class Capture(BaseModel):
     source_schema: str
     source_table: str
@@ -99,7 +109,13 @@ class Captures:
                 )
             name = trigger_name(topic)
             created = await connection.fetchval(
-                queries["insert_capture"], found["schema"], found["name"], topic, key_columns, name
+                queries["insert_capture"],
+                found["schema"],
+                found["name"],
+                topic,
+                key_columns,
+                name,
+                columns,
             )
             if created is None:
                 raise InvalidRequest(f"table {qualified} is captured into {topic!r} already")
@@ -127,6 +143,16 @@ class Captures:
             snapshot_rows=rows,
             created_at=created,
         )
+
+    async def source_columns(self, schema: str, table: str) -> dict[str, SourceColumn]:
+        """The table's columns as they are now, by name (empty when the table is gone)."""
+        rows = await self.pool.fetch(self.queries["column_definitions"], schema, table)
+        return {row["name"]: SourceColumn(**dict(row)) for row in rows}
+
+    async def captured_columns(self, topic: str, schema: str, table: str) -> list[str] | None:
+        """The table's columns when its capture into `topic` began; None when not known."""
+        found = await self.pool.fetchval(self.queries["captured_columns"], topic, schema, table)
+        return None if found is None else list(found)
 
     async def list_captures(self, topic: str | None = None) -> list[Capture]:
         rows = await self.pool.fetch(self.queries["list_captures"], topic)

@@ -13,6 +13,21 @@ FROM pg_catalog.pg_attribute AS a
 WHERE a."attrelid" = $1::oid AND a."attnum" > 0 AND NOT a."attisdropped"
 ORDER BY a."attnum";
 
+-- name: column_definitions
+-- A table's columns as they are now (none when it is gone): type, NOT NULL, default.
+SELECT a."attname" AS "name", format_type(a."atttypid", NULL) AS "base_type",
+       format_type(a."atttypid", a."atttypmod") AS "type", a."attnotnull" AS "not_null",
+       a."atthasdef" AS "has_default"
+FROM pg_catalog.pg_attribute AS a
+WHERE a."attrelid" = to_regclass(format('%I.%I', $1::text, $2::text))
+  AND a."attnum" > 0 AND NOT a."attisdropped"
+ORDER BY a."attnum";
+
+-- name: captured_columns
+-- The source's columns when its capture into the topic began (NULL: not kept then).
+SELECT "source_columns" FROM "procbus_captures"
+WHERE "topic" = $1 AND "source_schema" = $2 AND "source_table" = $3;
+
 -- name: primary_key
 SELECT a."attname" AS "name"
 FROM pg_catalog.pg_index AS i
@@ -26,8 +41,8 @@ SELECT "sync", "group_transactions", "endpoint" FROM "procbus_topics" WHERE "nam
 
 -- name: insert_capture
 INSERT INTO "procbus_captures"
-    ("source_schema", "source_table", "topic", "key_columns", "trigger_name")
-VALUES ($1, $2, $3, $4, $5)
+    ("source_schema", "source_table", "topic", "key_columns", "trigger_name", "source_columns")
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT DO NOTHING
 RETURNING "created_at";
 

@@ -946,7 +946,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     "topic" record;
 BEGIN
-    SELECT t."sync", t."max_payload_bytes", t."group_transactions" INTO "topic"
+    SELECT t."sync", t."max_payload_bytes", t."group_transactions", t."disabled_at",
+           t."disabled_reason" INTO "topic"
     FROM "procbus_topics" AS t WHERE t."name" = "p_topic";
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no topic named %', quote_literal("p_topic") USING ERRCODE = 'PBT01';
@@ -961,7 +962,11 @@ BEGIN
     END IF;
     "shard" := "procbus_topic_take"("p_topic", "p_shard", "p_bytes");
     IF "shard" IS NULL THEN
-        RAISE EXCEPTION 'topic % is full', quote_literal("p_topic") USING ERRCODE = 'PBQ01';
+        -- A stopped delivery is why a topic fills up: the writer it refuses is told so.
+        RAISE EXCEPTION 'topic % is full%', quote_literal("p_topic"),
+            CASE WHEN "topic"."disabled_at" IS NULL THEN '' ELSE
+                format(' (its delivery is disabled: %s)', "topic"."disabled_reason") END
+            USING ERRCODE = 'PBQ01';
     END IF;
     "grouped" := "topic"."group_transactions";
 END
@@ -1349,6 +1354,9 @@ CREATE TABLE "procbus_captures" (
     "trigger_name" text NOT NULL,
     "snapshot_rows" bigint NOT NULL DEFAULT 0,
     "created_at" timestamptz NOT NULL DEFAULT now(),
+    -- The source's columns when the capture began (NULL: a capture made before they were kept);
+    -- one added since is a change of schema the pipeline applies to the lake table.
+    "source_columns" text[],
     PRIMARY KEY ("source_schema", "source_table", "topic")
 );
 

@@ -322,6 +322,27 @@ class Catalog:
             await connection.fetchval(self.queries["set_key_columns"], namespace, table, keys)
         )
 
+    async def add_columns(
+        self,
+        connection: asyncpg.Connection,
+        namespace: str,
+        table: str,
+        before: list[Column],
+        after: list[Column],
+    ) -> bool:
+        """Inside the caller's transaction: the table's columns become `after` (columns added at
+        the end), by compare-and-set of `before`; False when they changed meanwhile. Files from
+        before read NULL for the added columns."""
+        return bool(
+            await connection.fetchval(
+                self.queries["add_columns"],
+                namespace,
+                table,
+                [column.model_dump() for column in before],
+                [column.model_dump() for column in after],
+            )
+        )
+
     async def swap_snapshot(
         self,
         connection: asyncpg.Connection,

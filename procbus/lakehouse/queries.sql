@@ -144,6 +144,13 @@ UPDATE "procbus_tables" SET "key_columns" = $3
 WHERE "namespace" = $1 AND "name" = $2 AND ("key_columns" = '{}' OR "key_columns" = $3)
 RETURNING "name";
 
+-- name: add_columns
+-- Columns added to a table, by compare-and-set of the columns the caller planned on: no row
+-- when they changed meanwhile. The row stays locked until commit.
+UPDATE "procbus_tables" SET "columns" = $4::jsonb
+WHERE "namespace" = $1 AND "name" = $2 AND "columns" = $3::jsonb
+RETURNING "name";
+
 -- name: list_snapshots
 SELECT "snapshot_id", "parent_id", "operation", "job_key", "procedure_id", "files_added",
        "files_removed", "records_added", "records_removed", "committed_at"

@@ -90,7 +90,13 @@ def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) ->
     parts = []
     for order, file in enumerate(snapshot.files):
         part = parquet.read_table(folder / file.path)
-        columns = [part.column(name).cast(schema.field(name).type) for name in schema.names]
+        # A file from before a column was added (a change of schema at the source) reads NULL.
+        columns = [
+            part.column(name).cast(schema.field(name).type)
+            if name in part.column_names
+            else pyarrow.nulls(part.num_rows, schema.field(name).type)
+            for name in schema.names
+        ]
         deleted = (
             part.column(DELETED_COLUMN)
             if DELETED_COLUMN in part.column_names

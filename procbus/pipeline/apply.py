@@ -14,10 +14,12 @@ owner's take-over bumps the topic's owner epoch and ends the claim first, so a z
 (of an older epoch) neither commits nor claims again, and the new owner may sweep what killed
 attempts left (their staging, files no snapshot lists).
 
-A change that does not fit its lake table (a column missing or unknown, a value of the wrong
-type, a table that does not exist) is refused: the batch is dead-lettered with nothing applied,
-and the topic is disabled, so nothing behind it is applied first, until `procbus topic redrive`
-and `procbus topic enable`.
+A column added at the source since its capture began is added to the lake table's columns in
+the batch's commit (procbus.pipeline.schema). A change that does not fit its lake table (a
+column missing or unknown, a value of the wrong type, a table that does not exist, a change of
+schema the lake table cannot follow) is refused: the batch is dead-lettered with nothing
+applied, and the topic is disabled, so nothing behind it is applied first, until `procbus topic
+redrive` and `procbus topic enable`.
 """
 
 from __future__ import annotations
@@ -35,15 +37,18 @@ from typing import Any
 
 import asyncpg
 
+from procbus.capture import Captures
 from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
 from procbus.delivery.endpoints import Endpoint
-from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
+from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
 from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.names import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
+from procbus.pipeline.schema import ChangeMisfit, added_columns, explain_type_misfit
 from procbus.spark import staging
 from procbus.spark.backends import SparkBackend, run_watched
 from procbus.spark.changes import SEQUENCE_COLUMN, apply_changes
@@ -56,8 +61,12 @@ FORGET_BATCHES_AFTER_SECONDS = 24 * 3600.0
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
 
 
-class ChangeMisfit(InvalidRequest):
-    """A change that its lake table can never take as it is."""
+class TypeMisfit(ChangeMisfit):
+    """A value that does not fit its lake column's type (a change of type at the source?)."""
+
+    def __init__(self, message: str, table: str, source: str, column: str) -> None:
+        super().__init__(message)
+        self.table, self.source, self.column = table, source, column
 
 
 def value_fits(column_type: str, value: Any) -> bool:
@@ -98,6 +107,8 @@ class TableChanges:
     lines: list[str] = field(default_factory=list)
     seen_keys: set[str] = field(default_factory=set)
     repeats: bool = False  # a key changes more than once in the batch: the job reduces
+    # Added at the source since the capture began: the commit adds them to the lake table.
+    added_columns: list[Column] = field(default_factory=list)
 
     @property
     def columns(self) -> list[str]:
@@ -105,10 +116,15 @@ class TableChanges:
 
 
 def plan_batch(
-    endpoint: Endpoint, entries: tuple[Entry, ...], tables: dict[str, TableDescriptor | None]
+    endpoint: Endpoint,
+    entries: tuple[Entry, ...],
+    tables: dict[str, TableDescriptor | None],
+    added: dict[str, list[Column]] | None = None,
 ) -> dict[str, TableChanges]:
     """The batch's changes per lake table (`tables`: each name looked up, None when missing),
-    each checked against its table; ChangeMisfit naming the first change that does not fit."""
+    each checked against its table with the columns `added` to it (rows from before a column
+    was added at the source lack it: NULL); ChangeMisfit naming the first change that does not
+    fit."""
     planned: dict[str, TableChanges] = {}
     wanted: dict[str, list[str]] = {}  # each table's columns, in order
     for place, entry in enumerate(entries):
@@ -126,7 +142,11 @@ def plan_batch(
         source = f"{change['schema']}.{change['table']}"
         part = planned.get(name)
         if part is None:
-            part = planned[name] = TableChanges(table=table, keys=keys, source=source)
+            new_columns = (added or {}).get(name, [])
+            table = table.model_copy(update={"columns": [*table.columns, *new_columns]})
+            part = planned[name] = TableChanges(
+                table=table, keys=keys, source=source, added_columns=new_columns
+            )
             _check_table(table, keys, change)
             wanted[name] = part.columns
         elif source != part.source:
@@ -138,11 +158,26 @@ def plan_batch(
         elif keys != part.keys:
             raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
         row = change["row"] if change["op"] != "delete" else change["key"]
-        part.lines.append(_line(table, wanted[name], entry.id, change, row, place))
+        optional = {column.name for column in part.added_columns}
+        part.lines.append(_line(part.table, wanted[name], optional, entry.id, change, row, place))
         key = json.dumps(change["key"], sort_keys=True)
         part.repeats = part.repeats or key in part.seen_keys
         part.seen_keys.add(key)
     return planned
+
+
+def first_source(endpoint: Endpoint, entries: tuple[Entry, ...], name: str) -> str | None:
+    """The captured table (SCHEMA.TABLE) of the batch's first change to lake table `name`."""
+    for entry in entries:
+        change = entry.payload
+        if (
+            isinstance(change, dict)
+            and "table" in change
+            and "schema" in change
+            and lake_table_name(endpoint, change) == name
+        ):
+            return f"{change['schema']}.{change['table']}"
+    return None
 
 
 def lake_table_name(endpoint: Endpoint, change: dict[str, Any]) -> str:
@@ -175,6 +210,7 @@ def _check_table(table: TableDescriptor, keys: list[str], change: dict[str, Any]
 def _line(
     table: TableDescriptor,
     wanted: list[str],
+    optional: set[str],
     entry_id: int,
     change: dict[str, Any],
     row: Any,
@@ -184,7 +220,7 @@ def _line(
         raise ChangeMisfit(f"change {entry_id} of {change['schema']}.{change['table']} has no row")
     if change["op"] != "delete" and (len(row) != len(wanted) or not all(n in row for n in wanted)):
         source = f"{change['schema']}.{change['table']}"
-        missing = [name for name in wanted if name not in row]
+        missing = [name for name in wanted if name not in row and name not in optional]
         unknown = [name for name in row if name not in wanted]
         if missing or unknown:
             said = [f"missing column(s) {', '.join(missing)}"] if missing else []
@@ -197,10 +233,13 @@ def _line(
     for column in table.columns:
         value = row.get(column.name)
         if not value_fits(column.type, value):
-            raise ChangeMisfit(
+            raise TypeMisfit(
                 f"change {entry_id} of {change['schema']}.{change['table']}: {column.name} = "
                 f"{value!r} does not fit lake table {table.qualified_name}'s column type "
-                f"{column.type}"
+                f"{column.type}",
+                table.name,
+                f"{change['schema']}.{change['table']}",
+                column.name,
             )
         line[column.name] = _timestamp(value) if column.type == "timestamp" and value else value
     line[DELETED_COLUMN] = change["op"] == "delete"
@@ -214,6 +253,7 @@ class Pipelines:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.catalog = Catalog(pool)
+        self.captures = Captures(pool)
         self.queries = load_queries(QUERIES)
 
     async def applied(self, topic: str, batch_id: str) -> bool:
@@ -230,10 +270,11 @@ class Pipelines:
         written: list[tuple[TableChanges, list[DataFile]]],
         claim_id: str | None = None,
     ) -> dict[str, int] | None:
-        """One transaction: the batch's fence, a snapshot of each lake table adding its change
-        files, the position reached. The snapshots committed; None when the batch was applied
-        already (nothing committed). With `claim_id` (a delivery attempt's), AttemptFencedOut
-        when another attempt took the batch over: its files may be swept already."""
+        """One transaction: the batch's fence, the columns added at the source to each lake
+        table, a snapshot of each lake table adding its change files, the position reached.
+        The snapshots committed; None when the batch was applied already (nothing committed).
+        With `claim_id` (a delivery attempt's), AttemptFencedOut when another attempt took the
+        batch over: its files may be swept already."""
         queries = self.queries
         async with self.pool.acquire() as connection, connection.transaction():
             if claim_id is not None and not await connection.fetchval(
@@ -258,6 +299,15 @@ class Pipelines:
                     raise ChangeMisfit(
                         f"lake table {table.qualified_name} is merged by another key than "
                         f"{part.keys}"
+                    )
+                before = table.columns[: len(table.columns) - len(part.added_columns)]
+                if part.added_columns and not await self.catalog.add_columns(
+                    connection, table.namespace, table.name, before, table.columns
+                ):
+                    # Retryable: the batch is planned again on the columns there are now.
+                    raise SnapshotConflict(
+                        f"the columns of lake table {table.qualified_name} changed while "
+                        "this batch was applied; nothing committed, it is applied again"
                     )
                 snapshots[table.qualified_name] = await self.catalog.swap_snapshot(
                     connection,
@@ -372,7 +422,22 @@ class TableApplier(EndpointClient):
             if isinstance(entry.payload, dict) and "table" in entry.payload
         }
         tables = {name: await self.pipelines.catalog.get_table(namespace, name) for name in names}
-        planned = plan_batch(self.endpoint, entries, tables)
+        added: dict[str, list[Column]] = {}
+        for name, table in tables.items():
+            source = first_source(self.endpoint, entries, name)
+            if table is not None and source is not None:
+                added[name] = await added_columns(
+                    self.pipelines.captures, self.topic, table, source, entries
+                )
+        try:
+            planned = plan_batch(self.endpoint, entries, tables, added)
+        except TypeMisfit as misfit:
+            table, source = tables.get(misfit.table), misfit.source
+            if table is None:
+                raise
+            raise await explain_type_misfit(
+                self.pipelines.captures, self.topic, table, source, misfit.column, misfit
+            ) from None
         parts = list(planned.values())
         for part in parts:
             if part.table.qualified_name not in self.swept:

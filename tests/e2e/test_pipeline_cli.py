@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -38,6 +39,19 @@ def run_sql(url: str, *statements: str) -> list[dict[str, Any]]:
             await connection.close()
 
     return asyncio.run(run())
+
+
+def wait_for(stack: DevStack, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """`pipeline status shop-accounts --json` until `done` says so."""
+    deadline = time.monotonic() + 120
+    while True:
+        status: dict[str, Any] = json.loads(
+            ok(stack, "pipeline", "status", "shop-accounts", "--json")
+        )
+        if done(status):
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(0.5)
 
 
 def test_capture_a_table_and_watch_its_pipeline(dev_stack: DevStack) -> None:
@@ -118,6 +132,30 @@ def test_capture_a_table_and_watch_its_pipeline(dev_stack: DevStack) -> None:
             {"id": 2, "owner": "bob", "balance": 140},
         ]
     )
+    # A column added at the source reaches the lake table: NULL for rows from before it.
+    run_sql(
+        url,
+        'ALTER TABLE "accounts" ADD COLUMN "note" text',
+        "UPDATE accounts SET note = 'vip' WHERE id = 2",
+        "SELECT 1",
+    )
+    status = wait_for(dev_stack, lambda status: status["transactions_applied"] == 3)
+    assert status["state"] == "running" and status["last_error"] is None
+    read = json.loads(ok(dev_stack, "table", "read", "shop.accounts", "--limit", "0", "--json"))
+    assert read["rows"] == [
+        {"id": 1, "owner": "ada", "balance": 60, "note": None},
+        {"id": 2, "owner": "bob", "balance": 140, "note": "vip"},
+    ]
+    # A dropped column cannot be applied: the pipeline stops, and its status says why.
+    run_sql(
+        url,
+        'ALTER TABLE "accounts" DROP COLUMN "owner"',
+        "UPDATE accounts SET balance = 1 WHERE id = 1",
+        "SELECT 1",
+    )
+    wait_for(dev_stack, lambda status: status["state"] != "running")
+    shown = ok(dev_stack, "pipeline", "status", "shop-accounts")
+    assert "column(s) owner were dropped at the source" in shown
     ok(dev_stack, "capture", "delete", "accounts", "--topic", "shop-accounts")
     assert json.loads(ok(dev_stack, "capture", "list", "--json")) == []
     ok(dev_stack, "topic", "delete", "shop-accounts")

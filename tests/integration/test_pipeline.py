@@ -308,6 +308,115 @@ async def test_a_batch_failing_past_its_retries_or_ttl_stops_the_pipeline_and_lo
     ]
 
 
+async def test_a_column_added_at_the_source_mid_stream_is_added_to_the_lake_table(
+    client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    topic = await pipeline(bank, "accounts", batch_size=100)
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10), (2, 'bob', 20)")
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+    # One batch holds rows from before and after the changes of schema.
+    await bank.execute("INSERT INTO accounts VALUES (5, 'eve', 50)")
+    await bank.execute('ALTER TABLE "accounts" ADD COLUMN "note" text')
+    await bank.execute('ALTER TABLE "accounts" ADD COLUMN "tier" integer NOT NULL DEFAULT 3')
+    await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30, 'hi', 7)")
+    await bank.execute("UPDATE accounts SET balance = 11 WHERE id = 1")
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+        status = await Pipelines(bank).status(topic)
+        assert (status.state, status.last_error, status.dead_letters) == ("running", None, 0)
+        assert status.lag_changes == 0 and status.batches_applied == 2
+        table = await Catalog(bank).get_table("bank", "accounts")
+        assert table is not None
+        assert [(c.name, c.type) for c in table.columns][3:] == [
+            ("note", "string"),
+            ("tier", "int"),
+        ]
+        (rows,) = await lake(bank, "accounts")
+        # Rows from before the column read NULL until their next change; later ones its value.
+        assert rows == [
+            {"id": 1, "owner": "ada", "balance": 11, "note": None, "tier": 3},
+            {"id": 2, "owner": "bob", "balance": 20, "note": None, "tier": None},
+            {"id": 3, "owner": "cy", "balance": 30, "note": "hi", "tier": 7},
+            {"id": 5, "owner": "eve", "balance": 50, "note": None, "tier": None},
+        ]
+        # Spark's fold (compaction) reads the files from before the column as the reader does.
+        compacted = await client.execute_workflow(
+            CompactTable.run,
+            CompactTableInput(table="bank.accounts"),
+            id=new_id("compact"),
+            task_queue=task_queue,
+        )
+        assert compacted.files_added == 1
+        (after,) = await lake(bank, "accounts")
+        assert after == rows
+
+
+def drop_a_column() -> list[str]:
+    return ['ALTER TABLE "accounts" DROP COLUMN "owner"', "INSERT INTO accounts VALUES (3, 30)"]
+
+
+def change_a_type() -> list[str]:
+    return [
+        'ALTER TABLE "accounts" ALTER COLUMN "balance" TYPE text',
+        "INSERT INTO accounts VALUES (3, 'cy', 'thirty')",
+    ]
+
+
+def add_a_not_null_column_without_default() -> list[str]:
+    return [
+        "DELETE FROM accounts",
+        'ALTER TABLE "accounts" ADD COLUMN "tier" integer NOT NULL',
+        "INSERT INTO accounts (id, owner, balance, tier) VALUES (3, 'cy', 30, 1)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (drop_a_column, "column(s) owner were dropped at the source"),
+        (change_a_type, "balance is now text at the source; the lake column is bigint"),
+        (add_a_not_null_column_without_default, "tier is NOT NULL without a default"),
+    ],
+)
+async def test_a_schema_change_that_cannot_be_applied_stops_the_pipeline_saying_why(
+    client: Client,
+    bank: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    change: Any,
+    reason: str,
+) -> None:
+    topic = await pipeline(bank, "accounts", batch_size=100, max_entries=12)
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10), (2, 'bob', 20)")
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+    before = await Catalog(bank).table_files("bank", "accounts")
+    # An applicable column in the same batch: it is not added either, nothing is half-applied.
+    await bank.execute('ALTER TABLE "accounts" ADD COLUMN "note" text')
+    for statement in change():
+        await bank.execute(statement)
+    pipelines = Pipelines(bank)
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        async with asyncio.timeout(60):
+            while (status := await pipelines.status(topic)).state == "running":
+                await asyncio.sleep(0.1)
+    assert status.state.startswith("stopped:") and reason in status.state
+    assert status.last_error is not None and reason in status.last_error
+    assert status.batches_applied == 1
+    after = await Catalog(bank).table_files("bank", "accounts")
+    assert after == before  # the same columns, snapshot and files
+    assert not list(Path(warehouse).rglob("_staging/*"))
+    # The application's writes go on: queued, up to the topic's bound, then refused saying why.
+    written = 0
+    with pytest.raises(asyncpg.PostgresError, match="stopped") as refused:
+        for n in range(20):
+            await bank.execute("UPDATE accounts SET note = $1 WHERE id = 3", str(n))
+            written += 1
+    assert written > 0 and refused.value.sqlstate == "PBQ01"
+    assert f"topic '{topic}' is full" in str(refused.value) and reason in str(refused.value)
+
+
 async def test_a_batch_applied_twice_commits_once(
     bank: asyncpg.Pool, warehouse: Path, spark: Any
 ) -> None:

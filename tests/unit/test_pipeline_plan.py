@@ -11,11 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from procbus.capture import SourceColumn
 from procbus.delivery.endpoints import parse_endpoint
 from procbus.lakehouse.data import DELETED_COLUMN
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import parse_columns
+from procbus.lakehouse.names import Column, parse_columns
 from procbus.pipeline.apply import ChangeMisfit, plan_batch, value_fits
+from procbus.pipeline.schema import lake_type
 from procbus.spark.changes import SEQUENCE_COLUMN
 from procbus.topics import Entry
 
@@ -126,6 +128,42 @@ def test_one_lake_table_takes_one_source_table() -> None:
         plan_batch(
             parse_endpoint("table://bank.accounts"), (accounts, other), {"accounts": ACCOUNTS}
         )
+
+
+def test_rows_from_before_a_column_was_added_read_null_for_it() -> None:
+    planned = plan_batch(
+        parse_endpoint("table://bank"),
+        (
+            change(1, "insert", 1, {"id": 1, "owner": "a", "balance": 1}),
+            change(2, "insert", 2, {"id": 2, "owner": "b", "balance": 2, "note": "hi"}),
+        ),
+        {"accounts": ACCOUNTS},
+        {"accounts": [Column(name="note", type="string")]},
+    )
+    part = planned["accounts"]
+    assert part.columns == ["id", "owner", "balance", "note"]
+    assert [column.name for column in part.added_columns] == ["note"]
+    assert [json.loads(line)["note"] for line in part.lines] == [None, "hi"]
+
+
+@pytest.mark.parametrize(
+    ("base", "full", "expected"),
+    [
+        ("integer", "integer", "int"),
+        ("bigint", "bigint", "bigint"),
+        ("character varying", "character varying(20)", "string"),
+        ("numeric", "numeric(10,2)", "decimal(10,2)"),
+        ("numeric", "numeric", None),
+        ("timestamp with time zone", "timestamp with time zone", "timestamp"),
+        ("jsonb", "jsonb", None),
+        ("integer[]", "integer[]", None),
+    ],
+)
+def test_a_source_column_type_maps_to_a_lake_type_or_to_none(
+    base: str, full: str, expected: str | None
+) -> None:
+    column = SourceColumn(name="c", base_type=base, type=full, not_null=False, has_default=False)
+    assert lake_type(column) == expected
 
 
 def test_an_event_that_is_no_change_is_refused() -> None:
