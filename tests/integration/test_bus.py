@@ -211,11 +211,13 @@ async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_al
 
 
 async def grant_or_revoke(
-    client: Client, task_queue: str, action: Literal["grant", "revoke"]
+    client: Client, task_queue: str, action: Literal["grant", "revoke"], **options: Any
 ) -> AccessResult:
     return await client.execute_workflow(
         ChangeAccess.run,
-        ChangeAccessInput(action=action, principal="etl", table="sales.orders", permission="write"),
+        ChangeAccessInput(
+            action=action, principal="etl", table="sales.orders", permission="write", **options
+        ),
         id=new_id(action),
         task_queue=task_queue,
     )
@@ -369,7 +371,10 @@ async def test_a_member_whose_heartbeat_lapsed_rebuilds_its_caches_before_it_ser
             os.kill(lapsing["w2"].pid, signal.SIGSTOP)
             try:
                 await wait_for_members(pool, "w1")  # w2 is gone for the bus
-                revoked = await grant_or_revoke(client, task_queue, "revoke")
+                # A task handed to a poll w2 left open waits out its timeout, then goes to w1.
+                revoked = await grant_or_revoke(
+                    client, task_queue, "revoke", step_timeout_seconds=5
+                )
                 steady["w1"].terminate()  # leaves the bus: w2 alone serves from now on
                 await asyncio.to_thread(steady["w1"].wait, 60)
             finally:
