@@ -32,11 +32,13 @@ class ErrorType(StrEnum):
     SPARK_JOB_CANCELLED = "SparkJobCancelled"  # the job was cancelled before it finished
     ATTEMPT_FENCED_OUT = "AttemptFencedOut"  # a newer attempt of the same job took over
     SNAPSHOT_CONFLICT = "SnapshotConflict"  # a file a commit replaces is no longer live
+    MEMBER_NOT_CURRENT = "MemberNotCurrent"  # this worker's bus caches may be stale: ask again
 
     @property
     def retryable(self) -> bool:
-        """Whether trying the same call again can succeed: only an injected fault can."""
-        return self is ErrorType.INJECTED_FAULT
+        """Whether trying the same call again can succeed: an injected fault, or a worker that
+        is rebuilding its caches (or was replaced: the retry goes to another)."""
+        return self in (ErrorType.INJECTED_FAULT, ErrorType.MEMBER_NOT_CURRENT)
 
 
 # What a step's retry policy never retries: trying the same request again cannot help.
@@ -76,6 +78,13 @@ class AccessDenied(ProcbusError):
     """The worker's ACL cache does not let the principal do this to the table."""
 
     error_type = ErrorType.ACCESS_DENIED
+
+
+class MemberNotCurrent(ProcbusError):
+    """This worker may not serve from its caches now: its bus heartbeat lapsed and they are
+    being rebuilt from the catalog, or another process took its worker ID over."""
+
+    error_type = ErrorType.MEMBER_NOT_CURRENT
 
 
 class LockError(InvalidRequest):

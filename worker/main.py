@@ -25,11 +25,17 @@ from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
 from procbus.bus.member import BusMember
-from procbus.bus.membership import Membership, default_member_id, member_task_queue
+from procbus.bus.membership import (
+    MemberLease,
+    Membership,
+    default_member_id,
+    member_task_queue,
+)
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.delivery.endpoints import parse_allowlist
 from procbus.delivery.owner import keep_owners
+from procbus.errors import MemberNotCurrent
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
@@ -164,15 +170,20 @@ async def bus_member(
     faults: Sequence[Fault] = (),
 ) -> AsyncIterator[BusMember]:
     """This process as a bus member while inside: joined (heartbeating), its caches rebuilt
-    from the catalog, and a worker on its own task queue applying what the bus sends."""
+    from the catalog, and a worker on its own task queue applying what the bus sends. After a
+    lapsed heartbeat it rebuilds them again before serving; `member.taken_over` is set when
+    another process joins under the same ID (this one then refuses to serve)."""
     member_id = member_id or default_member_id()
     queue = member_task_queue(task_queue, member_id)
-    member = BusMember(member_id, tables, access)
-    async with Membership(pool).joined(member_id, queue, timeout_seconds) as started_at:
+    lease = MemberLease(timeout_seconds)
+    member = BusMember(member_id, tables, access, lease)
+    catalog = Catalog(pool)
+    # After joining: a change the bus decides from now on reaches this member by message,
+    # one decided before is in the catalog read after the first heartbeat.
+    async with Membership(pool).joined(
+        member_id, queue, lease, lambda: member.refresh(catalog)
+    ) as started_at:
         member.started_at = started_at
-        # After joining: a change the bus decides from now on reaches this member by message,
-        # one decided before is in the catalog read here.
-        await member.rebuild(Catalog(pool))
         async with Worker(
             client,
             task_queue=queue,
@@ -203,7 +214,9 @@ async def serve(
     pool = await create_pool(services.database_url)
     allowlist = parse_allowlist(settings.endpoint_allowlist)
     faults = parse_faults(settings.faults)
-    tables, access = DescriptorCache(), AccessCache()
+    # Until the bus member has read the catalog, ACL checks are refused (and retried).
+    tables, access = DescriptorCache(), AccessCache(guard=_not_joined_yet)
+    member: BusMember | None = None
     try:
         async with (
             build_worker(
@@ -231,7 +244,7 @@ async def serve(
                 member_id=settings.worker_id,
                 timeout_seconds=settings.member_timeout_seconds,
                 faults=faults,
-            ),
+            ) as member,
         ):
             await ensure_sweep_schedule(client, services.task_queue)
             if on_ready is not None:
@@ -247,9 +260,29 @@ async def serve(
                 ).run(stop),
                 # Every topic gets its one delivery workflow.
                 keep_owners(client, Topics(pool).list_topics, services.task_queue, stop),
+                stop_when_taken_over(member, stop),
             )
     finally:
         await pool.close()
+    if member is not None and member.taken_over.is_set():
+        member.check_current()  # raises: says which process took the worker ID over
+
+
+def _not_joined_yet() -> None:
+    raise MemberNotCurrent("this worker has not joined the bus yet: its ACL cache is not read")
+
+
+async def stop_when_taken_over(member: BusMember, stop: asyncio.Event) -> None:
+    """Sets `stop` once another process joined under this one's worker ID: two processes must
+    never serve as one member (the other gets its messages, this one would miss them)."""
+    waits = [asyncio.ensure_future(member.taken_over.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    if member.taken_over.is_set():
+        stop.set()
 
 
 @contextlib.contextmanager

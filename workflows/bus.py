@@ -199,7 +199,7 @@ class Broadcaster:
                     summary=f"{phase.value} {self.message.operation.kind} on {member.member_id}",
                 )
             except ActivityError as error:
-                unanswered = isinstance(error.cause, ActivityTimeout)
+                unanswered = isinstance(error.cause, ActivityTimeout) or _not_the_member(error)
                 if not await self._still_member(member.member_id):
                     into.outcome, into.error = MemberOutcome.DROPPED, failure_text(error)
                     self.on_change(self.result)
@@ -232,6 +232,13 @@ class Broadcaster:
 
     async def _still_member(self, member_id: str) -> bool:
         return any(m.member_id == member_id for m in await self.members())
+
+
+def _not_the_member(error: ActivityError) -> bool:
+    """A process that lost the member's ID to another one refused: as if unanswered, so the
+    phase is sent again and reaches the process that holds the ID now."""
+    cause = error.cause
+    return isinstance(cause, ApplicationError) and cause.type == ErrorType.MEMBER_NOT_CURRENT
 
 
 def broadcast_failure(result: BroadcastResult, step: str) -> ApplicationError:

@@ -3,16 +3,21 @@
 Every phase is idempotent per operation ID, because the coordinator resends to a member that
 did not answer in time: a second apply or commit changes nothing, an abort undoes a one-phase
 apply, and an operation aborted once is never applied after (a late resend finds it decided).
-State is in memory only; `rebuild` loads it from the catalog when the worker starts.
+State is in memory only; `rebuild` loads it from the catalog when the worker starts, and again
+after its heartbeat lapsed (the others may have sent it nothing meanwhile). Until then nothing is
+served from it: phases wait, the ACL cache refuses (MemberNotCurrent, retried).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
 
+from procbus.bus.membership import MemberLease
 from procbus.bus.models import (
     BusMessage,
     ChangeAccessOperation,
@@ -23,7 +28,7 @@ from procbus.bus.models import (
     ReportState,
 )
 from procbus.bus.outcomes import MemberReport
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, MemberNotCurrent
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
 
@@ -45,7 +50,13 @@ class _Remembered(OrderedDict[str, V]):
 
 
 class BusMember:
-    def __init__(self, member_id: str, tables: DescriptorCache, access: AccessCache) -> None:
+    def __init__(
+        self,
+        member_id: str,
+        tables: DescriptorCache,
+        access: AccessCache,
+        lease: MemberLease | None = None,
+    ) -> None:
         self.member_id = member_id
         self.tables = tables
         self.access = access
@@ -54,12 +65,74 @@ class BusMember:
         self._undo: _Remembered[Undo] = _Remembered()  # one-phase applies an abort would undo
         self._staged: dict[str, Operation] = {}
         self._decided: _Remembered[str] = _Remembered()  # "committed" or "aborted"
+        # With a lease (a joined member), nothing is served until the caches are read.
+        self.lease = lease
+        self.stale = lease is not None
+        self._read_once = False
+        self.taken_over = asyncio.Event()
+        self._changed = asyncio.Condition()
+        if lease is not None:
+            access.guard = self.check_current
 
     async def rebuild(self, catalog: Catalog) -> None:
         """The member's state from the catalog: what it missed while it was not running."""
-        for table in await catalog.list_tables():
-            self.tables.put(table)
+        tables = await catalog.list_tables()
+        self.tables.replace(tables)
         self.access.replace(await catalog.list_access())
+        self.stale = False
+        self._read_once = True
+
+    async def refresh(self, catalog: Catalog) -> None:
+        """After each heartbeat: rebuild the caches if the lease lapsed (or they were never
+        read), then wake the phases waiting to be served."""
+        lease = self.lease
+        try:
+            if lease is not None and lease.lapsed:
+                lease.lapsed = False
+                self.stale = True  # before any await: nothing is served from them from now
+            if self.stale and (lease is None or lease.taken_over_by is None):
+                await self.rebuild(catalog)
+        finally:
+            if lease is not None and lease.taken_over_by is not None:
+                self.taken_over.set()
+            async with self._changed:
+                self._changed.notify_all()
+
+    def check_current(self) -> None:
+        """MemberNotCurrent unless this process may serve from its caches right now: it holds
+        its member ID, its lease runs, and its caches were rebuilt since its last lapse."""
+        lease = self.lease
+        if lease is None:
+            return
+        if lease.taken_over_by is not None:
+            raise MemberNotCurrent(
+                f"worker {self.member_id!r} was taken over by {lease.taken_over_by} (started "
+                "with the same worker ID): this process no longer serves"
+            )
+        if self.stale and not self._read_once:
+            raise MemberNotCurrent(
+                f"worker {self.member_id!r} has not read its caches from the catalog yet "
+                "(it is joining the bus); try again"
+            )
+        if self.stale or not lease.current:
+            raise MemberNotCurrent(
+                f"worker {self.member_id!r} cannot vouch for its caches now: its bus heartbeat "
+                "lapsed or is overdue (the bus may have sent it changes it missed), and they are "
+                "read again from the catalog after its next heartbeat; try again"
+            )
+
+    async def serving(self) -> None:
+        """Wait until this process may serve a bus phase (its caches rebuilt after a lapse);
+        MemberNotCurrent if it was taken over, or is still not current after a timeout."""
+        lease = self.lease
+        if lease is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(lease.timeout_seconds), self._changed:
+                await self._changed.wait_for(
+                    lambda: lease.taken_over_by is not None or (lease.current and not self.stale)
+                )
+        self.check_current()
 
     # ---- the phases ----
 

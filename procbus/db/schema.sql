@@ -135,6 +135,9 @@ CREATE TABLE "procbus_acl" (
 
 -- ---- the notification bus (procbus/bus) ----
 
+-- Bus member incarnations: never reused, also after a forgotten member row is made again.
+CREATE SEQUENCE "procbus_bus_incarnations";
+
 -- The notification bus's members: one row per worker process, kept alive by its heartbeat.
 -- Each member states its own timeout: it counts as gone once its heartbeat is older.
 CREATE TABLE "procbus_bus_members" (
@@ -144,7 +147,9 @@ CREATE TABLE "procbus_bus_members" (
     "pid" integer NOT NULL,
     "started_at" timestamptz NOT NULL DEFAULT now(),
     "heartbeat_at" timestamptz NOT NULL DEFAULT now(),
-    "timeout_seconds" double precision NOT NULL CHECK ("timeout_seconds" > 0)
+    "timeout_seconds" double precision NOT NULL CHECK ("timeout_seconds" > 0),
+    -- The process holding the ID: a new one takes a new incarnation and fences the one before.
+    "incarnation" bigint NOT NULL DEFAULT nextval('"procbus_bus_incarnations"')
 );
 
 -- ---- the durable outbox (procbus/hooks) ----

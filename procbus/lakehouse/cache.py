@@ -1,10 +1,12 @@
 """The worker's caches: what a worker believes a table looks like, and who may do what.
 
 Every worker holds both; the bus (procbus.bus) changes them on every worker at once, and a
-worker that starts rebuilds them from the catalog.
+worker that starts, or whose bus heartbeat lapsed, rebuilds them from the catalog.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from procbus.errors import AccessDenied
 from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
@@ -16,6 +18,9 @@ class DescriptorCache:
 
     def put(self, table: TableDescriptor) -> None:
         self._tables[table.qualified_name] = table
+
+    def replace(self, tables: list[TableDescriptor]) -> None:
+        self._tables = {table.qualified_name: table for table in tables}
 
     def evict(self, qualified_name: str) -> bool:
         return self._tables.pop(qualified_name, None) is not None
@@ -29,10 +34,12 @@ class DescriptorCache:
 
 class AccessCache:
     """The worker's copy of the ACL: rebuilt from the catalog at start, changed by the bus's
-    two-phase broadcasts, read by the table activities that write."""
+    two-phase broadcasts, read by the table activities that write. `guard` (set by the bus
+    member) raises before `require` answers from a cache that may have missed a change."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: Callable[[], None] | None = None) -> None:
         self._entries: set[tuple[str, str, str, Permission]] = set()
+        self.guard = guard
 
     @staticmethod
     def _key(entry: AccessEntry) -> tuple[str, str, str, Permission]:
@@ -57,6 +64,8 @@ class AccessCache:
         return self._key(entry) in self._entries
 
     def require(self, entry: AccessEntry) -> None:
+        if self.guard is not None:
+            self.guard()
         if not self.allows(entry):
             raise AccessDenied(
                 f"{entry.principal!r} may not {entry.permission.value} {entry.qualified_table!r}"

@@ -1,7 +1,8 @@
 """The notification bus with three `procbus worker` processes on one Temporal server: every
 member receives, a slow one gets a resend and applies once, a killed one is dropped and
 rebuilds at restart, a failed prepare aborts all, a late starter enforces the ACL it read from
-the catalog.
+the catalog, a member whose heartbeat lapsed rebuilds before it serves again, and a second
+process under the same worker ID takes the member over while the first stops.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from procbus.bus.membership import Membership
+from procbus.bus.membership import LEASE_SHARE, MemberLease, Membership
 from procbus.bus.models import BroadcastInput, ReportState
 from procbus.bus.outcomes import BroadcastResult, MemberOutcome
 from procbus.lakehouse.catalog import Catalog
@@ -210,11 +211,13 @@ async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_al
 
 
 async def grant_or_revoke(
-    client: Client, task_queue: str, action: Literal["grant", "revoke"]
+    client: Client, task_queue: str, action: Literal["grant", "revoke"], **options: Any
 ) -> AccessResult:
     return await client.execute_workflow(
         ChangeAccess.run,
-        ChangeAccessInput(action=action, principal="etl", table="sales.orders", permission="write"),
+        ChangeAccessInput(
+            action=action, principal="etl", table="sales.orders", permission="write", **options
+        ),
         id=new_id(action),
         task_queue=task_queue,
     )
@@ -353,3 +356,86 @@ async def test_a_commit_a_live_member_keeps_refusing_is_resent_a_bounded_number_
                 )
     message = str(failure.value.cause)
     assert "w2: no commit after 2 sends" in message, message
+
+
+async def test_a_member_whose_heartbeat_lapsed_rebuilds_its_caches_before_it_serves_again(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    """w2 is stopped past its member timeout, misses a revoke (sent to live members only), and
+    is the only worker when it runs again: it must not serve from the cache it had."""
+    with start_members(w2="") as lapsing:
+        with start_members(w1="") as steady:
+            await wait_for_members(pool, "w1", "w2")
+            await create_orders(client, task_queue)
+            await grant_or_revoke(client, task_queue, "grant")
+            os.kill(lapsing["w2"].pid, signal.SIGSTOP)
+            try:
+                await wait_for_members(pool, "w1")  # w2 is gone for the bus
+                # A task handed to a poll w2 left open waits out its timeout, then goes to w1.
+                revoked = await grant_or_revoke(
+                    client, task_queue, "revoke", step_timeout_seconds=5
+                )
+                steady["w1"].terminate()  # leaves the bus: w2 alone serves from now on
+                await asyncio.to_thread(steady["w1"].wait, 60)
+            finally:
+                os.kill(lapsing["w2"].pid, signal.SIGCONT)
+        # At once: the first step that checks the ACL may reach w2 before its next heartbeat.
+        refused = await delete_orders_as(client, task_queue, "etl")
+        status = await status_of(client, refused)
+        report = await inspect(client, task_queue)
+    assert [(m.member_id, m.outcome) for m in revoked.members] == [("w1", MemberOutcome.COMMITTED)]
+    assert status.state is ProcedureState.ROLLED_BACK, status
+    assert status.error == "AccessDenied: 'etl' may not write 'sales.orders'"
+    assert {m.member_id: m.report.access for m in report.members if m.report} == {"w2": []}
+    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == ["sales.orders"]
+
+
+async def test_a_second_process_with_the_same_worker_id_takes_over_and_the_first_stops(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    with start_members(w1="") as first:
+        await wait_for_members(pool, "w1")
+        with start_members(w1="") as second:
+            async with asyncio.timeout(60):  # its next heartbeat finds the ID taken
+                while first["w1"].poll() is None:
+                    await asyncio.sleep(0.2)
+            await wait_for_members(pool, "w1")
+            holders = [(m.member_id, m.pid) for m in await Membership(pool).members()]
+            report = await inspect(client, task_queue)
+            second_serves = second["w1"].poll() is None
+    assert first["w1"].returncode != 0
+    assert holders == [("w1", second["w1"].pid)]
+    assert second_serves
+    assert outcomes(report) == {"w1": MemberOutcome.APPLIED}
+
+
+async def test_joining_under_a_held_member_id_fences_the_holder(pool: asyncpg.Pool) -> None:
+    """Directly on the membership table: the holder's next heartbeat is refused, the newcomer
+    is told how long the holder may still act on its last one, and the holder's leave does
+    not remove the newcomer's row."""
+    holder, newcomer = Membership(pool), Membership(pool)
+    lease = MemberLease(4.0)
+    sent_at = lease.clock()
+    joined = await holder.join("twin", "q-member-twin", 4.0)
+    lease.held(joined.incarnation, sent_at)
+    await holder.renew("twin", "q-member-twin", lease)
+    assert lease.current and lease.taken_over_by is None
+
+    taking_over = await newcomer.join("twin", "q-member-twin", 4.0)
+    assert taking_over.incarnation > joined.incarnation
+    assert 0 < taking_over.predecessor_lease_seconds <= 4.0 * LEASE_SHARE
+    await holder.renew("twin", "q-member-twin", lease)
+    assert lease.taken_over_by == f"pid {newcomer.pid} on {newcomer.host}"
+    assert not lease.current
+    await holder.leave("twin", joined.incarnation)
+    assert [m.member_id for m in await newcomer.members()] == ["twin"]
+
+    # A holder's row forgotten meanwhile comes back with its next heartbeat, as a lapse.
+    await newcomer.leave("twin", taking_over.incarnation)
+    fresh = MemberLease(4.0)
+    fresh.held(taking_over.incarnation, fresh.clock() - 10.0)
+    await newcomer.renew("twin", "q-member-twin", fresh)
+    assert fresh.current and fresh.lapsed
+    assert [m.member_id for m in await newcomer.members()] == ["twin"]
+    again = await holder.join("twin", "q-member-twin", 4.0)
+    assert again.incarnation > taking_over.incarnation  # never handed out twice

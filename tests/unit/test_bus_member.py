@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from procbus.bus.member import BusMember
+from procbus.bus.membership import MemberLease
 from procbus.bus.models import (
     BusMessage,
     ChangeAccessOperation,
@@ -15,7 +16,7 @@ from procbus.bus.models import (
     PutDescriptor,
     ReportState,
 )
-from procbus.errors import InvalidRequest
+from procbus.errors import AccessDenied, InvalidRequest, MemberNotCurrent
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
 from procbus.lakehouse.names import Column
@@ -146,3 +147,60 @@ def test_any_order_of_resends_ends_as_the_first_decision_says(
     assert bus.access.allows(ETL_WRITE) == bool(committed)
     assert all(bus.applied.get(op) == 1 for op in committed)
     assert all(op not in bus.applied for op, d in decided.items() if d == "abort")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def joined_member(clock: Clock) -> tuple[BusMember, MemberLease]:
+    lease = MemberLease(4.0, clock)  # acts on a heartbeat for 3 s
+    bus = BusMember("w1", DescriptorCache(), AccessCache(), lease)
+    bus.access.grant(ETL_WRITE)
+    lease.held(7, sent_at=clock.now)
+    return bus, lease
+
+
+def test_a_joined_member_serves_no_acl_check_before_it_read_the_catalog() -> None:
+    bus, _ = joined_member(Clock())
+    with pytest.raises(MemberNotCurrent, match="has not read its caches"):
+        bus.access.require(ETL_WRITE)
+    bus.stale = False  # what a rebuild ends with
+    bus.access.require(ETL_WRITE)
+
+
+def test_a_heartbeat_later_than_the_lease_is_a_lapse() -> None:
+    clock = Clock()
+    bus, lease = joined_member(clock)
+    bus.stale = False
+    clock.now += 2.0
+    lease.renewed(sent_at=clock.now)  # on time
+    assert lease.current and not lease.lapsed
+    clock.now += 3.5  # stopped: past the lease, maybe dropped by the bus meanwhile
+    with pytest.raises(MemberNotCurrent, match="lapsed or is overdue"):
+        bus.access.require(ETL_WRITE)
+    sent = clock.now
+    clock.now += 0.1
+    lease.renewed(sent_at=sent)
+    assert lease.current and lease.lapsed  # renewed, but its caches must be read again
+
+
+def test_a_member_taken_over_refuses_whatever_its_lease_says() -> None:
+    bus, lease = joined_member(Clock())
+    bus.stale = False
+    lease.taken_over("pid 42 on h2")
+    assert not lease.current
+    with pytest.raises(MemberNotCurrent, match="taken over by pid 42 on h2"):
+        bus.check_current()
+
+
+def test_an_access_cache_without_a_member_answers_from_what_it_holds() -> None:
+    cache = AccessCache()
+    with pytest.raises(AccessDenied):
+        cache.require(ETL_WRITE)
+    cache.grant(ETL_WRITE)
+    cache.require(ETL_WRITE)
