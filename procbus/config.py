@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     outbox_workflow_types: str | None = Field(
         default=None,
         description="workflow types the outbox relay may start, comma-separated; unset: any but "
-        "procbus's own (Broadcast, OutboxSweep, TopicDelivery)",
+        "procbus's own (Broadcast, OutboxSweep, Retention, TopicDelivery)",
     )
 
     worker_id: str | None = Field(
@@ -107,6 +107,37 @@ class Settings(BaseSettings):
         default=15.0,
         gt=0,
         description="a worker that has not heartbeaten for this long drops out of the bus",
+    )
+
+    # Retention (the Retention workflow, started by a Temporal Schedule): ages in seconds.
+    outbox_retention_seconds: float = Field(
+        default=7 * 86400.0, gt=0, description="done outbox rows are deleted this long after"
+    )
+    spark_job_retention_seconds: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        description="finished Spark job ledger rows (and attempts) are deleted this long after, "
+        "once their procedure has closed",
+    )
+    snapshot_retention_seconds: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        description="a table snapshot expires this long after a newer one replaced it (the "
+        "current one never); files no kept snapshot lists are deleted with it",
+    )
+    batch_fence_retention_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="fence rows of applied change batches are deleted this long after, once "
+        "their entries left the queue",
+    )
+    bus_member_retention_seconds: float = Field(
+        default=86400.0,
+        gt=0,
+        description="rows of bus members gone (heartbeat run out) this long are deleted",
+    )
+    retention_every_seconds: float = Field(
+        default=3600.0, gt=0, description="how often the Retention schedule runs"
     )
 
     faults: str | None = Field(

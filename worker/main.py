@@ -20,6 +20,7 @@ from temporalio.worker import Interceptor, Worker
 from activities.bus import BusActivities, MemberActivities
 from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
+from activities.retention import RetentionActivities
 from activities.spark import INCOMING, SparkActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
@@ -39,6 +40,7 @@ from procbus.errors import MemberNotCurrent
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
+from procbus.retention.schedule import ensure_retention_schedule, retention_request
 from procbus.spark.backends import SparkBackend
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
@@ -50,6 +52,7 @@ from workflows.access import ChangeAccess
 from workflows.bus import Broadcast
 from workflows.data import CompactTable, LoadTable
 from workflows.outbox import OutboxSweep
+from workflows.retention import Retention
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 from workflows.topics import TopicDelivery
@@ -63,6 +66,7 @@ WORKFLOWS: Sequence[type] = (
     CreateTable,
     DeleteTable,
     OutboxSweep,
+    Retention,
     TopicDelivery,
     Broadcast,
     ChangeAccess,
@@ -88,6 +92,7 @@ def activities_for(
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
         *BusActivities(Membership(pool)).all(),
+        *RetentionActivities(pool, warehouse_root).all(),
         *spark.all(),
     ]
 
@@ -202,7 +207,8 @@ async def serve(
     metrics_address: str | None = None,
 ) -> None:
     """Run a worker on `services` until `stop` is set: the workflows and activities, the
-    outbox relay loop, the Temporal Schedule that sweeps what a dead relay left, and a delivery
+    outbox relay loop, the Temporal Schedules that sweep what a dead relay left and delete what is
+    past its retention, and a delivery
     workflow for every topic; with
     `metrics_address`, Prometheus metrics there (the SDK's and procbus's)."""
     client = await connect_client(
@@ -247,6 +253,12 @@ async def serve(
             ) as member,
         ):
             await ensure_sweep_schedule(client, services.task_queue)
+            await ensure_retention_schedule(
+                client,
+                services.task_queue,
+                retention_request(settings),
+                timedelta(seconds=settings.retention_every_seconds),
+            )
             if on_ready is not None:
                 on_ready()
             await asyncio.gather(

@@ -56,7 +56,7 @@ SWEEP_EVERY = timedelta(hours=1)
 
 
 # procbus's own machinery, started only by procbus itself: a row may never name them.
-INTERNAL_WORKFLOW_TYPES = frozenset({"Broadcast", "OutboxSweep", "TopicDelivery"})
+INTERNAL_WORKFLOW_TYPES = frozenset({"Broadcast", "OutboxSweep", "Retention", "TopicDelivery"})
 # The engine's signals (a child's undo stack, lock wake-ups) carry engine state.
 ENGINE_SIGNAL_PREFIX = "procbus_"
 

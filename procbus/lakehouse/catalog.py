@@ -290,6 +290,17 @@ class Catalog:
             raise InvalidRequest(
                 f"table {namespace}.{name} has no snapshot {snapshot_id} (current: {current})"
             )
+        oldest = (
+            None
+            if snapshot_id is None
+            else await connection.fetchval(self.queries["oldest_snapshot"], namespace, name)
+        )
+        if snapshot_id is not None and oldest is not None and snapshot_id < oldest:
+            # Its files may be deleted already: read as if whole, it would silently lose rows.
+            raise InvalidRequest(
+                f"snapshot {snapshot_id} of {namespace}.{name} has expired "
+                f"(PROCBUS_SNAPSHOT_RETENTION_SECONDS); the oldest kept is {oldest}"
+            )
         files = (
             []
             if wanted is None

@@ -95,6 +95,10 @@ WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permissio
 -- name: current_snapshot
 SELECT "current_snapshot" FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
 
+-- name: oldest_snapshot
+-- The oldest snapshot kept (Retention expires older ones); NULL: none recorded.
+SELECT min("snapshot_id") FROM "procbus_snapshots" WHERE "namespace" = $1 AND "table_name" = $2;
+
 -- name: swap_snapshot
 -- The compare-and-set: no row when another commit moved the table's snapshot meanwhile.
 UPDATE "procbus_tables" SET "current_snapshot" = $4

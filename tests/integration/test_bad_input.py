@@ -63,6 +63,7 @@ def test_every_registered_workflow_is_covered() -> None:
         "DeleteTable",
         "LoadTable",
         "OutboxSweep",
+        "Retention",
         "StackCheck",
         "TopicDelivery",
     ]

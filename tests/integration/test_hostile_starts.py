@@ -224,6 +224,8 @@ async def test_the_outbox_relay_refuses_rows_the_api_would_never_write(
     hostile = {
         "broadcast": ("start_workflow", "Broadcast", None, [{"operation": grant}]),
         "sweep": ("start_workflow", "OutboxSweep", None, [{"limit": 1}]),
+        # Retention with ages of a second would expire every replaced snapshot at once.
+        "retention": ("start_workflow", "Retention", None, [{"snapshot_seconds": 1}]),
         "carried": ("start_workflow", "CreateNamespace", None, [forged]),
         "engine signal": ("signal_workflow", None, "procbus_child_compensations", [compensations]),
     }

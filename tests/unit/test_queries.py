@@ -46,6 +46,7 @@ def test_every_mechanism_keeps_its_sql_beside_its_code() -> None:
         "procbus.lakehouse",
         "procbus.locks",
         "procbus.pipeline",
+        "procbus.retention",
         "procbus.spark",
         "procbus.stack",
         "procbus.topics",

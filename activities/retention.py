@@ -1,0 +1,64 @@
+"""Retention as activities, one per kind, for the `Retention` workflow its Schedule starts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import asyncpg
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from procbus.retention.cleanup import Cleanup
+from procbus.retention.models import KindResult, RetentionRequest
+
+
+async def procedure_open(procedure_id: str) -> bool:
+    """Whether the procedure is still running; one Temporal no longer knows has closed."""
+    try:
+        description = await activity.client().get_workflow_handle(procedure_id).describe()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return description.status is WorkflowExecutionStatus.RUNNING
+
+
+class RetentionActivities:
+    def __init__(self, pool: asyncpg.Pool, warehouse_root: Path) -> None:
+        self.pool = pool
+        self.warehouse_root = warehouse_root
+
+    def _cleanup(self) -> Cleanup:
+        # Every batch heartbeats its running count: a long backlog is progress, not a hang.
+        return Cleanup(self.pool, self.warehouse_root, progress=activity.heartbeat)
+
+    @activity.defn(name="expire_outbox_rows")
+    async def expire_outbox_rows(self, request: RetentionRequest) -> KindResult:
+        return await self._cleanup().outbox(request)
+
+    @activity.defn(name="expire_spark_jobs")
+    async def expire_spark_jobs(self, request: RetentionRequest) -> KindResult:
+        return await self._cleanup().spark_jobs(request, procedure_open)
+
+    @activity.defn(name="expire_snapshots")
+    async def expire_snapshots(self, request: RetentionRequest) -> KindResult:
+        return await self._cleanup().snapshots(request)
+
+    @activity.defn(name="expire_batch_fences")
+    async def expire_batch_fences(self, request: RetentionRequest) -> KindResult:
+        return await self._cleanup().batch_fences(request)
+
+    @activity.defn(name="expire_bus_members")
+    async def expire_bus_members(self, request: RetentionRequest) -> KindResult:
+        return await self._cleanup().bus_members(request)
+
+    def all(self) -> list[Callable[..., object]]:
+        return [
+            self.expire_outbox_rows,
+            self.expire_spark_jobs,
+            self.expire_snapshots,
+            self.expire_batch_fences,
+            self.expire_bus_members,
+        ]

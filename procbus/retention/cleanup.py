@@ -1,0 +1,220 @@
+"""The deletes of Retention, one per kind. Each deletes in bounded batches (one statement takes
+at most `batch_size` rows, repeated until fewer come back) and reports its count after each
+batch, so the activity around it heartbeats.
+
+Snapshot expiry is a catalog write: it holds the table's lock (X, taken only if free: a table
+with a running load or compaction is left for the next run) and carries its fence into every
+transaction, with the table's row locked as a commit locks it. It keeps the current snapshot and
+every snapshot replaced less than the retention ago, and deletes a file only when no kept
+snapshot lists it: from disk first, then its row, so a run cut short leaves rows the next run
+deletes again, never files nobody knows about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import asyncpg
+
+from procbus.db.queries import load_queries
+from procbus.errors import LockTimeout
+from procbus.lakehouse.names import table_resource
+from procbus.lakehouse.warehouse import OutsideTableFolder, owned_table_folder
+from procbus.locks.models import Fence
+from procbus.locks.modes import LockMode
+from procbus.locks.table import LockTable, check_fence, fence_of
+from procbus.retention.models import KindResult, RetentionKind, RetentionRequest
+from procbus.spark.staging import delete_files
+
+QUERIES = "procbus.retention"
+# The lease of an expiry's table lock, renewed while it runs: a dead worker's lock goes soon.
+LOCK_LEASE_SECONDS = 30.0
+# Describes of procedures at once, when finished Spark jobs are checked against Temporal.
+PROCEDURE_LOOKUPS = 16
+
+# Whether the procedure (Temporal workflow ID) that ran a Spark job is still open.
+ProcedureOpen = Callable[[str], Awaitable[bool]]
+
+
+def _no_progress(_: int) -> None:
+    pass
+
+
+class Cleanup:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        warehouse_root: Path,
+        progress: Callable[[int], None] = _no_progress,
+    ) -> None:
+        self.pool = pool
+        self.warehouse_root = warehouse_root
+        self.progress = progress
+        self.locks = LockTable(pool)
+        self.queries = load_queries(QUERIES)
+
+    async def _in_batches(self, query: str, seconds: float, batch_size: int) -> int:
+        total = 0
+        while True:
+            deleted: int = await self.pool.fetchval(self.queries[query], seconds, batch_size)
+            total += deleted
+            self.progress(total)
+            if deleted < batch_size:
+                return total
+
+    async def outbox(self, request: RetentionRequest) -> KindResult:
+        deleted = await self._in_batches(
+            "delete_done_outbox_rows", request.outbox_seconds, request.batch_size
+        )
+        return KindResult(kind=RetentionKind.OUTBOX, deleted=deleted)
+
+    async def batch_fences(self, request: RetentionRequest) -> KindResult:
+        deleted = await self._in_batches(
+            "delete_applied_batch_fences", request.batch_fence_seconds, request.batch_size
+        )
+        return KindResult(kind=RetentionKind.BATCH_FENCES, deleted=deleted)
+
+    async def bus_members(self, request: RetentionRequest) -> KindResult:
+        deleted = await self._in_batches(
+            "delete_long_gone_members", request.bus_member_seconds, request.batch_size
+        )
+        return KindResult(kind=RetentionKind.BUS_MEMBERS, deleted=deleted)
+
+    async def spark_jobs(
+        self, request: RetentionRequest, procedure_open: ProcedureOpen
+    ) -> KindResult:
+        """Finished jobs (committed, failed, cancelled) past the retention, unless their
+        procedure still runs: a commit step retried much later (a STUCK procedure an operator
+        retries) must still find its commit in the ledger, not commit twice."""
+        seconds, size = request.spark_job_seconds, request.batch_size
+        lookups = asyncio.Semaphore(PROCEDURE_LOOKUPS)
+
+        async def still_open(procedure_id: str) -> bool:
+            async with lookups:
+                return await procedure_open(procedure_id)
+
+        deleted, after, kept = 0, "", set[str]()
+        while True:
+            rows = await self.pool.fetch(self.queries["finished_spark_jobs"], seconds, after, size)
+            if not rows:
+                break
+            after = rows[-1]["job_key"]
+            procedures = sorted({row["procedure_id"] for row in rows})
+            opened = await asyncio.gather(*(still_open(p) for p in procedures))
+            running = {p for p, is_open in zip(procedures, opened, strict=True) if is_open}
+            kept |= running
+            keys = [row["job_key"] for row in rows if row["procedure_id"] not in running]
+            if keys:
+                deleted += await self.pool.fetchval(
+                    self.queries["delete_spark_jobs"], keys, seconds
+                )
+            self.progress(deleted)
+            if len(rows) < size:
+                break
+        skipped = [f"jobs of procedure {p}: it still runs" for p in sorted(kept)]
+        return KindResult(kind=RetentionKind.SPARK_JOBS, deleted=deleted, skipped=skipped)
+
+    async def snapshots(self, request: RetentionRequest) -> KindResult:
+        result = KindResult(kind=RetentionKind.SNAPSHOTS)
+        candidates = await self.pool.fetch(
+            self.queries["tables_to_expire"], request.snapshot_seconds
+        )
+        for row in candidates:
+            namespace, name = row["namespace"], row["name"]
+            try:
+                folder = owned_table_folder(self.warehouse_root, namespace, name, row["location"])
+            except OutsideTableFolder as refused:
+                result.skipped.append(f"{namespace}.{name}: {refused}")
+                continue
+            resource = table_resource(namespace, name)
+            holder = f"procbus-retention:{namespace}.{name}:{uuid.uuid4().hex[:8]}"
+            try:
+                async with self.locks.holding(
+                    holder,
+                    [(resource, LockMode.X)],
+                    lease_seconds=LOCK_LEASE_SECONDS,
+                    wait_seconds=0,  # never queue in front of a procedure: try the next run
+                ) as held:
+                    snapshots, files = await self._expire_table(
+                        namespace, name, folder, fence_of(held.grants, resource), request
+                    )
+            except OutsideTableFolder as refused:  # a file row naming a path out of the table
+                result.skipped.append(f"{namespace}.{name}: {refused}")
+                continue
+            except LockTimeout:
+                result.skipped.append(
+                    f"{namespace}.{name}: locked by a running procedure; expired on a later run"
+                )
+                continue
+            result.deleted += snapshots
+            result.files_deleted += files
+        return result
+
+    async def _keep_from(
+        self,
+        connection: asyncpg.Connection,
+        namespace: str,
+        name: str,
+        fence: Fence,
+        seconds: float,
+    ) -> int | None:
+        """In the caller's transaction: the fence checked, the table's row locked, and the oldest
+        snapshot to keep (None: no snapshot, or the table is gone)."""
+        await check_fence(connection, fence)
+        keep_from: int | None = await connection.fetchval(
+            self.queries["lock_table_keep_from"], namespace, name, seconds
+        )
+        return keep_from
+
+    async def _expire_table(
+        self,
+        namespace: str,
+        name: str,
+        folder: Path,
+        fence: Fence,
+        request: RetentionRequest,
+    ) -> tuple[int, int]:
+        """The snapshots expired and the files deleted, for one table under its lock."""
+        queries, seconds, size = self.queries, request.snapshot_seconds, request.batch_size
+        snapshots = 0
+        while True:
+            async with self.pool.acquire() as connection, connection.transaction():
+                keep_from = await self._keep_from(connection, namespace, name, fence, seconds)
+                if keep_from is None:
+                    return snapshots, 0
+                expired: int = await connection.fetchval(
+                    queries["delete_snapshots_before"], namespace, name, keep_from, size
+                )
+            snapshots += expired
+            self.progress(snapshots)
+            if expired < size:
+                break
+        files = 0
+        while True:
+            async with self.pool.acquire() as connection, connection.transaction():
+                keep_from = await self._keep_from(connection, namespace, name, fence, seconds)
+                if keep_from is None:
+                    break
+                rows = await connection.fetch(
+                    queries["files_listed_by_no_kept_snapshot"], namespace, name, keep_from, size
+                )
+            paths = [row["path"] for row in rows]
+            if not paths:
+                break
+            # From disk first: a run cut short here leaves rows to delete again, no lost file.
+            await asyncio.to_thread(delete_files, folder, paths)
+            async with self.pool.acquire() as connection, connection.transaction():
+                keep_from = await self._keep_from(connection, namespace, name, fence, seconds)
+                if keep_from is None:
+                    break
+                status = await connection.execute(
+                    queries["delete_file_rows"], namespace, name, paths, keep_from
+                )
+            files += int(status.split()[-1])  # "DELETE n"
+            self.progress(snapshots + files)
+            if len(paths) < size:
+                break
+        return snapshots, files
