@@ -29,6 +29,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
+from procbus.auth.policy import BENCH_AUTH
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.lakehouse import warehouse as layout
@@ -176,7 +177,9 @@ async def main() -> dict[str, Any]:
         load_times: dict[str, list[float]] = {"procedure": [], "direct": [], "function": []}
         compact_times: dict[str, list[float]] = {"procedure": [], "direct": []}
         seen: list[float] = []
-        async with build_worker(client, pool, queue, warehouse_root=root, spark_backend=backend):
+        async with build_worker(
+            client, pool, queue, warehouse_root=root, spark_backend=backend, auth=BENCH_AUTH
+        ):
             # Warm-up, not counted: Spark's first jobs compile and cache much.
             warm = await make_table(catalog, root, "warm")
             await asyncio.to_thread(plain_write, spark, warm, source, scratch / "warm")

@@ -43,7 +43,7 @@ from procbus.procedures import ProcedureState
 from procbus.spark import jobs
 from procbus.spark.ledger import Attempt, JobLedger, JobState
 from tests.integration.test_table_procedures import new_id, status_of
-from tests.services import subprocess_environment, worker_process
+from tests.services import TEST_AUTH, subprocess_environment, worker_process
 from worker import build_worker
 from workflows.data import CompactTable, LoadTable
 
@@ -120,6 +120,7 @@ async def spark_worker(
         warehouse_root=warehouse,
         faults=parse_faults(faults),
         spark_progress_seconds=0.2,
+        auth=TEST_AUTH,
     ):
         yield
 
