@@ -143,8 +143,8 @@ class Settings(BaseSettings):
     @field_validator("principal", "unauthenticated_principal", "operator_principal")
     @classmethod
     def _principal(cls, value: str | None) -> str | None:
+        from procbus.auth.names import check_principal
         from procbus.errors import InvalidRequest
-        from procbus.lakehouse.models import check_principal
 
         try:
             return check_principal(value) if value else None

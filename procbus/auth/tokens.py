@@ -9,8 +9,8 @@ import hmac
 import json
 from datetime import UTC, datetime
 
+from procbus.auth.names import check_principal
 from procbus.errors import AccessDenied
-from procbus.lakehouse.models import check_principal
 
 # The Temporal header that carries the token from the client to the workflow.
 TOKEN_HEADER = "procbus-principal"

@@ -8,13 +8,13 @@ and in the `procbus` CLI, before anything is started.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from procbus.auth.names import check_principal
 from procbus.bus.outcomes import MemberResult
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.names import (
@@ -26,17 +26,6 @@ from procbus.lakehouse.names import (
 )
 from procbus.locks.models import Fence
 from procbus.procedures.models import ProcedureInput
-
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:\-]{0,199}$")
-
-
-def check_principal(principal: str) -> str:
-    if not _PRINCIPAL.match(principal):
-        raise InvalidRequest(
-            f"bad principal {principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
-            " (at most 200), starting with a letter or digit"
-        )
-    return principal
 
 
 class TableDescriptor(BaseModel):
