@@ -18,8 +18,10 @@ from pathlib import Path
 import asyncpg
 from temporalio import activity
 
+from procbus.auth.policy import WorkerAuth
 from procbus.bus.membership import default_member_id
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
+from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import (
     CommitStep,
@@ -103,8 +105,13 @@ class SparkActivities:
         spark_rest_url: str | None = None,
         spark_web_url: str | None = None,
         load_roots: Sequence[Path] | None = None,
+        access: AccessCache | None = None,
+        auth: WorkerAuth | None = None,
     ) -> None:
         self.catalog = Catalog(pool)
+        # Who may write a table: this worker's ACL cache (kept by the bus) and its operator.
+        self.access = access or AccessCache()
+        self.auth = auth or WorkerAuth()
         self.ledger = JobLedger(pool)
         self.warehouse_root = warehouse_root
         self.load_roots = (
@@ -166,6 +173,7 @@ class SparkActivities:
     @activity.defn(name="preflight_load_table")
     async def preflight_load_table(self, step: LoadStep) -> TableDescriptor:
         table = await self._table(step.table)
+        self.auth.require_write(self.access, step.principal, table)
         # Checked before it is touched: a refused path is never read, nor said to exist.
         source = await asyncio.to_thread(allowed_source, step.source, self.load_roots)
         if not await asyncio.to_thread(source.exists):
@@ -177,6 +185,7 @@ class SparkActivities:
         """The files to rewrite: per partition in scope, its files below SMALL_FILE_SHARE of
         the target size, when it has at least two of them."""
         table = await self._table(step.table)
+        self.auth.require_write(self.access, step.principal, table)
         scopes = [parse_partition(table, spec) for spec in step.plan.partitions]
         current = await self.catalog.table_files(table.namespace, table.name)
         by_partition: dict[tuple[tuple[str, str], ...], list[DataFile]] = {}

@@ -14,7 +14,8 @@ from pathlib import Path
 import asyncpg
 from temporalio import activity
 
-from procbus.errors import InvalidRequest
+from procbus.auth.policy import WorkerAuth
+from procbus.errors import AccessDenied, InvalidRequest
 from procbus.lakehouse import warehouse
 from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.catalog import Catalog
@@ -38,11 +39,13 @@ class TableActivities:
         warehouse_root: Path,
         events_topic: str | None = None,
         access: AccessCache | None = None,
+        auth: WorkerAuth | None = None,
     ) -> None:
         self.catalog = Catalog(pool, events_topic)
         self.warehouse_root = warehouse_root
         # This worker's ACL cache, kept current by the bus; empty (refusing) without a member.
         self.access = access or AccessCache()
+        self.auth = auth or WorkerAuth()
 
     # ---- namespaces ----
 
@@ -112,7 +115,7 @@ class TableActivities:
 
     @activity.defn(name="add_to_catalog")
     async def add_to_catalog(self, step: TableStep) -> None:
-        await self.catalog.add_table(step.table, step.fence)
+        await self.catalog.add_table(step.table, step.fence, step.grants)
 
     @activity.defn(name="remove_added_table")
     async def remove_added_table(self, step: TableStep) -> None:
@@ -125,15 +128,8 @@ class TableActivities:
         table = await self.catalog.get_table(step.table.namespace, step.table.name)
         if table is None:
             raise InvalidRequest(f"table {step.table.qualified_name!r} does not exist")
-        if step.principal is not None:  # deleting a table's data is writing it
-            self.access.require(
-                AccessEntry(
-                    principal=step.principal,
-                    namespace=table.namespace,
-                    table=table.name,
-                    permission=Permission.WRITE,
-                )
-            )
+        # Deleting a table's data is writing it.
+        self.auth.require_write(self.access, step.principal, table)
         return table
 
     @activity.defn(name="remove_from_catalog")
@@ -160,8 +156,19 @@ class TableActivities:
     @activity.defn(name="preflight_change_access")
     async def preflight_change_access(self, step: AccessStep) -> AccessEntry:
         entry = step.entry
-        if await self.catalog.get_table(entry.namespace, entry.table) is None:
+        table = await self.catalog.get_table(entry.namespace, entry.table)
+        if table is None:
             raise InvalidRequest(f"table {entry.qualified_table!r} does not exist")
+        # The catalog, not the cache: under the table's X lock it is the truth about admins.
+        who = step.requested_by
+        if who is None:  # the engine refuses such a start before any step
+            raise AccessDenied(f"no principal to check for admin on {entry.qualified_table!r}")
+        admin = entry.model_copy(update={"principal": who, "permission": Permission.ADMIN})
+        if not self.auth.is_operator(who) and not await self.catalog.has_permission(admin):
+            raise AccessDenied(
+                f"{who!r} may not grant or revoke on {entry.qualified_table!r}: that needs admin "
+                "on the table (its creator has it) or the operator"
+            )
         return entry
 
     @activity.defn(name="record_access_change")

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from bus_workflows import SingleSend, SingleSendInput
 from temporalio.worker import Worker
 
+from procbus.auth.policy import BENCH_AUTH
 from procbus.bus.membership import member_task_queue
 from procbus.bus.models import BroadcastInput, BusMessage, ReportState
 from procbus.db import connect, create_pool
@@ -63,7 +64,9 @@ async def main() -> dict[str, float | int]:
         member_ids = [f"m{n}" for n in range(1, MEMBERS + 1)]
         async with contextlib.AsyncExitStack() as running:
             await running.enter_async_context(
-                build_worker(client, pool, queue, warehouse_root=services.root / "warehouse")
+                build_worker(
+                    client, pool, queue, warehouse_root=services.root / "warehouse", auth=BENCH_AUTH
+                )
             )
             await running.enter_async_context(
                 Worker(client, task_queue=f"{queue}-single", workflows=[SingleSend])

@@ -30,6 +30,7 @@ from typing import Any
 
 import asyncpg
 
+from procbus.auth.policy import BENCH_AUTH
 from procbus.capture import Captures
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
@@ -258,7 +259,7 @@ async def main() -> dict[str, Any]:
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         try:
             async with build_worker(
-                client, pool, queue, warehouse_root=root, spark_backend=backend
+                client, pool, queue, warehouse_root=root, spark_backend=backend, auth=BENCH_AUTH
             ):
                 # The baseline and procbus's apply function, on the same rows, in this session.
                 table = await lake_table(pool, root, "plain")

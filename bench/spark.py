@@ -29,6 +29,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
+from procbus.auth.policy import BENCH_AUTH
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.lakehouse import warehouse as layout
@@ -177,7 +178,13 @@ async def main() -> dict[str, Any]:
         compact_times: dict[str, list[float]] = {"procedure": [], "direct": []}
         seen: list[float] = []
         async with build_worker(
-            client, pool, queue, warehouse_root=root, spark_backend=backend, load_roots=[scratch]
+            client,
+            pool,
+            queue,
+            warehouse_root=root,
+            spark_backend=backend,
+            load_roots=[scratch],
+            auth=BENCH_AUTH,
         ):
             # Warm-up, not counted: Spark's first jobs compile and cache much.
             warm = await make_table(catalog, root, "warm")

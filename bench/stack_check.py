@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 
+from procbus.auth.policy import BENCH_AUTH
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.stack.check import StackCheckInput, record_stack_check
@@ -60,7 +61,11 @@ async def main() -> dict[str, float | int]:
 
         direct_seconds = await _in_batches(COUNT, direct)
         async with build_worker(
-            client, pool, f"bench-{run}", warehouse_root=services.root / "warehouse"
+            client,
+            pool,
+            f"bench-{run}",
+            warehouse_root=services.root / "warehouse",
+            auth=BENCH_AUTH,
         ):
             workflow_seconds = await _in_batches(COUNT, through_temporal)
         await pool.close()

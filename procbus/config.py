@@ -139,6 +139,25 @@ class Settings(BaseSettings):
     retention_every_seconds: float = Field(
         default=3600.0, gt=0, description="how often the Retention schedule runs"
     )
+    auth_key: SecretStr | None = Field(
+        default=None,
+        description="HMAC key clients sign principals with and workers verify; unset: the dev "
+        "stack's STATE_DIR/auth.key for its CLI, none for `procbus worker`",
+    )
+    principal: str | None = Field(
+        default=None, description="who the CLI and starter scripts sign as (`--as` overrides)"
+    )
+    unauthenticated_principal: str | None = Field(
+        default=None,
+        description="who a start without a principal token runs as; unset: refused by `procbus "
+        "worker`, the dev operator on `procbus dev`",
+    )
+    operator_principal: str | None = Field(
+        default=None, description="admin and write on every table; `dev` on `procbus dev`"
+    )
+    auth_token_seconds: float = Field(
+        default=300.0, gt=0, description="how long a signed principal token is good for"
+    )
 
     faults: str | None = Field(
         default=None,
@@ -155,6 +174,17 @@ class Settings(BaseSettings):
 
         parse_faults(value)
         return value
+
+    @field_validator("principal", "unauthenticated_principal", "operator_principal")
+    @classmethod
+    def _principal(cls, value: str | None) -> str | None:
+        from procbus.auth.names import check_principal
+        from procbus.errors import InvalidRequest
+
+        try:
+            return check_principal(value) if value else None
+        except InvalidRequest as error:
+            raise ValueError(str(error)) from None
 
     @field_validator("endpoint_allowlist")
     @classmethod

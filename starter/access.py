@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from starter.output import console, print_json
-from starter.procedures import ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
+from starter.procedures import AS_OPTION, ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
 from starter.tables import catalog
 
 acl_app = typer.Typer(
@@ -19,7 +19,7 @@ acl_app = typer.Typer(
 
 PRINCIPAL = typer.Argument(..., help="Who: a user or service name.")
 TABLE = typer.Argument(..., help="NAMESPACE.TABLE")
-PERMISSION = typer.Argument(..., help="read or write")
+PERMISSION = typer.Argument(..., help="read, write or admin (may grant and revoke)")
 
 
 def _change(
@@ -30,6 +30,7 @@ def _change(
     wait: bool,
     json_output: bool,
     procedure_id: str | None,
+    as_principal: str | None,
 ) -> None:
     from procbus.lakehouse.models import ChangeAccessInput
 
@@ -37,7 +38,9 @@ def _change(
         {"action": action, "principal": principal, "table": table, "permission": permission}
     )
     request.check()  # a bad name or permission never starts anything
-    run_command(start("ChangeAccess", table, request, procedure_id, wait, json_output))
+    run_command(
+        start("ChangeAccess", table, request, procedure_id, wait, json_output, as_principal)
+    )
 
 
 @acl_app.command("grant")
@@ -48,9 +51,10 @@ def acl_grant(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    as_principal: str | None = AS_OPTION,
 ) -> None:
     """Grant PERMISSION on TABLE to PRINCIPAL on every worker (all or none)."""
-    _change("grant", principal, table, permission, wait, json_output, procedure_id)
+    _change("grant", principal, table, permission, wait, json_output, procedure_id, as_principal)
 
 
 @acl_app.command("revoke")
@@ -61,10 +65,11 @@ def acl_revoke(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    as_principal: str | None = AS_OPTION,
 ) -> None:
     """Revoke PERMISSION on TABLE from PRINCIPAL on every worker; once it succeeded, no worker
     lets PRINCIPAL do it."""
-    _change("revoke", principal, table, permission, wait, json_output, procedure_id)
+    _change("revoke", principal, table, permission, wait, json_output, procedure_id, as_principal)
 
 
 @acl_app.command("list")

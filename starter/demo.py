@@ -17,6 +17,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.capture import Captures
 from procbus.config import Settings
@@ -49,6 +50,7 @@ from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
 from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
 from procbus.temporal import connect_client, workflow_ui_url
+from procbus.temporal.auth import Signer, client_signer, signed_client
 from procbus.temporal.faults import parse_faults
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from starter.output import console
@@ -269,6 +271,8 @@ class Demo:
         self.pool = pool
         self.quiet = quiet
         self.run_id = uuid.uuid4().hex[:6]
+        # The dev stack's: its key in the state folder, the dev operator for what is unsigned.
+        self.auth = WorkerAuth.for_dev(settings)
         self.members: list[BusMember] = []  # this process's bus members: "every worker" here
 
     def say(self, message: str) -> None:
@@ -348,6 +352,7 @@ class Demo:
                     drill_queue,
                     warehouse_root=self.settings.warehouse_root,
                     faults=faults,
+                    auth=self.auth,
                 ),
                 bus_member(
                     self.client,
@@ -470,6 +475,7 @@ class Demo:
                 slow_queue,
                 warehouse_root=self.settings.warehouse_root,
                 faults=parse_faults(SLOW_FAULT),
+                auth=self.auth,
             ):
                 creating = await self.client.start_workflow(
                     CreateTable.run,
@@ -735,10 +741,12 @@ class Demo:
             "everywhere first; had one failed, all would have aborted)"
         )
         refused_id = f"demo-acl-refused-delete-{self.run_id}"
+        assert self.auth.key is not None  # WorkerAuth.for_dev always has one
+        as_etl = signed_client(self.client, Signer(self.auth.key, "etl"))
         with expected_activity_failures(), contextlib.suppress(WorkflowFailureError):
-            await self.client.execute_workflow(
+            await as_etl.execute_workflow(
                 DeleteTable.run,
-                DeleteTableInput(table=table, principal="etl"),
+                DeleteTableInput(table=table),
                 id=refused_id,
                 task_queue=self.services.task_queue,
                 static_summary=f"procbus demo: DeleteTable {table} as etl, refused",
@@ -1014,7 +1022,13 @@ async def run_demo(
     if not quiet:
         console.print("[bold]procbus demo[/]")
     async with _stack(settings) as (services, started):
-        client = await connect_client(services.temporal_address, services.namespace, settings)
+        WorkerAuth.for_dev(settings)  # the key the client signs with exists from here on
+        client = await connect_client(
+            services.temporal_address,
+            services.namespace,
+            settings,
+            signer=client_signer(settings),
+        )
         pool = await create_pool(services.database_url)
         demo = Demo(settings, services, client, pool, quiet)
         demo.say(
@@ -1034,6 +1048,7 @@ async def run_demo(
                         services.task_queue,
                         warehouse_root=settings.warehouse_root,
                         access=caches[0],
+                        auth=demo.auth,
                         spark_master=settings.spark_master,
                         # The demo watches its short Spark jobs closely.
                         spark_progress_seconds=0.2,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from procbus.auth.policy import WorkerAuth
 from procbus.config import Settings
 from procbus.stack.addresses import embedded_addresses, mask_password
 from procbus.stack.embedded import EmbeddedServices
@@ -39,6 +40,8 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
                 stop,
                 on_ready=announce,
                 metrics_address=metrics_address,
+                # Its own key in the state folder; unauthenticated starts run as the dev operator.
+                auth=WorkerAuth.for_dev(settings),
             )
             if not quiet:
                 console.print("stopping ...", style="dim")

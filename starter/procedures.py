@@ -31,6 +31,12 @@ WAIT_OPTION = typer.Option(
 ID_OPTION = typer.Option(
     None, "--id", help="Procedure ID (idempotent: the same ID returns the same procedure)."
 )
+AS_OPTION = typer.Option(
+    None,
+    "--as",
+    help="Start it as this principal (signed with PROCBUS_AUTH_KEY or the dev stack's key); "
+    "default PROCBUS_PRINCIPAL, or `dev` on `procbus dev`.",
+)
 
 proc_app = typer.Typer(
     help="Procedures: list, status, wait, abort, retry, skip.", no_args_is_help=True
@@ -194,12 +200,14 @@ async def start(
     procedure_id: str | None,
     wait: bool,
     json_output: bool,
+    principal: str | None = None,
 ) -> int:
-    """Start a procedure; print its ID, or with `wait` follow it to the end."""
+    """Start a procedure, signed as `principal` (or the default one); print its ID, or with
+    `wait` follow it to the end."""
     from procbus.procedures.client import new_procedure_id, start_procedure
     from procbus.temporal.client import workflow_ui_url
 
-    client, services = await _client()
+    client, services = await _client(principal)
     procedure_id = procedure_id or new_procedure_id(procedure_type, target)
     await start_procedure(
         client,
@@ -221,11 +229,12 @@ async def start(
     return await follow(client, procedure_id, json_output, None)
 
 
-async def _client() -> tuple[Client, ServiceAddresses]:
-    """A Temporal client on the configured (or running) stack; no database needed."""
+async def _client(principal: str | None = None) -> tuple[Client, ServiceAddresses]:
+    """A Temporal client on the configured (or running) stack, signing its starts as
+    `principal` (or the default one); no database needed."""
     from starter.scripts import connect
 
-    return await connect()
+    return await connect(principal)
 
 
 # ---- procbus proc ... ----

@@ -7,11 +7,17 @@ from temporalio.client import Client
 
 from procbus.config import load_settings
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
+from procbus.temporal.auth import client_signer
 from procbus.temporal.client import connect_client
 
 
-async def connect() -> tuple[Client, ServiceAddresses]:
+async def connect(principal: str | None = None) -> tuple[Client, ServiceAddresses]:
+    """The client signs every start as `principal`, else PROCBUS_PRINCIPAL, else (on the dev
+    stack, with its key) the dev operator."""
     settings = load_settings()
     services = resolve_addresses(settings)
-    client = await connect_client(services.temporal_address, services.namespace, settings)
+    signer = client_signer(settings, principal)
+    client = await connect_client(
+        services.temporal_address, services.namespace, settings, signer=signer
+    )
     return client, services

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from starter.output import console, print_json
-from starter.procedures import ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
+from starter.procedures import AS_OPTION, ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
 
 if TYPE_CHECKING:
     from procbus.lakehouse.catalog import Catalog
@@ -65,10 +65,11 @@ def start_checked(
     procedure_id: str | None,
     wait: bool,
     json_output: bool,
+    principal: str | None = None,
 ) -> None:
     """Refuse bad input here, with the check the procedure runs first; then start it."""
     request.check()
-    run_command(start(procedure_type, target, request, procedure_id, wait, json_output))
+    run_command(start(procedure_type, target, request, procedure_id, wait, json_output, principal))
 
 
 # ---- namespaces ----
@@ -114,6 +115,7 @@ def table_create(
     partition_by: list[str] = typer.Option(
         [], "--partition-by", help="A partition column (repeatable)."
     ),
+    principal: str | None = AS_OPTION,
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
@@ -122,15 +124,13 @@ def table_create(
     from procbus.lakehouse.models import CreateTableInput
 
     request = CreateTableInput(table=name, columns=schema, partition_by=partition_by)
-    start_checked("CreateTable", name, request, procedure_id, wait, json_output)
+    start_checked("CreateTable", name, request, procedure_id, wait, json_output, principal)
 
 
 @table_app.command("delete")
 def table_delete(
     name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
-    principal: str | None = typer.Option(
-        None, "--as", help="Who asks: refused unless the ACL lets them write the table."
-    ),
+    principal: str | None = AS_OPTION,
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
@@ -138,8 +138,8 @@ def table_delete(
     """Start a DeleteTable procedure: the catalog removal is the point of no return."""
     from procbus.lakehouse.models import DeleteTableInput
 
-    request = DeleteTableInput(table=name, principal=principal)
-    start_checked("DeleteTable", name, request, procedure_id, wait, json_output)
+    request = DeleteTableInput(table=name)
+    start_checked("DeleteTable", name, request, procedure_id, wait, json_output, principal)
 
 
 @table_app.command("describe")
@@ -217,6 +217,7 @@ def table_load(
         "WAREHOUSE/incoming).",
     ),
     input_format: str = typer.Option("csv", "--format", help="csv (with a header), json, parquet"),
+    principal: str | None = AS_OPTION,
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
@@ -232,7 +233,7 @@ def table_load(
     request = LoadTableInput(
         table=name, source=str(Path(source).resolve()), format=InputFormat(input_format)
     )
-    start_checked("LoadTable", name, request, procedure_id, wait, json_output)
+    start_checked("LoadTable", name, request, procedure_id, wait, json_output, principal)
 
 
 @table_app.command("compact")
@@ -244,6 +245,7 @@ def table_compact(
     target_file_size: int | None = typer.Option(
         None, "--target-file-size", help="Bytes per rewritten file, about (default 128 MiB)."
     ),
+    principal: str | None = AS_OPTION,
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
@@ -253,7 +255,7 @@ def table_compact(
 
     sized = {} if target_file_size is None else {"target_file_size": target_file_size}
     request = CompactTableInput.model_validate({"table": name, "partitions": partitions, **sized})
-    start_checked("CompactTable", name, request, procedure_id, wait, json_output)
+    start_checked("CompactTable", name, request, procedure_id, wait, json_output, principal)
 
 
 @table_app.command("read")

@@ -20,6 +20,7 @@ from procbus.db import create_pool
 from procbus.stack.ephemeral import EphemeralServices, ephemeral_services
 from procbus.temporal import connect_client
 from tests.services import (
+    TEST_AUTH,
     create_template,
     create_test_database,
     drop_test_database,
@@ -98,7 +99,9 @@ async def worker(
     client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
 ) -> AsyncIterator[Worker]:
     """Every procbus workflow and activity, polling this test's own task queue."""
-    async with build_worker(client, pool, task_queue, warehouse_root=warehouse) as running:
+    async with build_worker(
+        client, pool, task_queue, warehouse_root=warehouse, auth=TEST_AUTH
+    ) as running:
         yield running
 
 
@@ -138,7 +141,13 @@ def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse:
         access = AccessCache()
         async with (
             build_worker(
-                client, pool, task_queue, warehouse_root=warehouse, faults=rules, access=access
+                client,
+                pool,
+                task_queue,
+                warehouse_root=warehouse,
+                faults=rules,
+                access=access,
+                auth=TEST_AUTH,
             ),
             bus_member(
                 client,

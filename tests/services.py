@@ -11,9 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+from temporalio.client import Client
 
+from procbus.auth.policy import WorkerAuth
 from procbus.db import connect
 from procbus.db.migrate import migrate
+from procbus.temporal.auth import Signer, signed_client
 
 TEMPLATE_DATABASE = "procbus_test_template"
 
@@ -59,6 +62,24 @@ def _with_database(server_url: str, database: str) -> str:
     return server_url.rsplit("/", 1)[0] + "/" + database
 
 
+# Workers of tests not about principals: unauthenticated starts run as the all-powerful
+# operator; tests about principals sign with TEST_KEY (tests.services.signed_as).
+TEST_KEY = b"procbus-test-key"
+TEST_AUTH = WorkerAuth(key=TEST_KEY, unauthenticated_principal="test", operator_principal="test")
+# The same for `procbus worker` subprocesses; a test of a production worker overrides them
+# (an empty PROCBUS_UNAUTHENTICATED_PRINCIPAL is unset).
+TEST_AUTH_ENV = {
+    "PROCBUS_AUTH_KEY": TEST_KEY.decode(),
+    "PROCBUS_UNAUTHENTICATED_PRINCIPAL": "test",
+    "PROCBUS_OPERATOR_PRINCIPAL": "test",
+}
+
+
+def signed_as(client: Client, principal: str) -> Client:
+    """`client`, signing its starts as `principal` with the test workers' key."""
+    return signed_client(client, Signer(TEST_KEY, principal))
+
+
 def subprocess_environment(state_dir: Path, **settings: str) -> dict[str, str]:
     """The environment for a procbus subprocess: only its own state, no inherited PROCBUS_."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("PROCBUS_")}
@@ -91,7 +112,7 @@ def worker_process(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """A `procbus worker` subprocess, for tests that kill it; killed and reaped at the end."""
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "procbus"), "worker"],
-        env=env,
+        env={**TEST_AUTH_ENV, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -17,6 +17,7 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.auth import AuthActivities
 from activities.bus import BusActivities, MemberActivities
 from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
@@ -25,6 +26,7 @@ from activities.spark import INCOMING, SparkActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
+from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.bus.membership import (
     MemberLease,
@@ -84,11 +86,13 @@ def activities_for(
     access: AccessCache | None,
     spark: SparkActivities,
     outbox_workflow_types: frozenset[str] | None = None,
+    auth: WorkerAuth | None = None,
 ) -> list[Callable[..., object]]:
     return [
+        *AuthActivities(auth or WorkerAuth()).all(),
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
-        *TableActivities(pool, warehouse_root, events_topic, access).all(),
+        *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),
         *LockActivities(pool).all(),
         *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
         *BusActivities(Membership(pool)).all(),
@@ -124,11 +128,14 @@ def build_worker(
     heartbeat_throttle: timedelta = HEARTBEAT_THROTTLE,
     outbox_workflow_types: frozenset[str] | None = None,
     load_roots: Sequence[Path] | None = None,
+    auth: WorkerAuth | None = None,
 ) -> Worker:
     """A worker with every procbus workflow and activity, its activities on `pool`; its table
     activities check principals against `access`, the ACL cache of this process's bus member.
-    Spark starts on `spark_master` when the first Spark job runs; loads read only under
-    `load_roots` (unset: the warehouse's incoming/ folder)."""
+    `auth` says which principal tokens it trusts and who runs unauthenticated starts (none
+    unless given: the production default). Spark starts on `spark_master` when the first Spark
+    job runs; loads read only under `load_roots` (unset: the warehouse's incoming/ folder)."""
+    auth = auth or WorkerAuth()
     # incoming/ made at once: where to put a load's input is plain to see.
     (warehouse_root / INCOMING).mkdir(parents=True, exist_ok=True)
     spark = SparkActivities(
@@ -141,6 +148,8 @@ def build_worker(
         spark_rest_url=spark_rest_url,
         spark_web_url=spark_web_url,
         load_roots=load_roots,
+        access=access,
+        auth=auth,
     )
     return Worker(
         client,
@@ -155,6 +164,7 @@ def build_worker(
             access,
             spark,
             outbox_workflow_types,
+            auth,
         ),
         interceptors=worker_interceptors(faults),
         # A running job's progress reaches the UI every few seconds, not every 0.8 x timeout.
@@ -205,12 +215,14 @@ async def serve(
     on_ready: Callable[[], None] | None = None,
     *,
     metrics_address: str | None = None,
+    auth: WorkerAuth | None = None,
 ) -> None:
     """Run a worker on `services` until `stop` is set: the workflows and activities, the
     outbox relay loop, the Temporal Schedules that sweep what a dead relay left and delete what is
     past its retention, and a delivery
     workflow for every topic; with
-    `metrics_address`, Prometheus metrics there (the SDK's and procbus's)."""
+    `metrics_address`, Prometheus metrics there (the SDK's and procbus's). `auth` defaults to
+    the settings' (a production worker: unauthenticated starts refused unless they say)."""
     client = await connect_client(
         services.temporal_address, services.namespace, settings, metrics_address=metrics_address
     )
@@ -240,6 +252,7 @@ async def serve(
                 worker_id=settings.worker_id,
                 outbox_workflow_types=settings.allowed_outbox_workflow_types(),
                 load_roots=settings.load_root_paths,
+                auth=auth or WorkerAuth.from_settings(settings),
             ),
             bus_member(
                 client,

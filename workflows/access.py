@@ -25,6 +25,8 @@ from workflows.tables import checked
 
 @workflow.defn(name="ChangeAccess")
 class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
+    authenticates = True  # only an admin of the table (or the operator) may grant or revoke
+
     @workflow.run
     async def run(self, request: ChangeAccessInput) -> AccessResult:
         return await self.execute(request)
@@ -47,6 +49,7 @@ class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
             action=request.action,
             entry=entry,
             fence=self.fence(table_resource(entry.namespace, entry.table)),
+            requested_by=self.principal,
         )
         await self.step("preflight", TableActivities.preflight_change_access, step)
         operation = ChangeAccessOperation(action=request.action, entry=entry)

@@ -89,6 +89,8 @@ def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timede
 
 @workflow.defn(name="LoadTable")
 class LoadTable(Procedure[LoadTableInput, DataResult]):
+    authenticates = True  # its preflight refuses a principal that may not write the table
+
     @workflow.run
     async def run(self, request: LoadTableInput) -> DataResult:
         return await self.execute(request)
@@ -112,6 +114,7 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
             source=request.source,
             format=request.format,
+            principal=self.principal,
         )
         table = await self.step("preflight", SparkActivities.preflight_load_table, wanted)
         step = wanted.model_copy(update={"table": table})
@@ -140,6 +143,8 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
 
 @workflow.defn(name="CompactTable")
 class CompactTable(Procedure[CompactTableInput, DataResult]):
+    authenticates = True  # each plan refuses a principal that may not write the table
+
     @workflow.run
     async def run(self, request: CompactTableInput) -> DataResult:
         return await self.execute(request)
@@ -175,6 +180,7 @@ class CompactTable(Procedure[CompactTableInput, DataResult]):
                 procedure_id=procedure_id,
                 job_key=f"{procedure_id}:rewrite{suffix}",
                 table=TableDescriptor(namespace=namespace, name=name, columns=[]),
+                principal=self.principal,
                 plan=CompactionPlan(
                     partitions=request.partitions, target_file_size=request.target_file_size
                 ),

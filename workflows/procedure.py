@@ -43,6 +43,8 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
+    from procbus.auth.models import Authentication, AuthRequest
+    from procbus.auth.tokens import TOKEN_HEADER
     from procbus.bus.models import BusMessage, Operation
     from procbus.bus.outcomes import BroadcastResult
     from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
@@ -78,6 +80,8 @@ ResultT = TypeVar("ResultT")
 # Where the results of a finished run_children call are kept, like a step's.
 CHILDREN_RESULT_PREFIX = "children:"
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
+# The worker's local activity that verifies the start's principal token (activities/auth.py).
+AUTHENTICATE_ACTIVITY = "authenticate"
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
 UNDO_BY_BROADCAST = {f"bus:{phase.value}": phase for phase in (Phase.APPLY, Phase.ABORT)}
 
@@ -147,6 +151,8 @@ class Procedure(Generic[InputT, ResultT]):
     broadcast_max_sends: ClassVar[int] = 5
     # Continue as new past this many history events (or when Temporal suggests it).
     max_history_events: ClassVar[int] = 10_000
+    # Runs as a verified principal (`self.principal`): refused before any lock or step without.
+    authenticates: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._carry: ProcedureCarry | None = None
@@ -191,6 +197,17 @@ class Procedure(Generic[InputT, ResultT]):
     async def steps(self, request: InputT) -> ResultT:
         raise NotImplementedError
 
+    @property
+    def authentication(self) -> Authentication:
+        """Who this procedure runs as (only with `authenticates = True`)."""
+        assert self._kept.authentication is not None, "this procedure does not authenticate"
+        return self._kept.authentication
+
+    @property
+    def principal(self) -> str:
+        assert self.authentication.principal is not None, "refused before any step"
+        return self.authentication.principal
+
     # ---- the engine ----
 
     @property
@@ -229,6 +246,8 @@ class Procedure(Generic[InputT, ResultT]):
         self._set_state(self.status.state)
         try:
             self._check_input(request)
+            if self.authenticates:
+                await self._authenticate()
         except ApplicationError as error:
             self.status.error = error.message
             self._set_state(ProcedureState.FAILED)
@@ -304,6 +323,42 @@ class Procedure(Generic[InputT, ResultT]):
             self._lock_keeper.plan(self.locks(request), request)
         except LockError as error:
             raise invalid_input(str(error)) from None
+
+    async def _authenticate(self) -> None:
+        """The start's principal, verified by the worker in a local activity (its answer is
+        recorded, so a replay never asks again, whatever the key is by then); a run continued
+        as new keeps the first run's. Refused: AccessDenied before any lock or step."""
+        if self._kept.authentication is None:
+            info = workflow.info()
+            header = info.headers.get(TOKEN_HEADER)
+            await self._local_activity_allowed()
+            self._kept.authentication = await workflow.execute_local_activity(
+                AUTHENTICATE_ACTIVITY,
+                AuthRequest(
+                    token=header.data.decode("utf-8", "replace") if header is not None else None,
+                    workflow_id=info.workflow_id,
+                    workflow_type=info.workflow_type,
+                    started_at=info.workflow_start_time,
+                ),
+                result_type=Authentication,
+                start_to_close_timeout=timedelta(seconds=30),
+                summary="verify who starts it",
+            )
+        found = self.authentication
+        self.status.principal = found.principal
+        if found.refusal is not None:
+            raise application_error(
+                ErrorType.ACCESS_DENIED, f"refused before any step: {found.refusal}"
+            )
+        if found.principal is None:
+            raise application_error(
+                ErrorType.ACCESS_DENIED,
+                f"refused before any step: {self.status.procedure_type} needs a principal, and "
+                "the start carries no principal token (the `temporal` CLI and the UI cannot "
+                "sign one); this worker runs no unauthenticated starts "
+                "(PROCBUS_UNAUTHENTICATED_PRINCIPAL is unset). Start it with `procbus` or a "
+                "starter script, signing with PROCBUS_AUTH_KEY as PROCBUS_PRINCIPAL or `--as`",
+            )
 
     async def _local_activity_allowed(self) -> None:
         """A local activity in the workflow task that ran an update makes that task fail on

@@ -1,5 +1,9 @@
 """The table procedures: CreateNamespace, DeleteNamespace, CreateTable, DeleteTable.
 
+CreateTable and DeleteTable run as the start's verified principal (Procedure.authenticates):
+DeleteTable's preflight refuses one that may not write the table; CreateTable's creator gets
+admin and write on it.
+
 Each is a `Procedure`: steps with their undo, so a failure anywhere leaves the catalog, the
 warehouse and the descriptor cache as they were (or, past DeleteTable's pivot, as after).
 
@@ -35,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TableDescriptor,
         TableResult,
         TableStep,
+        creator_grants,
     )
     from procbus.lakehouse.names import namespace_resource, table_resource
 
@@ -145,6 +150,8 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
 
 @workflow.defn(name="CreateTable")
 class CreateTable(Procedure[CreateTableInput, TableResult]):
+    authenticates = True  # its creator gets admin and write on the table
+
     @workflow.run
     async def run(self, request: CreateTableInput) -> TableResult:
         return await self.execute(request)
@@ -164,7 +171,9 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         planned = TableStep(procedure_id=procedure_id, table=checked(request.check, procedure_id))
         table = await self.step("preflight", TableActivities.preflight_create_table, planned)
         fence = self.fence(table_resource(table.namespace, table.name))
-        step = TableStep(procedure_id=procedure_id, table=table, fence=fence)
+        # The operator may do everything already: no grants of its own to keep.
+        grants = [] if self.authentication.operator else creator_grants(table, self.principal)
+        step = TableStep(procedure_id=procedure_id, table=table, fence=fence, grants=grants)
         await self.step(
             "create_layout",
             TableActivities.create_layout,
@@ -182,7 +191,7 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         # Every worker's descriptor cache, through the bus (one phase).
         await self.broadcast(
             "refresh_cache",
-            PutDescriptor(table=table, new_table=True),
+            PutDescriptor(table=table, new_table=True, grants=grants),
             undo=EvictDescriptor(qualified_name=table.qualified_name),
         )
         await self.step(
@@ -204,6 +213,8 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
 
 @workflow.defn(name="DeleteTable")
 class DeleteTable(Procedure[DeleteTableInput, TableResult]):
+    authenticates = True  # deleting a table's data is writing it
+
     @workflow.run
     async def run(self, request: DeleteTableInput) -> TableResult:
         return await self.execute(request)
@@ -223,7 +234,7 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
         wanted = TableStep(
             procedure_id=procedure_id,
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
-            principal=request.principal,
+            principal=self.principal,
         )
         table = await self.step("preflight", TableActivities.preflight_delete_table, wanted)
         fence = self.fence(table_resource(namespace, name))

@@ -191,12 +191,15 @@ class BusMember:
             self.tables.put(operation.table)
             if operation.new_table:
                 self.access.drop_table(name)
+            added = [entry for entry in operation.grants if self.access.grant(entry)]
 
             def put_back() -> None:
                 if before is None:
                     self.tables.evict(name)
                 else:
                     self.tables.put(before)
+                for entry in added:
+                    self.access.revoke(entry)
                 for entry in stale:
                     self.access.grant(entry)
 

@@ -24,6 +24,9 @@ class PutDescriptor(BaseModel):
         description="the table was just created: grants a member still holds for an earlier "
         "table of that name are dropped (the catalog dropped them with it)",
     )
+    grants: list[AccessEntry] = Field(
+        default_factory=list, description="a new table's creator's grants, in the catalog with it"
+    )
 
 
 class EvictDescriptor(BaseModel):

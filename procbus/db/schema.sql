@@ -120,12 +120,13 @@ CREATE TABLE "procbus_events" (
 );
 
 -- Table permissions, the durable truth behind every worker's ACL cache. A deleted table takes
--- its grants with it: a table created again under that name starts with none.
+-- its grants with it: a table created again under that name starts with none. `admin` may grant
+-- and revoke on the table.
 CREATE TABLE "procbus_acl" (
     "principal" text NOT NULL,
     "namespace" text NOT NULL,
     "table_name" text NOT NULL,
-    "permission" text NOT NULL CHECK ("permission" IN ('read', 'write')),
+    "permission" text NOT NULL CHECK ("permission" IN ('read', 'write', 'admin')),
     "granted_by" text NOT NULL,
     "granted_at" timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY ("principal", "namespace", "table_name", "permission"),

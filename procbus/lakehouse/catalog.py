@@ -167,12 +167,34 @@ class Catalog:
         except asyncpg.ForeignKeyViolationError:
             raise InvalidRequest(f"table {entry.qualified_table!r} does not exist") from None
 
-    async def add_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
+    async def has_permission(self, entry: AccessEntry) -> bool:
+        """Whether the catalog (the truth behind every worker's ACL cache) holds `entry`."""
+        found: bool = await self.pool.fetchval(
+            self.queries["has_permission"],
+            entry.principal,
+            entry.namespace,
+            entry.table,
+            entry.permission.value,
+        )
+        return found
+
+    async def add_table(
+        self,
+        table: TableDescriptor,
+        fence: Fence | None = None,
+        grants: Sequence[AccessEntry] = (),
+    ) -> None:
+        """Add the table and, in the same transaction, its creator's `grants`."""
         try:
             async with self._writing(fence) as connection:
                 added = await connection.fetchval(
                     self.queries["insert_table"], *_table_values(table)
                 )
+                for entry in grants if added is not None else ():
+                    values = (entry.principal, entry.namespace, entry.table, entry.permission.value)
+                    await connection.execute(
+                        self.queries["grant_access"], *values, table.created_by
+                    )
         except asyncpg.ForeignKeyViolationError:
             raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
         if added is None:

@@ -184,6 +184,7 @@ class SparkJobStep(BaseModel):
     procedure_id: str
     job_key: str
     table: TableDescriptor
+    principal: str | None = None  # who asks: its verified principal, who must write the table
 
 
 class LoadStep(SparkJobStep):

@@ -8,13 +8,13 @@ and in the `procbus` CLI, before anything is started.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from procbus.auth.names import check_principal
 from procbus.bus.outcomes import MemberResult
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.names import (
@@ -26,17 +26,6 @@ from procbus.lakehouse.names import (
 )
 from procbus.locks.models import Fence
 from procbus.procedures.models import ProcedureInput
-
-_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:\-]{0,199}$")
-
-
-def check_principal(principal: str) -> str:
-    if not _PRINCIPAL.match(principal):
-        raise InvalidRequest(
-            f"bad principal {principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
-            " (at most 200), starting with a letter or digit"
-        )
-    return principal
 
 
 class TableDescriptor(BaseModel):
@@ -104,15 +93,11 @@ class CreateTableInput(ProcedureInput):
 
 
 class DeleteTableInput(ProcedureInput):
+    """Who asks is the start's verified principal (never a field a client could just write)."""
+
     table: str = Field(description="NAMESPACE.TABLE")
-    principal: str | None = Field(
-        default=None,
-        description="who asks: the worker refuses unless its ACL cache lets them write the table",
-    )
 
     def check(self) -> tuple[str, str]:
-        if self.principal is not None:
-            check_principal(self.principal)
         return parse_table_name(self.table)
 
 
@@ -146,7 +131,10 @@ class TableStep(BaseModel):
     procedure_id: str
     table: TableDescriptor
     fence: Fence | None = None
-    principal: str | None = None  # who asks, when the step checks the worker's ACL cache
+    principal: str | None = None  # who asks: its verified principal
+    grants: list[AccessEntry] = Field(
+        default_factory=list, description="CreateTable: its creator's, added with the table"
+    )
 
 
 class EventStep(BaseModel):
@@ -161,6 +149,7 @@ class EventStep(BaseModel):
 class Permission(StrEnum):
     READ = "read"  # read the table's data
     WRITE = "write"  # change the table's data: load, compact, delete it
+    ADMIN = "admin"  # grant and revoke permissions on the table (its creator has it)
 
 
 class AccessEntry(BaseModel):
@@ -185,7 +174,7 @@ class ChangeAccessInput(ProcedureInput):
     action: Literal["grant", "revoke"]
     principal: str = Field(description="who: a user or service name, e.g. 'etl' or 'ana@corp'")
     table: str = Field(description="NAMESPACE.TABLE")
-    permission: str = Field(description="read or write")
+    permission: str = Field(description="read, write or admin")
 
     def check(self) -> AccessEntry:
         check_principal(self.principal)
@@ -207,6 +196,18 @@ class AccessStep(BaseModel):
     action: Literal["grant", "revoke"]
     entry: AccessEntry
     fence: Fence | None = None
+    requested_by: str | None = None  # who asks: its verified principal, an admin of the table
+
+
+def creator_grants(table: TableDescriptor, principal: str) -> list[AccessEntry]:
+    """What a table's creator gets: admin (so someone may grant on it) and write."""
+    return [
+        AccessEntry(principal=principal, namespace=table.namespace, table=table.name, permission=p)
+        for p in (Permission.ADMIN, Permission.WRITE)
+    ]
+
+
+TableStep.model_rebuild()
 
 
 class AccessResult(BaseModel):

@@ -88,6 +88,12 @@ INSERT INTO "procbus_acl" ("principal", "namespace", "table_name", "permission",
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING;
 
+-- name: has_permission
+SELECT EXISTS (
+    SELECT 1 FROM "procbus_acl"
+    WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = $4
+);
+
 -- name: revoke_access
 DELETE FROM "procbus_acl"
 WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = $4;

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from procbus.auth.models import Authentication
 from procbus.bus.outcomes import BroadcastResult
 from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
 from procbus.temporal.payloads import WorkflowInput
@@ -101,6 +102,9 @@ class ProcedureStatus(BaseModel):
     procedure_type: str
     target: str
     state: ProcedureState
+    principal: str | None = Field(
+        default=None, description="who it runs as: the start's verified principal token"
+    )
     steps_done: list[str] = Field(default_factory=list)
     step_running: str | None = None
     pivot_step: str | None = None
@@ -141,6 +145,9 @@ class ProcedureCarry(BaseModel):
     from_run_id: str | None = Field(
         default=None,
         description="the run that handed this over; the next run accepts it only from there",
+    )
+    authentication: Authentication | None = Field(
+        default=None, description="the first run's verified principal, never asked again"
     )
 
 

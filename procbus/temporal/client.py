@@ -20,6 +20,7 @@ from temporalio.service import RPCError
 
 from procbus.config import Settings
 from procbus.errors import StackError
+from procbus.temporal.auth import Signer, SigningInterceptor
 from procbus.temporal.payloads import procbus_data_converter
 
 
@@ -87,9 +88,11 @@ async def connect_client(
     settings: Settings | None = None,
     *,
     metrics_address: str | None = None,
+    signer: Signer | None = None,
 ) -> Client:
     """A client whose payloads are pydantic models as JSON, so the `temporal` CLI can send them.
-    A worker built on it serves metrics on `metrics_address` when given."""
+    A worker built on it serves metrics on `metrics_address` when given; with `signer`, every
+    workflow it starts carries that principal's token."""
     tls: TLSConfig | bool = False
     api_key = None
     if settings is not None:
@@ -106,6 +109,7 @@ async def connect_client(
                 api_key=api_key,
                 data_converter=procbus_data_converter,
                 runtime=procbus_runtime(metrics_address),
+                interceptors=[SigningInterceptor(signer)] if signer is not None else [],
             )
         except RuntimeError as error:  # the core SDK reports an unreachable server this way
             # A server that listens but is still starting answers Unavailable for a few seconds.

@@ -20,6 +20,8 @@ def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> No
     assert status["up"] is True
     assert status["ui_url"].startswith("http://127.0.0.1:")
     assert status["source"] == "embedded"
+    # Its signing key, made at start, readable by its owner only: the CLI signs with it.
+    assert (dev_stack.state_dir / "auth.key").stat().st_mode & 0o777 == 0o600
 
     # The demo on the running stack, beside its worker (the whole demo runs in the test below):
     # the scenes that use a table and a topic, and the table's scene that --only brings along.

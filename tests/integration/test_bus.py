@@ -32,7 +32,7 @@ from procbus.lakehouse.models import (
 )
 from procbus.procedures import ProcedureState
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
-from tests.services import subprocess_environment, worker_process
+from tests.services import signed_as, subprocess_environment, worker_process
 from workflows.access import ChangeAccess
 from workflows.bus import Broadcast
 from workflows.tables import CreateTable, DeleteTable
@@ -224,11 +224,12 @@ async def grant_or_revoke(
 
 
 async def delete_orders_as(client: Client, task_queue: str, principal: str) -> str:
+    """DeleteTable signed as `principal` (the workers verify it with the test key)."""
     procedure_id = new_id("delete")
     with contextlib.suppress(WorkflowFailureError):
-        await client.execute_workflow(
+        await signed_as(client, principal).execute_workflow(
             DeleteTable.run,
-            DeleteTableInput(table="sales.orders", principal=principal),
+            DeleteTableInput(table="sales.orders"),
             id=procedure_id,
             task_queue=task_queue,
         )

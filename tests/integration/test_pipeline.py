@@ -37,7 +37,7 @@ from procbus.spark.backends import LocalBackend
 from procbus.temporal.faults import parse_faults
 from procbus.topics import Entry, Topics, TopicSettings
 from tests.integration.test_table_procedures import new_id, status_of
-from tests.services import subprocess_environment, worker_process
+from tests.services import TEST_AUTH, subprocess_environment, worker_process
 from worker import build_worker
 from workflows.data import CompactTable
 
@@ -97,7 +97,7 @@ async def pipeline(pool: asyncpg.Pool, *tables: str, batch_size: int = 16, **set
 async def delivering(
     client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, topic: str
 ) -> AsyncIterator[None]:
-    async with build_worker(client, pool, task_queue, warehouse_root=warehouse):
+    async with build_worker(client, pool, task_queue, warehouse_root=warehouse, auth=TEST_AUTH):
         await ensure_delivery(client, topic, task_queue)
         yield
 
@@ -184,7 +184,9 @@ async def test_a_compaction_planned_before_a_pipeline_commit_hides_none_of_its_c
 ) -> None:
     topic = await pipeline(bank, "accounts", batch_size=100)
     faults = parse_faults("CompactTable.swap:delay=8")
-    async with build_worker(client, bank, task_queue, warehouse_root=warehouse, faults=faults):
+    async with build_worker(
+        client, bank, task_queue, warehouse_root=warehouse, faults=faults, auth=TEST_AUTH
+    ):
         await ensure_delivery(client, topic, task_queue)
         await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10), (2, 'bob', 20)")
         await applied(bank, topic)

@@ -31,7 +31,7 @@ from tests.integration.test_table_data import (
     write_csv,
 )
 from tests.integration.test_table_procedures import status_of
-from tests.services import SparkCluster, subprocess_environment, worker_process
+from tests.services import TEST_AUTH, SparkCluster, subprocess_environment, worker_process
 from worker import build_worker
 
 pytestmark = pytest.mark.spark
@@ -58,6 +58,7 @@ async def cluster_worker(
         spark_rest_url=cluster.rest_url,
         spark_web_url=cluster.web_url,
         spark_progress_seconds=0.5,
+        auth=TEST_AUTH,
     ):
         yield
 

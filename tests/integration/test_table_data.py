@@ -43,7 +43,7 @@ from procbus.procedures import ProcedureState
 from procbus.spark import jobs
 from procbus.spark.ledger import Attempt, JobLedger, JobState
 from tests.integration.test_table_procedures import new_id, status_of
-from tests.services import subprocess_environment, worker_process
+from tests.services import TEST_AUTH, subprocess_environment, worker_process
 from worker import build_worker
 from workflows.data import CompactTable, LoadTable
 
@@ -127,6 +127,7 @@ async def spark_worker(
         faults=parse_faults(faults),
         spark_progress_seconds=0.2,
         load_roots=[warehouse.parent, *load_roots],
+        auth=TEST_AUTH,
     ):
         yield
 

@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowFailureError
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
 from procbus.temporal.faults import parse_faults
 from procbus.topics import Topics, TopicSettings
+from tests.services import TEST_AUTH
 from worker import build_worker
 from workflows.tables import CreateNamespace, CreateTable, DeleteTable
 
@@ -41,6 +42,7 @@ async def test_catalog_events_reach_the_topic_in_order(
         warehouse_root=warehouse,
         events_topic=EVENTS,
         faults=parse_faults("CreateTable.record_event:fail_after=1"),  # retried once, after it ran
+        auth=TEST_AUTH,
     ):
         for workflow, request, procedure_id in [
             (CreateNamespace.run, CreateNamespaceInput(namespace="sales"), "ns"),
@@ -65,6 +67,7 @@ async def test_an_undone_event_is_retracted(
         warehouse_root=warehouse,
         events_topic=EVENTS,
         faults=parse_faults("CreateTable.record_event:fail_after"),  # ran, then fails for good
+        auth=TEST_AUTH,
     ):
         await client.execute_workflow(
             CreateNamespace.run,

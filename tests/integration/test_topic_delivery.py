@@ -27,7 +27,7 @@ from procbus.hooks import transaction
 from procbus.stack.processes import LOOPBACK, free_port
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.integration.webhook_receiver import WebhookReceiver
-from tests.services import subprocess_environment, worker_process
+from tests.services import TEST_AUTH, subprocess_environment, worker_process
 from worker import build_worker
 
 
@@ -371,7 +371,12 @@ async def test_an_endpoint_the_workers_refuse_now_disables_its_topic_until_enabl
         await topics.publish(name, Event(payload={"i": i}))
     refusing = ["hooks.internal"]
     async with build_worker(
-        client, pool, task_queue, warehouse_root=warehouse, endpoint_allowlist=refusing
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        endpoint_allowlist=refusing,
+        auth=TEST_AUTH,
     ):
         async with asyncio.timeout(30):
             while (await topics.get(name)).enabled:
@@ -390,7 +395,12 @@ async def test_an_endpoint_the_workers_refuse_now_disables_its_topic_until_enabl
         assert not (await topics.get(name)).enabled
     assert receiver.received == []
     async with build_worker(
-        client, pool, task_queue, warehouse_root=warehouse, endpoint_allowlist=[LOOPBACK]
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        endpoint_allowlist=[LOOPBACK],
+        auth=TEST_AUTH,
     ):
         await Topics(pool, [LOOPBACK]).enable(name)
         assert [event["data"]["i"] for event in await receiver.wait_for(2)] == [0, 1]

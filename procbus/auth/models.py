@@ -1,0 +1,23 @@
+"""What the engine asks the worker's `authenticate` local activity, and its recorded answer.
+Pure data: safe in the workflow sandbox."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class AuthRequest(BaseModel):
+    token: str | None = Field(description="the start's procbus-principal header, if any")
+    workflow_id: str
+    workflow_type: str
+    started_at: datetime = Field(description="when the server started the run: expiry is by it")
+
+
+class Authentication(BaseModel):
+    principal: str | None = Field(description="who the procedure runs as; None: nobody")
+    method: Literal["token", "unauthenticated", "none"]
+    operator: bool = Field(default=False, description="the operator: admin and write everywhere")
+    refusal: str | None = Field(default=None, description="why the start is refused, if it is")

@@ -1,0 +1,103 @@
+"""What a worker trusts: its key, who runs unauthenticated starts, who the operator is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
+from procbus.auth.models import Authentication, AuthRequest
+from procbus.auth.tokens import verify
+from procbus.config import Settings
+from procbus.errors import AccessDenied
+from procbus.lakehouse.cache import AccessCache
+from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
+
+
+@dataclass(frozen=True)
+class WorkerAuth:
+    """The default refuses every unauthenticated start and verifies no token (no key)."""
+
+    key: bytes | None = None
+    unauthenticated_principal: str | None = None
+    operator_principal: str | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerAuth:
+        """A production worker's: only what the settings say."""
+        return cls(
+            key=settings.auth_key.get_secret_value().encode() if settings.auth_key else None,
+            unauthenticated_principal=settings.unauthenticated_principal,
+            operator_principal=settings.operator_principal,
+        )
+
+    @classmethod
+    def for_dev(cls, settings: Settings) -> WorkerAuth:
+        """The dev stack's: its own key, and unauthenticated starts run as the dev operator
+        unless the settings say otherwise."""
+        key = (
+            settings.auth_key.get_secret_value().encode()
+            if settings.auth_key
+            else ensure_dev_key(settings.state_dir)
+        )
+        return cls(
+            key=key,
+            unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
+            operator_principal=settings.operator_principal or DEV_PRINCIPAL,
+        )
+
+    def is_operator(self, principal: str | None) -> bool:
+        return principal is not None and principal == self.operator_principal
+
+    def authenticate(self, request: AuthRequest) -> Authentication:
+        if request.token is None:
+            principal = self.unauthenticated_principal
+            return Authentication(
+                principal=principal,
+                method="unauthenticated" if principal else "none",
+                operator=self.is_operator(principal),
+            )
+        if self.key is None:
+            return Authentication(
+                principal=None,
+                method="none",
+                refusal="the start carries a principal token, but this worker has no "
+                "PROCBUS_AUTH_KEY to verify it",
+            )
+        try:
+            principal = verify(
+                self.key,
+                request.token,
+                request.workflow_id,
+                request.workflow_type,
+                request.started_at,
+            )
+        except AccessDenied as refused:
+            return Authentication(principal=None, method="none", refusal=str(refused))
+        return Authentication(
+            principal=principal, method="token", operator=self.is_operator(principal)
+        )
+
+    def require(self, access: AccessCache, entry: AccessEntry) -> None:
+        """AccessDenied unless `entry` is in this worker's ACL cache or names the operator."""
+        if not self.is_operator(entry.principal):
+            access.require(entry)
+
+    def require_write(
+        self, access: AccessCache, principal: str | None, table: TableDescriptor
+    ) -> None:
+        """AccessDenied unless `principal` may change `table`'s data on this worker."""
+        if principal is None:  # the engine refuses such a start before any step
+            raise AccessDenied(f"no principal to check for write on {table.qualified_name!r}")
+        self.require(
+            access,
+            AccessEntry(
+                principal=principal,
+                namespace=table.namespace,
+                table=table.name,
+                permission=Permission.WRITE,
+            ),
+        )
+
+
+# The benchmarks' workers: what they start runs unauthenticated, as an all-powerful principal.
+BENCH_AUTH = WorkerAuth(unauthenticated_principal="bench", operator_principal="bench")

@@ -1,0 +1,291 @@
+"""Principals are who they say they are: a start's principal is a token signed with the
+workers' key, for that workflow only, verified before any lock or step; data changes need write,
+grants need admin (README, "Security")."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from procbus.auth.policy import WorkerAuth
+from procbus.auth.tokens import TOKEN_HEADER, sign
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import CompactTableInput, LoadTableInput
+from procbus.lakehouse.models import (
+    AccessEntry,
+    ChangeAccessInput,
+    CreateTableInput,
+    DeleteTableInput,
+    Permission,
+)
+from procbus.procedures import ProcedureState
+from procbus.stack.temporal_server import temporal_binary
+from tests.integration.test_table_procedures import create_namespace, new_id, status_of
+from tests.services import TEST_KEY, run_command, signed_as
+from worker import build_worker
+from worker.main import bus_member
+from workflows.access import ChangeAccess
+from workflows.data import CompactTable, LoadTable
+from workflows.tables import CreateTable, DeleteTable
+
+# A production worker: it verifies tokens, names an operator, runs no unauthenticated start.
+PRODUCTION = WorkerAuth(key=TEST_KEY, operator_principal="root")
+TABLE = "sales.orders"
+
+
+@pytest.fixture
+async def production_worker(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> AsyncIterator[AccessCache]:
+    """A worker with PRODUCTION's settings and its bus member; sales.orders, made by `owner`."""
+    access = AccessCache()
+    async with (
+        build_worker(
+            client, pool, task_queue, warehouse_root=warehouse, access=access, auth=PRODUCTION
+        ),
+        bus_member(
+            client, pool, task_queue, tables=DescriptorCache(), access=access, timeout_seconds=3
+        ),
+    ):
+        await create_namespace(client, task_queue)  # not a table's data: no principal needed
+        await signed_as(client, "owner").execute_workflow(
+            CreateTable.run,
+            CreateTableInput(table=TABLE, columns="id:bigint,amount:double"),
+            id=new_id("create"),
+            task_queue=task_queue,
+        )
+        yield access
+
+
+def entry(principal: str, permission: Permission) -> AccessEntry:
+    return AccessEntry(
+        principal=principal, namespace="sales", table="orders", permission=permission
+    )
+
+
+async def start_with_cli(
+    temporal_address: str,
+    task_queue: str,
+    workflow_type: str,
+    payload: dict[str, Any],
+    workflow_id: str,
+    header: str | None = None,
+) -> None:
+    """`temporal workflow execute`: it cannot sign, but it can send any header it is given."""
+    headers = ["--headers", f"{TOKEN_HEADER}={header}"] if header is not None else []
+    returncode, stdout, stderr = await run_command(
+        str(temporal_binary()),
+        "workflow",
+        "execute",
+        "--address",
+        temporal_address,
+        "--task-queue",
+        task_queue,
+        "--type",
+        workflow_type,
+        "--workflow-id",
+        workflow_id,
+        "--input",
+        json.dumps(payload),
+        *headers,
+        timeout=60,
+    )
+    assert returncode != 0, stdout + stderr
+
+
+async def refused_before_any_step(client: Client, workflow_id: str, says: str) -> None:
+    """Failed AccessDenied, with nothing run but the verification (no lock, no step)."""
+    handle = client.get_workflow_handle(workflow_id)
+    assert (await handle.describe()).status is WorkflowExecutionStatus.FAILED
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "AccessDenied" and cause.non_retryable
+    assert says in cause.message, cause.message
+    events = [event.event_type async for event in handle.fetch_history_events()]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in events, events
+    # One marker: the authenticate local activity's answer; the locks' would be more.
+    assert events.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 1, events
+    status = await status_of(client, workflow_id)
+    assert status.state is ProcedureState.FAILED and status.steps_done == []
+
+
+CHANGES = [
+    ("DeleteTable", {"table": TABLE}),
+    ("LoadTable", {"table": TABLE, "source": "/nowhere.csv"}),
+    ("CompactTable", {"table": TABLE}),
+    (
+        "ChangeAccess",
+        {"action": "grant", "principal": "mallory", "table": TABLE, "permission": "write"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("workflow_type", "payload"), CHANGES, ids=[c[0] for c in CHANGES])
+async def test_an_unauthenticated_change_is_refused_before_any_step(
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+    workflow_type: str,
+    payload: dict[str, Any],
+) -> None:
+    workflow_id = new_id(f"hostile-{workflow_type}")
+    await start_with_cli(temporal_address, task_queue, workflow_type, payload, workflow_id)
+    await refused_before_any_step(client, workflow_id, "this worker runs no unauthenticated starts")
+    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == [TABLE]
+    assert await Catalog(pool).list_access() == [
+        entry("owner", Permission.ADMIN),
+        entry("owner", Permission.WRITE),
+    ]
+
+
+def token(key: bytes, workflow_id: str, expires_in: float = 300.0) -> str:
+    expires_at = datetime.now(UTC) + timedelta(seconds=expires_in)
+    return sign(key, "root", workflow_id, "DeleteTable", expires_at)
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("forged", "signature does not match"),
+        ("expired", "expired at"),
+        ("other-workflow", "is for DeleteTable 'someone-elses'"),
+        ("not-a-token", "not a procbus token"),
+    ],
+)
+async def test_a_bad_token_is_refused_before_any_step(
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+    kind: str,
+    says: str,
+) -> None:
+    """The operator's name in a token signed otherwise, too late, or for another workflow."""
+    workflow_id = new_id(f"bad-token-{kind}")
+    header = {
+        "forged": lambda: token(b"not the workers' key", workflow_id),
+        "expired": lambda: token(TEST_KEY, workflow_id, expires_in=-60),
+        "other-workflow": lambda: token(TEST_KEY, "someone-elses"),
+        "not-a-token": lambda: json.dumps({"principal": "root"}),
+    }[kind]()
+    await start_with_cli(
+        temporal_address, task_queue, "DeleteTable", {"table": TABLE}, workflow_id, header
+    )
+    await refused_before_any_step(client, workflow_id, says)
+    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == [TABLE]
+
+
+async def test_the_input_cannot_name_the_principal(
+    client: Client, production_worker: AccessCache, temporal_address: str, task_queue: str
+) -> None:
+    workflow_id = new_id("input-principal")
+    await start_with_cli(
+        temporal_address,
+        task_queue,
+        "DeleteTable",
+        {"table": TABLE, "principal": "root"},
+        workflow_id,
+    )
+    with pytest.raises(WorkflowFailureError) as failure:
+        await client.get_workflow_handle(workflow_id).result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidProcedureInput"
+    assert "principal: Extra inputs are not permitted" in cause.message
+
+
+async def run_as(
+    client: Client, principal: str, task_queue: str, workflow: Any, request: Any
+) -> str:
+    procedure_id = new_id(principal)
+    with contextlib.suppress(WorkflowFailureError):
+        await signed_as(client, principal).execute_workflow(
+            workflow, request, id=procedure_id, task_queue=task_queue
+        )
+    return procedure_id
+
+
+async def test_without_write_nobody_deletes_loads_or_compacts(
+    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    refused = [
+        await run_as(client, "mallory", task_queue, workflow, request)
+        for workflow, request in [
+            (DeleteTable.run, DeleteTableInput(table=TABLE)),
+            (LoadTable.run, LoadTableInput(table=TABLE, source="/nowhere.csv")),
+            (CompactTable.run, CompactTableInput(table=TABLE)),
+        ]
+    ]
+    for procedure_id, step in zip(refused, ("preflight", "preflight", "plan"), strict=True):
+        status = await status_of(client, procedure_id)
+        assert status.state is ProcedureState.ROLLED_BACK
+        assert status.principal == "mallory"
+        assert status.failed_step == step
+        assert status.error == "AccessDenied: 'mallory' may not write 'sales.orders'"
+    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == [TABLE]
+
+
+async def test_only_an_admin_grants_and_the_steps_see_the_verified_principal(
+    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    # The creator got admin and write, in the catalog and in the worker's cache.
+    assert production_worker.allows(entry("owner", Permission.ADMIN))
+    assert production_worker.allows(entry("owner", Permission.WRITE))
+    grant_etl = ChangeAccessInput(action="grant", principal="etl", table=TABLE, permission="write")
+    grant_self = grant_etl.model_copy(update={"principal": "mallory"})
+    grant_ana = grant_etl.model_copy(update={"principal": "ana"})
+    by_mallory = await run_as(client, "mallory", task_queue, ChangeAccess.run, grant_self)
+    by_owner = await run_as(client, "owner", task_queue, ChangeAccess.run, grant_etl)
+    by_etl = await run_as(client, "etl", task_queue, ChangeAccess.run, grant_ana)  # write only
+    deleted = await run_as(
+        client, "etl", task_queue, DeleteTable.run, DeleteTableInput(table=TABLE)
+    )
+    statuses = {p: await status_of(client, p) for p in (by_mallory, by_owner, by_etl, deleted)}
+    for procedure_id, who in ((by_mallory, "mallory"), (by_etl, "etl")):
+        assert statuses[procedure_id].state is ProcedureState.ROLLED_BACK
+        assert statuses[procedure_id].error == (
+            f"AccessDenied: {who!r} may not grant or revoke on 'sales.orders': that needs admin "
+            "on the table (its creator has it) or the operator"
+        )
+    assert statuses[by_owner].state is ProcedureState.SUCCEEDED
+    assert statuses[deleted].state is ProcedureState.SUCCEEDED
+    assert statuses[deleted].principal == "etl"
+    # What the preflight step was handed is the verified principal, not anything a client wrote.
+    handle = client.get_workflow_handle(deleted)
+    inputs = [
+        json.loads(event.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        async for event in handle.fetch_history_events()
+        if event.event_type is EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name
+        == "preflight_delete_table"
+    ]
+    assert [step["principal"] for step in inputs] == ["etl"]
+
+
+async def test_the_operator_may_do_everything_and_a_token_for_it_works_once(
+    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    grant = ChangeAccessInput(action="grant", principal="etl", table=TABLE, permission="admin")
+    granted = await run_as(client, "root", task_queue, ChangeAccess.run, grant)
+    assert (await status_of(client, granted)).state is ProcedureState.SUCCEEDED
+    assert await Catalog(pool).has_permission(entry("etl", Permission.ADMIN))
+    deleted = await run_as(
+        client, "root", task_queue, DeleteTable.run, DeleteTableInput(table=TABLE)
+    )
+    assert (await status_of(client, deleted)).state is ProcedureState.SUCCEEDED
+    assert await Catalog(pool).list_tables() == []
