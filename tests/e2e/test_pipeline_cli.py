@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from procbus.stack.state import read_live_stack
 from tests.e2e.conftest import DevStack, procbus
 from tests.e2e.test_table_data_cli import ok
 
@@ -56,7 +57,10 @@ def wait_for(stack: DevStack, done: Callable[[dict[str, Any]], bool]) -> dict[st
 
 def test_capture_a_table_and_watch_its_pipeline(dev_stack: DevStack) -> None:
     dev_stack.start()
-    url = json.loads(ok(dev_stack, "status", "--json"))["database_url"]
+    # `status` masks the password; the application connects with the stack's own URL.
+    stack = read_live_stack(dev_stack.state_dir)
+    assert stack is not None
+    url = stack.database_url
     ok(dev_stack, "namespace", "create", "shop", "--wait")
     ok(
         dev_stack,

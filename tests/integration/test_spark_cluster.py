@@ -58,6 +58,8 @@ async def cluster_worker(
         spark_rest_url=cluster.rest_url,
         spark_web_url=cluster.web_url,
         spark_progress_seconds=0.5,
+        # The tests' inputs are written beside the warehouse, under the test's own folder.
+        load_roots=[warehouse.parent],
         auth=TEST_AUTH,
     ):
         yield
