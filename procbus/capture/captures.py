@@ -24,9 +24,10 @@ import hashlib
 from datetime import datetime
 
 import asyncpg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from procbus.db.queries import load_queries
+from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull
 from procbus.topics.models import check_topic_name
 from procbus.topics.queue import topic_error
@@ -45,6 +46,12 @@ class SourceColumn(BaseModel):
     has_default: bool
 
 
+def pipeline_principal(topic: str) -> str:
+    """Whom a change pipeline applies as: granted `write` on its lake table when the capture
+    is made; revoke it and the pipeline stops."""
+    return f"pipeline:{topic}"
+
+
 class Capture(BaseModel):
     source_schema: str
     source_table: str
@@ -53,6 +60,10 @@ class Capture(BaseModel):
     trigger_name: str
     snapshot_rows: int = 0
     created_at: datetime | None = None
+    granted_write: str | None = Field(
+        default=None,
+        description="the lake table its pipeline's principal was granted write on, if any",
+    )
 
     @property
     def source(self) -> str:
@@ -119,6 +130,9 @@ class Captures:
             )
             if created is None:
                 raise InvalidRequest(f"table {qualified} is captured into {topic!r} already")
+            granted_write = await self._grant_pipeline_write(
+                connection, topic, settings["endpoint"], found["name"]
+            )
             try:
                 rows = await connection.fetchval(
                     queries["attach"], found["oid"], topic, key_columns, name
@@ -142,7 +156,28 @@ class Captures:
             trigger_name=name,
             snapshot_rows=rows,
             created_at=created,
+            granted_write=granted_write,
         )
+
+    async def _grant_pipeline_write(
+        self, connection: asyncpg.Connection, topic: str, endpoint: str, source_table: str
+    ) -> str | None:
+        """In the capture's transaction: a table:// topic's principal may write the lake table
+        the source's changes go to (NS.TABLE), when the catalog has it."""
+        if not endpoint.startswith(f"{EndpointKind.TABLE.value}://"):
+            return None
+        target = parse_endpoint(endpoint)
+        if target.namespace is None:
+            return None
+        table = target.table or source_table
+        granted = await connection.fetchval(
+            self.queries["grant_pipeline_write"],
+            pipeline_principal(topic),
+            target.namespace,
+            table,
+            f"capture of {source_table} into {topic}",
+        )
+        return f"{target.namespace}.{table}" if granted else None
 
     async def source_columns(self, schema: str, table: str) -> dict[str, SourceColumn]:
         """The table's columns as they are now, by name (empty when the table is gone)."""

@@ -46,6 +46,16 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT DO NOTHING
 RETURNING "created_at";
 
+-- name: grant_pipeline_write
+-- The pipeline's own principal may write the lake table its changes go to (when it exists: a
+-- grant names a catalog table). True: granted now or before.
+INSERT INTO "procbus_acl" ("principal", "namespace", "table_name", "permission", "granted_by")
+SELECT $1, t."namespace", t."name", 'write', $4
+FROM "procbus_tables" AS t WHERE t."namespace" = $2 AND t."name" = $3
+ON CONFLICT ("principal", "namespace", "table_name", "permission")
+    DO UPDATE SET "granted_by" = "procbus_acl"."granted_by"  -- kept as it was
+RETURNING true;
+
 -- name: attach
 SELECT "procbus_capture_attach"($1::oid::regclass, $2, $3::text[], $4);
 

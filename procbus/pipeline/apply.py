@@ -37,14 +37,14 @@ from typing import Any
 
 import asyncpg
 
-from procbus.capture import Captures
+from procbus.capture import Captures, pipeline_principal
 from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
 from procbus.delivery.endpoints import Endpoint
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
-from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.models import Permission, TableDescriptor
 from procbus.lakehouse.names import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
@@ -59,6 +59,10 @@ CHANGE_TYPE = "change"  # the event type of a captured change (procbus.capture)
 # A batch's fence row outlives its settlement this long (then no attempt can still send it).
 FORGET_BATCHES_AFTER_SECONDS = 24 * 3600.0
 _INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+
+
+class PipelineNotAllowed(InvalidRequest):
+    """The pipeline's principal may not write a lake table its batch changes: it stops."""
 
 
 class TypeMisfit(ChangeMisfit):
@@ -291,8 +295,23 @@ class Pipelines:
             if fenced is None:
                 return None
             snapshots: dict[str, int] = {}
+            principal = pipeline_principal(topic)
             for part, files in written:
                 table = part.table
+                # Checked where it commits: a revoke that landed meanwhile stops the pipeline.
+                if not await connection.fetchval(
+                    self.catalog.queries["has_permission"],
+                    principal,
+                    table.namespace,
+                    table.name,
+                    Permission.WRITE.value,
+                ):
+                    raise PipelineNotAllowed(
+                        f"the pipeline's principal {principal!r} may not write "
+                        f"{table.qualified_name}: nothing applied; grant it (`procbus acl grant "
+                        f"{principal} {table.qualified_name} write`), then `procbus topic enable "
+                        f"{topic}`"
+                    )
                 if not await self.catalog.set_key_columns(
                     connection, table.namespace, table.name, part.keys
                 ):
@@ -406,6 +425,9 @@ class TableApplier(EndpointClient):
         except ChangeMisfit as misfit:
             await self.pipelines.record_error(self.topic, str(misfit))
             return Sent(Outcome.REJECTED, error=str(misfit))
+        except PipelineNotAllowed as refused:  # nothing dead-lettered: it waits for a grant
+            await self.pipelines.record_error(self.topic, str(refused))
+            return Sent(Outcome.GONE, error=str(refused))
         except Exception as error:  # any other failure: the batch is retried
             said = str(error) if isinstance(error, ProcbusError) else repr(error)
             await self.pipelines.record_error(self.topic, said)

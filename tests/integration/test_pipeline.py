@@ -19,7 +19,7 @@ import asyncpg
 import pytest
 from temporalio.client import Client
 
-from procbus.capture import Captures
+from procbus.capture import Captures, pipeline_principal
 from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import parse_endpoint
@@ -28,7 +28,7 @@ from procbus.errors import AttemptFencedOut
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput
-from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, Permission, TableDescriptor
 from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
 from procbus.pipeline import Pipelines, TableApplier
@@ -248,6 +248,8 @@ async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applie
     # The fix: the lake table made anew with the column; the batch redriven, the topic enabled.
     await Catalog(bank).remove_table("bank", "savings")
     await lake_table(bank, warehouse, "savings", "id:bigint,balance:bigint,note:string")
+    # The grants went with the old table: the pipeline's principal is granted write again.
+    await Catalog(bank).change_access("grant", pipeline_write(topic, "savings"), "operator")
     topics = Topics(bank)
     redriven = await topics.redrive(topic)
     assert [item.id for item in redriven] == sorted(item.id for item in redriven)
@@ -260,6 +262,44 @@ async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applie
     assert accounts == await source(bank, "accounts")  # balance 7: the later change won
     assert accounts[0]["balance"] == 7
     assert savings == await source(bank, "savings") == [{"id": 1, "balance": 5, "note": "hi"}]
+
+
+def pipeline_write(topic: str, table: str) -> AccessEntry:
+    return AccessEntry(
+        principal=pipeline_principal(topic),
+        namespace="bank",
+        table=table,
+        permission=Permission.WRITE,
+    )
+
+
+async def test_the_pipeline_applies_as_its_own_principal_and_stops_when_revoked(
+    client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    """The capture grants the pipeline's principal write on its lake table; a revoke stops the
+    pipeline with nothing applied or dead-lettered, and a grant and an enable resume it."""
+    topic = await pipeline(bank, "accounts")
+    catalog, pipelines = Catalog(bank), Pipelines(bank)
+    assert await catalog.has_permission(pipeline_write(topic, "accounts"))
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+        await catalog.change_access("revoke", pipeline_write(topic, "accounts"), "operator")
+        await bank.execute("UPDATE accounts SET balance = 20 WHERE id = 1")
+        async with asyncio.timeout(60):
+            while (status := await pipelines.status(topic)).state == "running":
+                await asyncio.sleep(0.05)
+        assert f"'pipeline:{topic}' may not write bank.accounts" in status.state
+        assert (status.lag_changes, status.dead_letters, status.batches_applied) == (1, 0, 1)
+        (rows,) = await lake(bank, "accounts")
+        assert rows == [{"id": 1, "owner": "ada", "balance": 10}]  # the change waits
+        await catalog.change_access("grant", pipeline_write(topic, "accounts"), "operator")
+        await Topics(bank).enable(topic)
+        await applied(bank, topic)
+    status = await pipelines.status(topic)
+    assert (status.state, status.lag_changes, status.dead_letters) == ("running", 0, 0)
+    (rows,) = await lake(bank, "accounts")
+    assert rows == await source(bank, "accounts") == [{"id": 1, "owner": "ada", "balance": 20}]
 
 
 @pytest.mark.parametrize(
