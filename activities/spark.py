@@ -35,6 +35,7 @@ from procbus.lakehouse.data import (
     partition_matches,
 )
 from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse.names import LOAD_FOLDER
 from procbus.lakehouse.warehouse import owned_table_folder
 from procbus.spark import staging
 from procbus.spark.backends import (
@@ -54,7 +55,7 @@ from procbus.spark.standalone import StandaloneBackend
 # A compaction rewrites a partition's files smaller than this share of the target size.
 SMALL_FILE_SHARE = 0.75
 # Under the warehouse: where a worker loads inputs from unless PROCBUS_LOAD_ROOTS says more.
-INCOMING = "incoming"
+INCOMING = LOAD_FOLDER
 
 
 def allowed_source(source: str, roots: Sequence[Path]) -> Path:

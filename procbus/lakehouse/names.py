@@ -45,6 +45,11 @@ class Column(BaseModel):
     type: str
 
 
+# The warehouse's folder a worker loads inputs from by default (WAREHOUSE/incoming): a
+# namespace of that name would put its tables among them.
+LOAD_FOLDER = "incoming"
+
+
 def validate_name(kind: str, name: str) -> str:
     """A namespace, table or column name: lower-case letters, digits, '_'; not a keyword."""
     if not name:
@@ -61,6 +66,10 @@ def validate_name(kind: str, name: str) -> str:
         )
     if name in RESERVED_WORDS:
         raise InvalidRequest(f"the {kind} name {name!r} is a reserved SQL word")
+    if kind == "namespace" and name == LOAD_FOLDER:
+        raise InvalidRequest(
+            f"the namespace name {name!r} is the warehouse's folder for load inputs; choose another"
+        )
     return name
 
 

@@ -44,7 +44,7 @@ from procbus.delivery.endpoints import Endpoint
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
-from procbus.lakehouse.models import Permission, TableDescriptor
+from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.names import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
@@ -300,11 +300,7 @@ class Pipelines:
                 table = part.table
                 # Checked where it commits: a revoke that landed meanwhile stops the pipeline.
                 if not await connection.fetchval(
-                    self.catalog.queries["has_permission"],
-                    principal,
-                    table.namespace,
-                    table.name,
-                    Permission.WRITE.value,
+                    queries["pipeline_may_write"], principal, table.namespace, table.name
                 ):
                     raise PipelineNotAllowed(
                         f"the pipeline's principal {principal!r} may not write "

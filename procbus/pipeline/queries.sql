@@ -75,3 +75,10 @@ CROSS JOIN LATERAL (
     FROM "procbus_topic_entries" AS e WHERE e."topic" = t."name"
 ) AS q
 WHERE t."name" = $1;
+
+-- name: pipeline_may_write
+-- In the commit's transaction: the pipeline's principal ($1) still holds write on the table.
+SELECT EXISTS (
+    SELECT 1 FROM "procbus_acl"
+    WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = 'write'
+);

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -51,7 +50,7 @@ def ok(stack: DevStack, *args: str) -> str:
 
 
 def test_the_ui_shows_procedures_their_steps_and_the_schedules(
-    dev_stack: DevStack, browser: Browser, tmp_path: Path
+    dev_stack: DevStack, browser: Browser
 ) -> None:
     dev_stack.start()
     ok(dev_stack, "namespace", "create", "sales", "--wait")
@@ -95,7 +94,7 @@ def test_the_ui_shows_procedures_their_steps_and_the_schedules(
 
     # A running Spark job: its pending activity shows the progress it heartbeats.
     ok(dev_stack, "table", "create", "sales.events", "--schema", "id:bigint,note:string", "--wait")
-    source = tmp_path / "events.csv"
+    source = dev_stack.state_dir / "warehouse" / "incoming" / "events.csv"  # a load root
     with source.open("w") as out:
         out.write("id,note\n")
         out.writelines(f"{n},event number {n}\n" for n in range(3_000_000))

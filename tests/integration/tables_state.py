@@ -9,6 +9,7 @@ import asyncpg
 
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.names import LOAD_FOLDER
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,14 @@ async def snapshot(pool: asyncpg.Pool, warehouse: Path, cache: DescriptorCache) 
     return Snapshot(
         namespaces=tuple(n.name for n in await catalog.list_namespaces()),
         tables=tuple(t.qualified_name for t in await catalog.list_tables()),
-        files=tuple(sorted(str(p.relative_to(warehouse)) for p in warehouse.rglob("*"))),
+        files=tuple(
+            sorted(
+                str(p.relative_to(warehouse))
+                for p in warehouse.rglob("*")
+                # The worker's own folder for load inputs is no table's.
+                if p.relative_to(warehouse).parts[0] != LOAD_FOLDER
+            )
+        ),
         events=tuple((e["event_type"], e["table_name"]) for e in await catalog.list_events()),
         cached=tuple(cache.names()),
     )

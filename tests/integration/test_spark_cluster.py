@@ -148,6 +148,7 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_i
         spark_master=cluster.master,
         spark_rest_url=cluster.rest_url,
         spark_web_url=cluster.web_url,
+        load_roots=str(tmp_path),
     )
     source = write_csv(tmp_path / "a.csv", 0, 200)
     with worker_process(env) as doomed:

@@ -311,7 +311,7 @@ async def test_a_load_reads_only_under_the_load_roots(
         assert "hunter2" not in (status.error or "")
         return (status.error or "").replace(source, "SOURCE")
 
-    async with build_worker(client, pool, task_queue, warehouse_root=warehouse):
+    async with build_worker(client, pool, task_queue, warehouse_root=warehouse, auth=TEST_AUTH):
         # Outside the roots, existing or not: one error, which says nothing of the file.
         there = await refusal(str(secret))
         assert refused in there and str(incoming) in there, there

@@ -259,6 +259,10 @@ async def test_search_attributes_find_procedures_by_target_and_state(
         (CreateTableInput(table="sales", columns="id:bigint"), "expected NAMESPACE.TABLE"),
         (CreateTableInput(table="sales.Orders", columns="id:bigint"), "lower-case letters"),
         (CreateTableInput(table="sales.select", columns="id:bigint"), "reserved SQL word"),
+        (
+            CreateTableInput(table="incoming.o", columns="id:bigint"),
+            "the warehouse's folder for load inputs",
+        ),
         (CreateTableInput(table="sales.o", columns="id:blob"), "unknown column type 'blob'"),
         (CreateTableInput(table="sales.o", columns="id:int,id:int"), "appears twice"),
         (
