@@ -286,7 +286,9 @@ class Settings(BaseSettings):
     def load_root_paths(self) -> list[Path]:
         """The folders a worker loads table data from (what else it can read stays private)."""
         if self.load_roots is None:
-            return [self.warehouse_root / "incoming"]
+            # Absolute: a load names its input by an absolute path (the state folder may be
+            # given relative to the working folder, as `make demo` does).
+            return [(self.warehouse_root / "incoming").absolute()]
         return [Path(folder.strip()) for folder in self.load_roots.split(",")]
 
     def metrics_address(self, default_port: int | None = None) -> str | None:

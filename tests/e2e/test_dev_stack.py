@@ -10,7 +10,7 @@ from pathlib import Path
 from procbus.stack.processes import free_port
 from procbus.stack.temporal_server import temporal_binary
 from starter.demo import DEMO_STEPS
-from tests.e2e.conftest import DevStack, procbus, wait_until_dead
+from tests.e2e.conftest import PROCBUS, DevStack, procbus, wait_until_dead
 from tests.services import subprocess_environment
 
 
@@ -126,7 +126,15 @@ def test_commands_without_a_stack_say_how_to_start_one(state_dir: Path) -> None:
 
 
 def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state_dir: Path) -> None:
-    result = procbus(dev_env, "demo", "--json", timeout=240)
+    # As `make demo` runs it: the state folder named relative to the working folder.
+    result = subprocess.run(
+        [PROCBUS, "demo", "--json"],
+        env=dev_env | {"PROCBUS_STATE_DIR": state_dir.name},
+        cwd=state_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["started_stack"] is True
