@@ -21,6 +21,7 @@ from activities.auth import AuthActivities
 from activities.bus import BusActivities, MemberActivities
 from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
+from activities.procedures import ProcedureActivities
 from activities.retention import RetentionActivities
 from activities.spark import INCOMING, SparkActivities
 from activities.stack_check import StackCheckActivities
@@ -94,6 +95,7 @@ def activities_for(
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),
         *LockActivities(pool).all(),
+        *ProcedureActivities().all(),
         *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
         *BusActivities(Membership(pool)).all(),
         *RetentionActivities(pool, warehouse_root).all(),

@@ -3,27 +3,34 @@
 Children run in parallel and inherit their parent's locks. If one fails, the running ones are
 cancelled (they roll themselves back) and the finished ones' undo stacks join the parent's, so
 the parent's rollback undoes them too. A child that succeeds hands its undo stack to its parent
-by signal before it returns.
+by signal before it returns; the parent takes it from the child's own history, never from the
+signal it received (anyone who may signal the parent could send one).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.procedures import CHILD_UNDO_STACK_ACTIVITY
     from procbus.locks.models import LockGrant
     from procbus.procedures.models import (
+        CHILD_COMPENSATIONS_SIGNAL,
         ChildCompensations,
+        ChildUndoRequest,
         Compensation,
         ProcedureCarry,
         ProcedureInput,
     )
 
-CHILD_COMPENSATIONS_SIGNAL = "procbus_child_compensations"
+# Workflows that ran before a parent read its children's undo stacks from their histories.
+UNDO_FROM_CHILD_HISTORY = "procbus-undo-from-child-history"
+CHILD_HISTORY_READ_TIMEOUT = timedelta(seconds=30)
 
 
 def _failure(task: asyncio.Task[Any]) -> BaseException | None:
@@ -37,8 +44,11 @@ def _failure(task: asyncio.Task[Any]) -> BaseException | None:
 
 class ChildProcedures:
     def __init__(self) -> None:
-        # Undo stacks of finished children, by child ID, until the parent adopts them.
+        # Undo stacks signalled by finished children: read only when replaying a run that
+        # started before UNDO_FROM_CHILD_HISTORY.
         self._received: dict[str, list[Compensation]] = {}
+        # Each child's first run, by child ID: where its history starts.
+        self._first_runs: dict[str, str] = {}
 
     def receive(self, message: ChildCompensations) -> None:
         self._received[message.procedure_id] = message.compensations
@@ -64,14 +74,7 @@ class ChildProcedures:
             child_ids.append(child_id)
             status.children.append(child_id)
             tasks.append(
-                asyncio.create_task(
-                    workflow.execute_child_workflow(
-                        workflow_type,
-                        child_input,
-                        id=child_id,
-                        static_summary=f"child of {status.procedure_id}",
-                    )
-                )
+                asyncio.create_task(self._run_child(workflow_type, child_id, child_input, carry))
             )
         try:
             await workflow.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -82,8 +85,20 @@ class ChildProcedures:
         if failure is not None:
             await self._stop(carry, tasks, child_ids)
             raise failure
-        self._adopt_undo(carry, child_ids)
+        await self._adopt_undo(carry, child_ids)
         return [task.result() for task in tasks]
+
+    async def _run_child(
+        self, workflow_type: str, child_id: str, child_input: ProcedureInput, carry: ProcedureCarry
+    ) -> Any:
+        handle = await workflow.start_child_workflow(
+            workflow_type,
+            child_input,
+            id=child_id,
+            static_summary=f"child of {carry.status.procedure_id}",
+        )
+        self._first_runs[child_id] = handle.first_execution_run_id or ""
+        return await handle
 
     async def _stop(
         self, carry: ProcedureCarry, tasks: list[asyncio.Task[Any]], child_ids: list[str]
@@ -98,11 +113,21 @@ class ChildProcedures:
             for child_id, task in zip(child_ids, tasks, strict=True)
             if _failure(task) is None
         ]
-        self._adopt_undo(carry, finished)
+        await self._adopt_undo(carry, finished)
 
-    def _adopt_undo(self, carry: ProcedureCarry, child_ids: list[str]) -> None:
+    async def _adopt_undo(self, carry: ProcedureCarry, child_ids: list[str]) -> None:
         for child_id in child_ids:
-            carry.compensations.extend(self._received.pop(child_id, []))
+            if not workflow.patched(UNDO_FROM_CHILD_HISTORY):
+                carry.compensations.extend(self._received.pop(child_id, []))
+                continue
+            sent: ChildCompensations = await workflow.execute_local_activity(
+                CHILD_UNDO_STACK_ACTIVITY,
+                ChildUndoRequest(child_id=child_id, first_run_id=self._first_runs[child_id]),
+                result_type=ChildCompensations,
+                start_to_close_timeout=CHILD_HISTORY_READ_TIMEOUT,
+                summary=f"read the undo stack of {child_id}",
+            )
+            carry.compensations.extend(sent.compensations)
 
     @staticmethod
     async def hand_undo_stack_to_parent(carry: ProcedureCarry) -> None:

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.locks.modes import LockMode
     from procbus.procedures.ids import StepActivityId, check_step_name
     from procbus.procedures.models import (
+        CHILD_COMPENSATIONS_SIGNAL,
         AbortRequest,
         ChildCompensations,
         Compensation,
@@ -71,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 from workflows.bus import Broadcaster, BroadcastFailed, Phase, broadcast_failure
-from workflows.children import CHILD_COMPENSATIONS_SIGNAL, ChildProcedures
+from workflows.children import ChildProcedures
 from workflows.locks import ProcedureLocks
 
 InputT = TypeVar("InputT", bound=ProcedureInput)

@@ -20,6 +20,7 @@ from procbus.procedures.ids import StepActivityId, step_key_of
 from procbus.procedures.models import (
     AbortRequest,
     ChildCompensations,
+    ChildUndoRequest,
     Compensation,
     ProcedureCarry,
     ProcedureInput,
@@ -32,6 +33,7 @@ from procbus.procedures.models import (
 __all__ = [
     "AbortRequest",
     "ChildCompensations",
+    "ChildUndoRequest",
     "Compensation",
     "ProcedureCarry",
     "ProcedureInput",

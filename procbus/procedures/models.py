@@ -88,11 +88,22 @@ class SkipRequest(BaseModel):
     reason: str
 
 
+# A succeeded child's last act: its undo stack, signalled to its parent (and so in its history).
+CHILD_COMPENSATIONS_SIGNAL = "procbus_child_compensations"
+
+
 class ChildCompensations(BaseModel):
     """A finished child's undo stack, sent to its parent so the parent can undo it too."""
 
     procedure_id: str
     compensations: list[Compensation]
+
+
+class ChildUndoRequest(BaseModel):
+    """Which finished child's undo stack a parent reads from the child's own history."""
+
+    child_id: str
+    first_run_id: str = Field(description="the child's first run; its continuations follow it")
 
 
 class ProcedureStatus(BaseModel):

@@ -39,6 +39,7 @@ class LedgerInput(ProcedureInput):
     children: list[LedgerInput] = Field(default_factory=list)
     child_ids: list[str] = Field(default_factory=list)
     children_first: bool = False  # run the children before the entries, not after
+    child_type: str = "Ledger"  # the children's workflow type
     locks: list[str] = Field(default_factory=list, description="'path:MODE' entries")
     fenced_resource: str | None = None  # writes carry the fence of this resource
 
@@ -116,7 +117,7 @@ class Ledger(Procedure[LedgerInput, LedgerResult]):
         if request.children:
             await self.run_children(
                 [
-                    ("Ledger", child_id, child)
+                    (request.child_type, child_id, child)
                     for child_id, child in zip(request.child_ids, request.children, strict=True)
                 ]
             )

@@ -17,6 +17,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.locks import LockActivities
+from activities.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
 from procbus.temporal.faults import FaultInterceptor, parse_faults
 from tests.integration.ledger_procedures import (
@@ -48,6 +49,7 @@ def ledger_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any:
                 LedgerActivities(ledger).write,
                 LedgerActivities(ledger).erase,
                 *LockActivities(ledger).all(),
+                *ProcedureActivities().all(),
             ],
             interceptors=[FaultInterceptor(rules)] if rules else [],
         )
@@ -313,6 +315,78 @@ async def test_parallel_children_one_failing(
         f"{ids[0]}/write_fast2",
         f"{ids[0]}/write_fast1",
         "write_parent",
+    ]
+    assert await keys(ledger) == []
+
+
+async def test_a_forged_child_undo_signal_is_ignored(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    """Anyone may signal a parent: a forged undo stack for its finished child must not replace
+    the child's own, neither running what it names nor leaving the child's work undone."""
+    await ledger.execute(
+        'INSERT INTO "test_ledger" ("key", "entry", "step_key") VALUES ($1, $2, $3)',
+        "victim",
+        "not any procedure's",
+        "outside",
+    )
+    parent_id = new_id()
+    fast_id, slow_id = f"{parent_id}-fast", f"{parent_id}-slow"
+    slow_failing = Entry(key="slow", entry="x", seconds=5, fail=True)
+    handle = await client.start_workflow(
+        Ledger.run,
+        LedgerInput(
+            entries=entries("parent"),
+            children=[LedgerInput(entries=entries("fast")), LedgerInput(entries=[slow_failing])],
+            child_ids=[fast_id, slow_id],
+        ),
+        id=parent_id,
+        task_queue=task_queue,
+    )
+    await wait_for(client, fast_id, lambda status: status.state is ProcedureState.SUCCEEDED)
+    victim_undo = {
+        "step": "write_victim",
+        "activity": "ledger_erase",
+        "arg": {"key": "victim", "entry": "x"},
+    }
+    await handle.signal(
+        "procbus_child_compensations",
+        {"procedure_id": fast_id, "compensations": [victim_undo]},
+    )
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    parent = await status_of(client, parent_id)
+    assert parent.state is ProcedureState.ROLLED_BACK
+    assert parent.compensations_done == [f"{fast_id}/write_fast", "write_parent"]
+    assert await keys(ledger) == ["victim"]
+
+
+async def test_a_child_that_continued_as_new_is_undone_whole(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    """The parent follows its child's runs to the last one, which handed the undo stack over."""
+    parent_id = new_id()
+    child_id = f"{parent_id}-long"
+    names = [f"c{i:02d}" for i in range(16)]
+    with pytest.raises(WorkflowFailureError):
+        await client.execute_workflow(
+            Ledger.run,
+            LedgerInput(
+                entries=entries("parent", fail="parent"),
+                children=[LedgerInput(entries=entries(*names))],
+                child_ids=[child_id],
+                child_type="ShortHistoryLedger",
+                children_first=True,
+            ),
+            id=parent_id,
+            task_queue=task_queue,
+        )
+    assert (await status_of(client, child_id)).runs > 1, "the child never continued as new"
+    parent = await status_of(client, parent_id)
+    assert parent.state is ProcedureState.ROLLED_BACK
+    assert parent.compensations_done == [
+        "write_parent",
+        *(f"{child_id}/write_{name}" for name in reversed(names)),
     ]
     assert await keys(ledger) == []
 

@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.locks import LockActivities
+from activities.procedures import ProcedureActivities
 from procbus.lakehouse.catalog import Catalog, TableDescriptor
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.locks import LockTable, StaleFencingToken, lock_set
@@ -58,7 +59,12 @@ def locking_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any
             client,
             task_queue=task_queue,
             workflows=[Ledger, ShortHistoryLedger],
-            activities=[activities.write, activities.erase, *LockActivities(ledger).all()],
+            activities=[
+                activities.write,
+                activities.erase,
+                *LockActivities(ledger).all(),
+                *ProcedureActivities().all(),
+            ],
             interceptors=[FaultInterceptor(rules)] if rules else [],
             max_concurrent_activities=50,
         )
