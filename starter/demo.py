@@ -848,16 +848,22 @@ class Demo:
         ]
         self.say(f"   snapshots, newest first: {', '.join(snapshots)}")
         schedule_id = f"demo-compact-{namespace}"
+        runs_id, compact = f"compact-{table}-{schedule_id}", CompactTableInput(table=table)
+        signer = client_signer(self.settings)
         schedule = await self.client.create_schedule(
             schedule_id,
             procedure_schedule(
                 "CompactTable",
-                CompactTableInput(table=table),
+                compact,
                 target=table,
-                workflow_id=f"compact-{table}-{schedule_id}",
+                workflow_id=runs_id,
                 task_queue=self.services.task_queue,
                 every=timedelta(hours=1),
                 note="created by procbus demo",
+                # Its runs are signed as the demo's principal, as `procbus schedule create` does.
+                headers=signer.schedule_headers(runs_id, "CompactTable", compact)
+                if signer
+                else None,
             ),
         )
         described = await schedule.describe()

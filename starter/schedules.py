@@ -345,20 +345,28 @@ def create(
         from temporalio.client import ScheduleAlreadyRunningError
         from temporalio.service import RPCError, RPCStatusCode
 
+        from procbus.config import load_settings
         from procbus.procedures.schedules import procedure_schedule
+        from procbus.temporal.auth import client_signer
 
         client, services = await _client()
+        workflow_id = f"{procedure}-{table}-{name}"
+        # Its runs start as this client's principal: a production worker refuses unsigned ones.
+        signer = client_signer(load_settings())
         schedule = procedure_schedule(
             workflow_type,
             request,
             target=table,
-            workflow_id=f"{procedure}-{table}-{name}",
+            workflow_id=workflow_id,
             task_queue=services.task_queue,
             every=interval,
             cron=cron,
             catchup_window=catchup,
             paused=paused,
             note=note,
+            headers=signer.schedule_headers(workflow_id, workflow_type, request)
+            if signer
+            else None,
         )
         try:
             await client.create_schedule(name, schedule)

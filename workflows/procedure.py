@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
     from procbus.auth.models import Authentication, AuthRequest
-    from procbus.auth.tokens import TOKEN_HEADER
+    from procbus.auth.tokens import TOKEN_HEADER, input_digest
     from procbus.bus.models import BusMessage, Operation
     from procbus.bus.outcomes import BroadcastResult
     from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
@@ -340,6 +340,9 @@ class Procedure(Generic[InputT, ResultT]):
                     workflow_id=info.workflow_id,
                     workflow_type=info.workflow_type,
                     started_at=info.workflow_start_time,
+                    input_sha256=input_digest(
+                        self._current_input.model_dump(mode="json", exclude_unset=True)
+                    ),
                 ),
                 result_type=Authentication,
                 start_to_close_timeout=timedelta(seconds=30),

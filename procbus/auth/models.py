@@ -14,6 +14,9 @@ class AuthRequest(BaseModel):
     workflow_id: str
     workflow_type: str
     started_at: datetime = Field(description="when the server started the run: expiry is by it")
+    input_sha256: str | None = Field(
+        default=None, description="the run's input_digest: a schedule's token must match it"
+    )
 
 
 class Authentication(BaseModel):

@@ -70,6 +70,7 @@ class WorkerAuth:
                 request.workflow_id,
                 request.workflow_type,
                 request.started_at,
+                request.input_sha256,
             )
         except AccessDenied as refused:
             return Authentication(principal=None, method="none", refusal=str(refused))

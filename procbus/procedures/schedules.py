@@ -7,8 +7,10 @@ the schedule until a person unpauses it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Schedule,
     ScheduleActionStartWorkflow,
@@ -38,8 +40,10 @@ def procedure_schedule(
     catchup_window: timedelta = DEFAULT_CATCHUP_WINDOW,
     paused: bool = False,
     note: str | None = None,
+    headers: Mapping[str, Payload] | None = None,
 ) -> Schedule:
-    """A schedule that starts `procedure_type` with `request` every `every` or at `cron`."""
+    """A schedule that starts `procedure_type` with `request` every `every` or at `cron`;
+    `headers`: the schedule's principal token (Signer.schedule_headers), if it is signed."""
     if (every is None) == (cron is None):
         raise ValueError("give either every or cron")
     spec = (
@@ -47,20 +51,22 @@ def procedure_schedule(
         if every is not None
         else ScheduleSpec(cron_expressions=[str(cron)])
     )
-    return Schedule(
-        action=ScheduleActionStartWorkflow(
-            procedure_type,
-            request,
-            id=workflow_id,  # Temporal appends each run's scheduled time
-            task_queue=task_queue,
-            typed_search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(PROCEDURE_TYPE, procedure_type),
-                    SearchAttributePair(PROCEDURE_TARGET, target),
-                ]
-            ),
-            static_summary=f"{procedure_type} {target}",
+    action = ScheduleActionStartWorkflow(
+        procedure_type,
+        request,
+        id=workflow_id,  # Temporal appends each run's scheduled time
+        task_queue=task_queue,
+        typed_search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(PROCEDURE_TYPE, procedure_type),
+                SearchAttributePair(PROCEDURE_TARGET, target),
+            ]
         ),
+        static_summary=f"{procedure_type} {target}",
+    )
+    action.headers = headers  # not in the constructor's typed overloads
+    return Schedule(
+        action=action,
         spec=spec,
         policy=SchedulePolicy(
             overlap=ScheduleOverlapPolicy.SKIP,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
@@ -17,7 +18,7 @@ from temporalio.client import (
 )
 
 from procbus.auth.keys import DEV_PRINCIPAL, client_key
-from procbus.auth.tokens import TOKEN_HEADER, sign
+from procbus.auth.tokens import TOKEN_HEADER, input_digest, sign, sign_schedule
 from procbus.config import Settings
 from procbus.errors import ConfigError
 
@@ -35,6 +36,19 @@ class Signer:
         expires_at = datetime.now(UTC) + timedelta(seconds=self.seconds)
         token = sign(self.key, self.principal, workflow_id, workflow_type, expires_at)
         return Payload(metadata={"encoding": b"json/plain"}, data=token.encode())
+
+    def schedule_header(
+        self, workflow_id_base: str, workflow_type: str, request: BaseModel
+    ) -> Payload:
+        """The token for every run of a schedule: its runs' ID base, type and this input."""
+        digest = input_digest(request.model_dump(mode="json"))
+        token = sign_schedule(self.key, self.principal, workflow_id_base, workflow_type, digest)
+        return Payload(metadata={"encoding": b"json/plain"}, data=token.encode())
+
+    def schedule_headers(
+        self, workflow_id_base: str, workflow_type: str, request: BaseModel
+    ) -> dict[str, Payload]:
+        return {TOKEN_HEADER: self.schedule_header(workflow_id_base, workflow_type, request)}
 
 
 def client_signer(settings: Settings, principal: str | None = None) -> Signer | None:

@@ -4,6 +4,7 @@ grants need admin (README, "Security")."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -14,7 +15,14 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleActionStartWorkflow,
+    ScheduleHandle,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
 from temporalio.exceptions import ApplicationError
 
 from procbus.auth.policy import WorkerAuth
@@ -30,7 +38,9 @@ from procbus.lakehouse.models import (
     Permission,
 )
 from procbus.procedures import ProcedureState
+from procbus.procedures.schedules import procedure_schedule
 from procbus.stack.temporal_server import temporal_binary
+from procbus.temporal.auth import Signer
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import TEST_KEY, run_command, signed_as
 from worker import build_worker
@@ -289,3 +299,67 @@ async def test_the_operator_may_do_everything_and_a_token_for_it_works_once(
     )
     assert (await status_of(client, deleted)).state is ProcedureState.SUCCEEDED
     assert await Catalog(pool).list_tables() == []
+
+
+async def test_a_schedule_runs_as_its_creator_and_its_token_starts_nothing_else(
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+) -> None:
+    """A production worker runs no unsigned start, so a schedule carries its creator's token:
+    readable by anyone who may describe the schedule, it must start only what the schedule
+    starts."""
+    name = new_id("nightly")
+    runs_id, compact = f"compact-{TABLE}-{name}", CompactTableInput(table=TABLE)
+    schedule = await client.create_schedule(
+        name,
+        procedure_schedule(
+            "CompactTable",
+            compact,
+            target=TABLE,
+            workflow_id=runs_id,
+            task_queue=task_queue,
+            every=timedelta(hours=1),
+            paused=True,
+            headers=Signer(TEST_KEY, "owner").schedule_headers(runs_id, "CompactTable", compact),
+        ),
+    )
+    try:
+        await schedule.trigger()
+        run_id = await scheduled_run(schedule)
+        await client.get_workflow_handle(run_id).result()
+        status = await status_of(client, run_id)
+        assert status.state is ProcedureState.SUCCEEDED and status.principal == "owner"
+        action = (await schedule.describe()).schedule.action
+        assert isinstance(action, ScheduleActionStartWorkflow) and action.headers
+        copied = action.headers[TOKEN_HEADER].data.decode()
+    finally:
+        await schedule.delete()
+    run_at = "-2026-01-01T03:00:00Z"
+    for workflow_type, payload, workflow_id, says in [
+        ("DeleteTable", {"table": TABLE}, runs_id + run_at, "for the runs of a schedule"),
+        (
+            "CompactTable",
+            {"table": TABLE, "target_file_size": 1024},
+            runs_id + run_at,
+            "signed for another input",
+        ),
+        ("CompactTable", {"table": TABLE}, runs_id + "-now", "for the runs of a schedule"),
+    ]:
+        await start_with_cli(
+            temporal_address, task_queue, workflow_type, payload, workflow_id, copied
+        )
+        await refused_before_any_step(client, workflow_id, says)
+    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == [TABLE]
+
+
+async def scheduled_run(schedule: ScheduleHandle) -> str:
+    """The workflow ID of the schedule's newest run, once the schedule has started it."""
+    async with asyncio.timeout(30):
+        while True:
+            recent = (await schedule.describe()).info.recent_actions
+            if recent and isinstance(recent[-1].action, ScheduleActionExecutionStartWorkflow):
+                return recent[-1].action.workflow_id
+            await asyncio.sleep(0.2)
