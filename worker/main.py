@@ -90,7 +90,7 @@ def activities_for(
     auth: WorkerAuth | None = None,
 ) -> list[Callable[..., object]]:
     return [
-        *AuthActivities(auth or WorkerAuth()).all(),
+        *AuthActivities(auth or WorkerAuth(), pool).all(),
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),

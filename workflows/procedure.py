@@ -338,6 +338,7 @@ class Procedure(Generic[InputT, ResultT]):
                 AuthRequest(
                     token=header.data.decode("utf-8", "replace") if header is not None else None,
                     workflow_id=info.workflow_id,
+                    run_id=info.run_id,
                     workflow_type=info.workflow_type,
                     started_at=info.workflow_start_time,
                     input_sha256=input_digest(

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 class AuthRequest(BaseModel):
     token: str | None = Field(description="the start's procbus-principal header, if any")
     workflow_id: str
+    run_id: str | None = Field(default=None, description="the run: a token starts only one")
     workflow_type: str
     started_at: datetime = Field(description="when the server started the run: expiry is by it")
     input_sha256: str | None = Field(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
 from procbus.auth.models import Authentication, AuthRequest
-from procbus.auth.tokens import verify
+from procbus.auth.tokens import VerifiedToken, verify
 from procbus.config import Settings
 from procbus.errors import AccessDenied
 from procbus.lakehouse.cache import AccessCache
@@ -48,23 +48,26 @@ class WorkerAuth:
     def is_operator(self, principal: str | None) -> bool:
         return principal is not None and principal == self.operator_principal
 
-    def authenticate(self, request: AuthRequest) -> Authentication:
+    def authenticate(self, request: AuthRequest) -> tuple[Authentication, VerifiedToken | None]:
+        """Who a start runs as, and the token that says so (whose one use the caller claims)."""
         if request.token is None:
             principal = self.unauthenticated_principal
-            return Authentication(
+            unauthenticated = Authentication(
                 principal=principal,
                 method="unauthenticated" if principal else "none",
                 operator=self.is_operator(principal),
             )
+            return unauthenticated, None
         if self.key is None:
-            return Authentication(
+            no_key = Authentication(
                 principal=None,
                 method="none",
                 refusal="the start carries a principal token, but this worker has no "
                 "PROCBUS_AUTH_KEY to verify it",
             )
+            return no_key, None
         try:
-            principal = verify(
+            verified = verify(
                 self.key,
                 request.token,
                 request.workflow_id,
@@ -73,10 +76,13 @@ class WorkerAuth:
                 request.input_sha256,
             )
         except AccessDenied as refused:
-            return Authentication(principal=None, method="none", refusal=str(refused))
-        return Authentication(
-            principal=principal, method="token", operator=self.is_operator(principal)
+            return Authentication(principal=None, method="none", refusal=str(refused)), None
+        found = Authentication(
+            principal=verified.principal,
+            method="token",
+            operator=self.is_operator(verified.principal),
         )
+        return found, verified
 
     def require(self, access: AccessCache, entry: AccessEntry) -> None:
         """AccessDenied unless `entry` is in this worker's ACL cache or names the operator."""

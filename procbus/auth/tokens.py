@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,16 @@ TOKEN_HEADER = "procbus-principal"
 TOKEN_VERSION = 1
 # What Temporal appends to a schedule's workflow ID for each run: its scheduled time (RFC 3339).
 _SCHEDULED_TIME = re.compile(r"-\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
+
+
+@dataclass(frozen=True)
+class VerifiedToken:
+    principal: str
+    # A start's token: when it expires, and so how long its one use is remembered. None: a
+    # schedule's, used by each of its runs (each its own workflow ID and the same input).
+    expires_at: datetime | None
+    # Its signature: the same for every copy of it, however its JSON is spaced or ordered.
+    mac: str
 
 
 def input_digest(fields: dict[str, Any]) -> str:
@@ -92,7 +103,7 @@ def sign_schedule(
 
 def _verify_scheduled(
     key: bytes, claims: dict[str, Any], workflow_id: str, workflow_type: str, digest: str | None
-) -> str:
+) -> VerifiedToken:
     principal, base, kind = claims["principal"], claims["scheduled"], claims["workflow_type"]
     signed_digest, mac = claims["input_sha256"], claims["mac"]
     if not (
@@ -119,7 +130,7 @@ def _verify_scheduled(
         raise AccessDenied(
             "the schedule's principal token was signed for another input than this run's"
         )
-    return principal
+    return VerifiedToken(principal, expires_at=None, mac=mac)
 
 
 def verify(
@@ -129,9 +140,10 @@ def verify(
     workflow_type: str,
     now: datetime,
     digest: str | None = None,
-) -> str:
+) -> VerifiedToken:
     """The principal a token names, or AccessDenied saying why it is not accepted. `digest`:
-    the run's `input_digest`, which a schedule's token must match."""
+    the run's `input_digest`, which a schedule's token must match. That a start's token is used
+    once is the worker's to check (procbus.auth.uses)."""
     try:
         claims = json.loads(token)
         if isinstance(claims, dict) and claims.get("v") == TOKEN_VERSION and "scheduled" in claims:
@@ -164,4 +176,4 @@ def verify(
     if now.timestamp() > expires:
         when = datetime.fromtimestamp(expires, UTC).isoformat()
         raise AccessDenied(f"the principal token expired at {when}, before the start")
-    return principal
+    return VerifiedToken(principal, expires_at=datetime.fromtimestamp(expires, UTC), mac=mac)

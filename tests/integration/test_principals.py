@@ -363,3 +363,31 @@ async def scheduled_run(schedule: ScheduleHandle) -> str:
             if recent and isinstance(recent[-1].action, ScheduleActionExecutionStartWorkflow):
                 return recent[-1].action.workflow_id
             await asyncio.sleep(0.2)
+
+
+async def test_a_token_starts_one_run_and_a_copy_from_its_history_starts_nothing(
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+) -> None:
+    """Any `temporal` CLI user may read a history's start header, and start a closed workflow's
+    ID again: a copied token must not run as its principal, within its expiry or not."""
+    grant_etl = ChangeAccessInput(action="grant", principal="etl", table=TABLE, permission="read")
+    procedure_id = await run_as(client, "root", task_queue, ChangeAccess.run, grant_etl)
+    assert (await status_of(client, procedure_id)).state is ProcedureState.SUCCEEDED
+    history = await client.get_workflow_handle(procedure_id).fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    copied = started.header.fields[TOKEN_HEADER].data.decode()
+    grant_mallory = {
+        "action": "grant",
+        "principal": "mallory",
+        "table": TABLE,
+        "permission": "admin",
+    }
+    await start_with_cli(
+        temporal_address, task_queue, "ChangeAccess", grant_mallory, procedure_id, copied
+    )
+    await refused_before_any_step(client, procedure_id, "the principal token was used already")
+    assert not await Catalog(pool).has_permission(entry("mallory", Permission.ADMIN))

@@ -39,6 +39,7 @@ def test_an_unknown_name_names_the_file_and_lists_the_known_ones() -> None:
 
 def test_every_mechanism_keeps_its_sql_beside_its_code() -> None:
     assert packages_with_queries() == [
+        "procbus.auth",
         "procbus.bus",
         "procbus.capture",
         "procbus.db",

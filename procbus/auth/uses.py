@@ -1,0 +1,38 @@
+"""A start's principal token starts one run: the first run that presents it claims it in
+PostgreSQL. Anyone who may read a workflow's history can copy its token, and Temporal lets a
+closed workflow's ID be started again, so without this a copy would run as its principal."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+
+from procbus.db.queries import load_queries
+
+QUERIES = "procbus.auth"
+# Claims are kept this long past their token's expiry: a run started in time whose worker only
+# verifies it later (workers down) still finds the first run's claim.
+KEPT_PAST_EXPIRY_SECONDS = 7 * 24 * 3600.0
+
+
+class TokenUses:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.queries = load_queries(QUERIES)
+
+    async def first_run(
+        self, token_mac: str, workflow_id: str, run_id: str, expires_at: datetime
+    ) -> str:
+        """The run that used the token with this signature first: `run_id` itself when this is
+        its first use."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            await connection.execute(self.queries["forget_token_uses"], KEPT_PAST_EXPIRY_SECONDS)
+            first: str = await connection.fetchval(
+                self.queries["claim_token_use"],
+                token_mac,
+                workflow_id,
+                run_id,
+                expires_at,
+            )
+        return first
