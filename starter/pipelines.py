@@ -137,3 +137,31 @@ def status(name: str, json_output: bool = JSON_OPTION) -> None:
             console.print(f"{field:<22}{value}", highlight=False)
 
     asyncio.run(run())
+
+
+@pipeline_app.command("skip")
+def skip(
+    name: str,
+    batch: str = typer.Option(
+        ..., "--batch", help="The batch the pipeline stopped at (`pipeline status` shows it)."
+    ),
+    reason: str = typer.Option(..., "--reason", help="Why it is given up (kept with it)."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Give up the batch a stopped pipeline holds first: its changes go to the dead letters with
+    the reason, and the pipeline resumes with the changes behind it."""
+    from procbus.topics import Topics
+
+    async def run() -> None:
+        async with _pool() as pool:
+            skipped = await Topics(pool).skip_stopped_batch(name, batch, reason)
+        if json_output:
+            print_json(skipped)
+            return
+        console.print(
+            f"batch {skipped.batch_id} skipped: its {len(skipped.dead_lettered)} changes are "
+            f"dead letters of {name} (`procbus topic dead-letters {name}`); the pipeline resumes",
+            highlight=False,
+        )
+
+    asyncio.run(run())

@@ -331,7 +331,8 @@ def redrive(
 
 @topic_app.command("enable")
 def enable(name: str, json_output: bool = JSON_OPTION) -> None:
-    """Resume delivery to an endpoint that answered 410 Gone."""
+    """Resume a stopped topic (its endpoint answered 410 Gone or was refused, or a pipeline
+    stopped at a batch: it is sent again first)."""
 
     async def run() -> None:
         async with _topics() as topics:

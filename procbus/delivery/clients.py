@@ -25,7 +25,8 @@ class Outcome(StrEnum):
     FAILED = "failed"  # not taken: retry later (backoff, or the endpoint's Retry-After)
     GONE = "gone"  # the endpoint said it will never take anything (HTTP 410): disable the topic
     # The endpoint can never take this batch as it is (a change that does not fit its lake
-    # table): dead-letter it at once and disable the topic, so nothing behind it goes first.
+    # table): the topic stops, so nothing behind it goes first. A table:// topic keeps the batch
+    # first in its queue for an operator (enable, or skip it); elsewhere it is dead-lettered.
     REJECTED = "rejected"
 
 

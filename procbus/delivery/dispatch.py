@@ -26,7 +26,7 @@ from procbus.delivery.clients import (
     message,
 )
 from procbus.topics.models import Entry, Failure, Topic
-from procbus.topics.queue import Topics
+from procbus.topics.queue import Topics, stops_instead_of_dead_lettering
 
 # Sends of one topic in flight at once (different keys).
 SEND_CONCURRENCY = 16
@@ -41,7 +41,7 @@ class Round(BaseModel):
     delivered: int = 0
     failed: int = 0
     dead_lettered: int = 0
-    gone: str | None = None  # why the topic was just disabled: a 410, or a batch it refused
+    gone: str | None = None  # why the topic was just disabled: a 410, or a batch it stopped at
 
 
 def _groups(entries: list[Entry]) -> list[list[Entry]]:
@@ -214,12 +214,14 @@ async def deliver_round(
     gone = next((sent.error for sent in results.values() if sent.outcome is Outcome.GONE), None)
     if gone is not None:
         await topics.disable(topic.name, f"the endpoint answered {gone}")
-    # A table:// topic's batch past its retries or TTL stopped the topic (settle disabled it).
+    # A table:// topic's batch refused, or past its retries or TTL, stopped the topic with the
+    # batch kept (settle disabled it); elsewhere a refused entry is dead-lettered, and the topic
+    # stops so that nothing behind it goes first.
     gone = settled.stopped or gone
     rejected = next(
         (sent.error for sent in results.values() if sent.outcome is Outcome.REJECTED), None
     )
-    if rejected is not None:
+    if rejected is not None and not stops_instead_of_dead_lettering(topic):
         gone = rejected
         await topics.disable(topic.name, f"stopped: {rejected}")
     return Round(

@@ -17,9 +17,11 @@ attempts left (their staging, files no snapshot lists).
 A column added at the source since its capture began is added to the lake table's columns in
 the batch's commit (procbus.pipeline.schema). A change that does not fit its lake table (a
 column missing or unknown, a value of the wrong type, a table that does not exist, a change of
-schema the lake table cannot follow) is refused: the batch is dead-lettered with nothing
-applied, and the topic is disabled, so nothing behind it is applied first, until `procbus topic
-redrive` and `procbus topic enable`.
+schema the lake table cannot follow), or a lake table the pipeline may not write, is refused:
+nothing of the batch is applied, and the topic stops with the reason, the batch kept first in
+its queue and nothing dead-lettered, so nothing behind it is applied first. An operator fixes the
+cause and runs `procbus topic enable` (the batch is applied, then the rest), or gives the batch
+up with `procbus pipeline skip` (it goes to the dead letters with the operator's reason).
 """
 
 from __future__ import annotations
@@ -305,8 +307,7 @@ class Pipelines:
                     raise PipelineNotAllowed(
                         f"the pipeline's principal {principal!r} may not write "
                         f"{table.qualified_name}: nothing applied; grant it (`procbus acl grant "
-                        f"{principal} {table.qualified_name} write`), then `procbus topic enable "
-                        f"{topic}`"
+                        f"{principal} {table.qualified_name} write`)"
                     )
                 if not await self.catalog.set_key_columns(
                     connection, table.namespace, table.name, part.keys
@@ -359,10 +360,12 @@ class Pipelines:
         found = dict(row)
         oldest, now = found.pop("oldest_waiting"), found.pop("now")
         enabled, why = found.pop("enabled"), found.pop("disabled_reason")
+        first_batch = found.pop("first_batch")
         return PipelineStatus(
             **found,
             state="running" if enabled else f"stopped: {why}",
             lag_seconds=0.0 if oldest is None else (now - oldest).total_seconds(),
+            stopped_at_batch=None if enabled else first_batch,
         )
 
 
@@ -413,17 +416,16 @@ class TableApplier(EndpointClient):
     async def send(self, message: Message) -> Sent:
         batch_id = message.batch_id
         if batch_id is None or not message.entries:
-            return Sent(Outcome.REJECTED, error="a table:// endpoint takes grouped batches only")
+            why = "a table:// endpoint takes grouped batches only"
+            await self.pipelines.record_error(self.topic, why)
+            return Sent(Outcome.REJECTED, error=why)
         try:
             if await self.pipelines.applied(self.topic, batch_id):
                 return Sent(Outcome.ACK)  # a resend after a commit whose answer was lost
             await self.apply(batch_id, message.entries, message.claim_id)
-        except ChangeMisfit as misfit:
-            await self.pipelines.record_error(self.topic, str(misfit))
-            return Sent(Outcome.REJECTED, error=str(misfit))
-        except PipelineNotAllowed as refused:  # nothing dead-lettered: it waits for a grant
+        except (ChangeMisfit, PipelineNotAllowed) as refused:  # retrying cannot help: it stops
             await self.pipelines.record_error(self.topic, str(refused))
-            return Sent(Outcome.GONE, error=str(refused))
+            return Sent(Outcome.REJECTED, error=str(refused))
         except Exception as error:  # any other failure: the batch is retried
             said = str(error) if isinstance(error, ProcbusError) else repr(error)
             await self.pipelines.record_error(self.topic, said)
@@ -454,7 +456,7 @@ class TableApplier(EndpointClient):
             if table is None:
                 raise
             raise await explain_type_misfit(
-                self.pipelines.captures, self.topic, table, source, misfit.column, misfit
+                self.pipelines.captures, table, source, misfit.column, misfit
             ) from None
         parts = list(planned.values())
         for part in parts:

@@ -23,3 +23,8 @@ class PipelineStatus(BaseModel):
     last_error: str | None = None
     last_error_at: datetime | None = None
     dead_letters: int = 0
+    stopped_at_batch: str | None = Field(
+        default=None,
+        description="stopped: the batch kept first in the queue (`procbus pipeline skip` gives "
+        "it up)",
+    )

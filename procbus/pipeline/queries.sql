@@ -65,6 +65,8 @@ SELECT t."name" AS "topic", t."endpoint", t."disabled_at" IS NULL AS "enabled", 
        q."lag_changes", q."lag_transactions", q."oldest_waiting",
        (SELECT count(*) FROM "procbus_topic_dead_letters" AS d WHERE d."topic" = t."name")
            AS "dead_letters",
+       (SELECT e."batch_id" FROM "procbus_topic_entries" AS e WHERE e."topic" = t."name"
+        ORDER BY e."id" LIMIT 1) AS "first_batch",
        clock_timestamp() AS "now"
 FROM "procbus_topics" AS t
 LEFT JOIN "procbus_pipelines" AS p ON p."topic" = t."name"

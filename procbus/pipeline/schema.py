@@ -6,10 +6,11 @@ batch that carries it (procbus.pipeline.apply). Lake rows from before it read NU
 their next change; PostgreSQL fills a column added with a default into old rows without any row
 trigger firing, so those values never reach the lake.
 
-What the lake table cannot follow is refused with the reason, and the pipeline stops (the batch
-is dead-lettered, nothing of it applied): a column dropped (or renamed) at the source, a type
-that changed so that the values no longer fit, a new column NOT NULL without a default (the lake
-rows from before it have no value), or of a type the lake has no column type for.
+What the lake table cannot follow is refused with the reason, and the pipeline stops (nothing of
+the batch applied, the batch kept first in the queue): a column dropped (or renamed) at the
+source, a type that changed so that the values no longer fit, a new column NOT NULL without a
+default (the lake rows from before it have no value), or of a type the lake has no column type
+for.
 
 A column the source had already when its capture began, but that the lake table was made
 without, is no change of schema: a misfit, refused as before (procbus.pipeline.apply).
@@ -60,11 +61,9 @@ def lake_type(column: SourceColumn) -> str | None:
     return LAKE_TYPES.get(column.base_type)
 
 
-def how_to_resume(topic: str, table: TableDescriptor) -> str:
-    return (
-        f"make lake table {table.qualified_name} anew with the source's columns, then "
-        f"`procbus topic redrive {topic}` and `procbus topic enable {topic}`"
-    )
+def how_to_resume(table: TableDescriptor) -> str:
+    """The fix (the stopped topic's reason adds how to resume, or to give the batch up)."""
+    return f"make lake table {table.qualified_name} anew with the source's columns"
 
 
 def _row_images(entries: tuple[Entry, ...], source: str) -> list[tuple[int, dict[str, Any]]]:
@@ -113,7 +112,7 @@ async def added_columns(
         raise ChangeMisfit(
             f"change {missing[dropped[0]]} of {source}: column(s) {', '.join(dropped)} were "
             f"dropped at the source (or renamed); lake table {table.qualified_name} keeps its "
-            f"columns, so this cannot be applied: {how_to_resume(topic, table)}"
+            f"columns, so this cannot be applied: {how_to_resume(table)}"
         )
     captured = await captures.captured_columns(topic, schema, name)
     added: list[Column] = []
@@ -124,32 +123,30 @@ async def added_columns(
         found = now.get(column)
         if found is None:
             raise ChangeMisfit(
-                f"{said}is gone from it again, so its type is unknown: "
-                f"{how_to_resume(topic, table)}"
+                f"{said}is gone from it again, so its type is unknown: {how_to_resume(table)}"
             )
         if found.not_null and not found.has_default:
             raise ChangeMisfit(
                 f"{said}{column} is NOT NULL without a default: lake table "
                 f"{table.qualified_name}'s rows from before it have no value for it: "
-                f"{how_to_resume(topic, table)}"
+                f"{how_to_resume(table)}"
             )
         column_type = lake_type(found)
         if column_type is None:
             raise ChangeMisfit(
                 f"{said}its type {found.type} has no lake column type (known: "
-                f"{', '.join(sorted(LAKE_TYPES))}, numeric(p,s)): {how_to_resume(topic, table)}"
+                f"{', '.join(sorted(LAKE_TYPES))}, numeric(p,s)): {how_to_resume(table)}"
             )
         try:
             validate_name("column", column)
         except InvalidRequest as bad:
-            raise ChangeMisfit(f"{said}{bad}: {how_to_resume(topic, table)}") from None
+            raise ChangeMisfit(f"{said}{bad}: {how_to_resume(table)}") from None
         added.append(Column(name=column, type=column_type))
     return added
 
 
 async def explain_type_misfit(
     captures: Captures,
-    topic: str,
     table: TableDescriptor,
     source: str,
     column: str,
@@ -165,5 +162,5 @@ async def explain_type_misfit(
     return ChangeMisfit(
         f"{misfit}: {column} is now {found.type} at the source; the lake column is "
         f"{lake_column.type}, and a change of type cannot be applied: "
-        f"{how_to_resume(topic, table)}"
+        f"{how_to_resume(table)}"
     )

@@ -312,6 +312,15 @@ class Settled(BaseModel):
     )
 
 
+class SkippedBatch(BaseModel):
+    """A batch that a stopped table:// topic held first, given up by an operator."""
+
+    topic: str
+    batch_id: str
+    reason: str
+    dead_lettered: list[int] = Field(description="its entries, in the dead letters now")
+
+
 class Attempt(BaseModel):
     at: datetime
     error: str

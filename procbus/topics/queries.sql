@@ -88,6 +88,21 @@ DELETE FROM "procbus_topics" WHERE "name" = $1;
 UPDATE "procbus_topics" SET "disabled_at" = clock_timestamp(), "disabled_reason" = $2
 WHERE "name" = $1;
 
+-- name: lock_topic_state
+SELECT "endpoint", "disabled_at" FROM "procbus_topics" WHERE "name" = $1 FOR UPDATE;
+
+-- name: first_entry_batch
+-- The batch the first entry of the queue was sent in (NULL: it was sent in none, or none waits).
+SELECT "batch_id" FROM "procbus_topic_entries" WHERE "topic" = $1 ORDER BY "id" LIMIT 1;
+
+-- name: batch_entry_ids
+SELECT coalesce(array_agg("id" ORDER BY "id"), '{}') FROM "procbus_topic_entries"
+WHERE "topic" = $1 AND "batch_id" = $2;
+
+-- name: pipeline_position
+-- A table:// topic's position: the newest entry its pipeline applied (procbus.pipeline).
+SELECT "position" FROM "procbus_pipelines" WHERE "topic" = $1;
+
 -- name: set_enabled
 UPDATE "procbus_topics" SET "disabled_at" = NULL, "disabled_reason" = NULL
 WHERE "name" = $1 RETURNING "name";

@@ -13,7 +13,8 @@ Inside an application's own transaction, `procbus.hooks.transaction(conn)` offer
 A topic's bounds (entries and bytes, committed and reserved) are split over shards, and each
 publisher takes capacity from a shard of its own, so publishers of one topic never queue up on
 one row. Events of one key are queued in commit order; retry state lives with each entry;
-entries past max_retries or their TTL move to the dead letters, never dropped.
+entries past max_retries or their TTL move to the dead letters, never dropped (a table:// topic
+stops instead, until an operator enables it or skips the batch it stopped at).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from procbus.topics.models import (
     Published,
     Reservation,
     Settled,
+    SkippedBatch,
     Topic,
     TopicGauges,
     TopicSettings,
@@ -430,9 +432,23 @@ async def mark_transaction_end(
 
 
 def stops_instead_of_dead_lettering(topic: TopicSettings) -> bool:
-    """A table:// topic (a change pipeline) applies its batches in order: one past its retries
-    or TTL stops the topic instead, for no later batch to apply over the gap it would leave."""
-    return topic.endpoint.startswith("table://")
+    """A table:// topic (a change pipeline) applies its batches in order: one it refuses, or
+    one past its retries or TTL, stops the topic instead, for no later batch to apply over the
+    gap it would leave. Only an operator gives such a batch up (Topics.skip_stopped_batch)."""
+    return topic.endpoint.startswith(f"{EndpointKind.TABLE.value}://")
+
+
+def stopped_reason(topic: str, why: str, error: str, batch_id: str | None) -> str:
+    """Why a table:// topic stopped at a batch, and the operator's two ways on."""
+    give_up = (
+        f", or give the batch up: `procbus pipeline skip {topic} --batch {batch_id} --reason TEXT`"
+        if batch_id is not None
+        else ""
+    )
+    return (
+        f"a batch {why}, kept first in the queue with the batches behind it: {error}; fix the "
+        f"cause, then `procbus topic enable {topic}`{give_up}"
+    )
 
 
 def backoff(topic: TopicSettings, failure: Failure) -> float:
@@ -625,7 +641,8 @@ class Topics:
 
     async def enable(self, name: str) -> Topic:
         """Resume delivery to an endpoint that was disabled (it answered 410 Gone, or it was
-        refused); InvalidRequest, and nothing changed, while this process still refuses it."""
+        refused, or a table:// topic stopped at a batch, which is sent again first);
+        InvalidRequest, and nothing changed, while this process still refuses it."""
         parse_endpoint((await self.get(name)).endpoint, self.allowlist)
         if await self.pool.fetchval(self.queries["set_enabled"], name) is None:
             raise TopicNotFound(f"no topic named {name!r}")
@@ -633,6 +650,57 @@ class Topics:
 
     async def disable(self, name: str, reason: str) -> None:
         await self.pool.execute(self.queries["set_disabled"], name, reason)
+
+    async def skip_stopped_batch(self, name: str, batch_id: str, reason: str) -> SkippedBatch:
+        """An operator gives up the batch a stopped table:// topic holds first in its queue
+        (`procbus pipeline skip`): its entries go to the dead letters with `reason`, and the
+        topic is enabled, so the batches behind it go on, in order. In one transaction; refused
+        (InvalidRequest, nothing changed) unless the topic is stopped and `batch_id` is that
+        batch: the ID `pipeline status` shows, so that nothing else is given up."""
+        reason = reason.strip()
+        if not reason:
+            raise InvalidRequest("say why the batch is given up: --reason TEXT")
+        if not stops_instead_of_dead_lettering(await self.get(name)):
+            raise InvalidRequest(
+                f"topic {name!r} is no pipeline (its endpoint is not table://): its failed "
+                "entries go to the dead letters by themselves"
+            )
+        queries = self.queries
+        async with self.pool.acquire() as connection, connection.transaction():
+            # A new claim (the claim's row locked before the topic's, as a settlement does):
+            # a delivery attempt still in flight settles and commits nothing from now on.
+            try:
+                await connection.execute(queries["hold_claim"], name, uuid.uuid4(), None)
+            except asyncpg.PostgresError as error:
+                raise topic_error(error) from None
+            state = await connection.fetchrow(queries["lock_topic_state"], name)
+            if state is None:
+                raise TopicNotFound(f"no topic named {name!r}")
+            if state["disabled_at"] is None:
+                raise InvalidRequest(
+                    f"pipeline {name!r} is running: only the batch a stopped pipeline holds "
+                    f"first can be skipped (`procbus pipeline status {name}` shows it)"
+                )
+            first = await connection.fetchval(queries["first_entry_batch"], name)
+            if first != batch_id:
+                holds = f"holds batch {first} first" if first else "holds no batch it sent"
+                raise InvalidRequest(
+                    f"pipeline {name!r} {holds}, not {batch_id}: nothing skipped (`procbus "
+                    f"pipeline status {name}` shows the batch it stopped at)"
+                )
+            ids = await connection.fetchval(queries["batch_entry_ids"], name, batch_id)
+            dead: list[int] = await connection.fetchval(
+                queries["dead_letter_ids"], name, ids, f"skipped by an operator: {reason}"
+            )
+            await connection.execute(queries["set_enabled"], name)
+        log.warning(
+            "topic %s: batch %s (entries %s) skipped by an operator: %s",
+            name,
+            batch_id,
+            ", ".join(map(str, dead)),
+            reason,
+        )
+        return SkippedBatch(topic=name, batch_id=batch_id, reason=reason, dead_lettered=dead)
 
     async def rotate_secret(
         self, name: str, *, overlap_seconds: float = ROTATION_OVERLAP_SECONDS
@@ -1039,23 +1107,24 @@ class Topics:
                     and row["id"] not in exhausted
                     and row["id"] not in refused_ids
                 ]
-                if (exhausted or too_old) and stops_instead_of_dead_lettering(topic):
+                if (refused or exhausted or too_old) and stops_instead_of_dead_lettering(topic):
                     # Kept in the queue, due again as soon as an operator enables the topic.
-                    why = (
-                        f"failed {topic.max_retries + 1} times (max_retries)"
-                        if exhausted
-                        else f"is older than the topic's TTL of {topic.ttl_seconds:g} s"
+                    if refused:
+                        why = "cannot be applied as it is"
+                    elif exhausted:
+                        why = f"failed {topic.max_retries + 1} times (max_retries)"
+                    else:
+                        why = f"is older than the topic's TTL of {topic.ttl_seconds:g} s"
+                    batch_id = next(
+                        (batch.id for batch in claim.batches if batch.entry_ids[0] in failed_ids),
+                        None,
                     )
-                    stopped = (
-                        f"a batch {why}, kept in the queue with the batches behind it: "
-                        f"{failed[0].error}; fix the cause, then `procbus topic enable "
-                        f"{claim.topic}`"
-                    )
+                    stopped = stopped_reason(claim.topic, why, failed[0].error, batch_id)
                     await connection.execute(self.queries["set_disabled"], claim.topic, stopped)
                     await connection.execute(
-                        self.queries["retry_now"], claim.topic, exhausted + too_old
+                        self.queries["retry_now"], claim.topic, sorted(failed_ids)
                     )
-                    exhausted, too_old = [], []
+                    refused, refused_ids, exhausted, too_old = [], set(), [], []
                 for ids, reason in (
                     (sorted(refused_ids), refused[0].error if refused else ""),
                     (exhausted, f"failed {topic.max_retries + 1} times (max_retries)"),
@@ -1127,6 +1196,17 @@ class Topics:
                 if missing:
                     raise InvalidRequest(
                         f"topic {topic!r} has no dead letter {', '.join(map(str, missing))}"
+                    )
+            if stops_instead_of_dead_lettering(settings):
+                # Applied again, a change older than what the lake holds would bring back rows.
+                position = await connection.fetchval(self.queries["pipeline_position"], topic)
+                passed = sorted(row["id"] for row in rows if row["id"] < (position or 0))
+                if passed:
+                    raise InvalidRequest(
+                        f"pipeline {topic!r}: later changes were applied since dead letter(s) "
+                        f"{', '.join(map(str, passed))}; put back, they would bring older rows "
+                        "back over them: nothing redriven (read them with `procbus topic "
+                        "dead-letters`)"
                     )
             for row in sorted(rows, key=lambda dead: dead["id"]):
                 again = await publish_in_transaction(

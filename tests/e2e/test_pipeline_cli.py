@@ -157,9 +157,37 @@ def test_capture_a_table_and_watch_its_pipeline(dev_stack: DevStack) -> None:
         "UPDATE accounts SET balance = 1 WHERE id = 1",
         "SELECT 1",
     )
-    wait_for(dev_stack, lambda status: status["state"] != "running")
+    status = wait_for(dev_stack, lambda status: status["state"] != "running")
     shown = ok(dev_stack, "pipeline", "status", "shop-accounts")
     assert "column(s) owner were dropped at the source" in shown
+    # Nothing is dead-lettered: the batch waits first in the queue for the operator.
+    batch = status["stopped_at_batch"]
+    assert batch and (status["dead_letters"], status["lag_changes"]) == (0, 1)
+    assert f"procbus pipeline skip shop-accounts --batch {batch}" in shown
+    stats = json.loads(ok(dev_stack, "topic", "stats", "shop-accounts", "--json"))
+    assert "owner were dropped" in stats["disabled_reason"] and stats["dead_letters"] == 0
+    # The operator gives the batch up, saying why: to the dead letters, and the pipeline resumes.
+    assert f"holds batch {batch} first" in fails(
+        dev_stack, "pipeline", "skip", "shop-accounts", "--batch", "batch_0", "--reason", "no"
+    )
+    skipped = json.loads(
+        ok(
+            dev_stack,
+            "pipeline",
+            "skip",
+            "shop-accounts",
+            "--batch",
+            batch,
+            "--reason",
+            "owner dropped on purpose",
+            "--json",
+        )
+    )
+    assert skipped["batch_id"] == batch and len(skipped["dead_lettered"]) == 1
+    [dead] = json.loads(ok(dev_stack, "topic", "dead-letters", "shop-accounts", "--json"))
+    assert dead["reason"] == "skipped by an operator: owner dropped on purpose"
+    status = json.loads(ok(dev_stack, "pipeline", "status", "shop-accounts", "--json"))
+    assert (status["state"], status["lag_changes"], status["dead_letters"]) == ("running", 0, 1)
     ok(dev_stack, "capture", "delete", "accounts", "--topic", "shop-accounts")
     assert json.loads(ok(dev_stack, "capture", "list", "--json")) == []
     ok(dev_stack, "topic", "delete", "shop-accounts")

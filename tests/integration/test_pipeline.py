@@ -24,14 +24,14 @@ from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
-from procbus.errors import AttemptFencedOut
+from procbus.errors import AttemptFencedOut, InvalidRequest
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, Permission, TableDescriptor
 from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
-from procbus.pipeline import Pipelines, TableApplier
+from procbus.pipeline import Pipelines, PipelineStatus, TableApplier
 from procbus.pipeline import apply as apply_module
 from procbus.spark.backends import LocalBackend
 from procbus.temporal.faults import parse_faults
@@ -222,46 +222,104 @@ async def test_a_compaction_planned_before_a_pipeline_commit_hides_none_of_its_c
     assert snapshots[0].operation == "compact"
 
 
+async def stopped(pipelines: Pipelines, topic: str) -> PipelineStatus:
+    """The pipeline's status once it has stopped."""
+    async with asyncio.timeout(60):
+        while (status := await pipelines.status(topic)).state == "running":
+            await asyncio.sleep(0.05)
+    return status
+
+
 async def test_a_change_that_does_not_fit_stops_the_pipeline_with_nothing_applied(
     client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
 ) -> None:
+    """A batch that does not fit its lake table stops the pipeline, the batch kept first in the
+    queue and nothing dead-lettered; a later change waits behind it, also when the topic is
+    enabled before the cause is fixed; fixed, the batch applies, then the later change."""
     await bank.execute('ALTER TABLE "savings" ADD COLUMN "note" text')
     topic = await pipeline(bank, "accounts", "savings")
     await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
     async with bank.acquire() as connection, connection.transaction():
         await connection.execute("UPDATE accounts SET balance = 5 WHERE id = 1")
         await connection.execute("INSERT INTO savings VALUES (1, 5, 'hi')")
+    pipelines, topics = Pipelines(bank), Topics(bank)
     async with delivering(client, bank, task_queue, warehouse, topic):
+        status = await stopped(pipelines, topic)
+        assert status.dead_letters == 0, f"the batch was dead-lettered: {status.state}"
+        head = status.stopped_at_batch
+        assert head is not None and "unknown column(s) note" in status.state
+        assert f"procbus pipeline skip {topic} --batch {head}" in status.state
+        assert status.last_error is not None and "bank.savings" in status.last_error
+        assert (status.lag_changes, status.batches_applied) == (3, 0)  # the whole batch waits
+        stats = await topics.stats(topic)
+        assert not stats.enabled and stats.disabled_reason is not None
+        assert "unknown column(s) note" in stats.disabled_reason and stats.dead_letters == 0
+        assert await lake(bank, "accounts", "savings") == [[], []]
+        assert not list(Path(warehouse).rglob("_staging/*"))
+        # Changes go on at the source while the pipeline is stopped: they wait behind the batch.
+        await bank.execute("UPDATE accounts SET balance = 7 WHERE id = 1")
+        # Enabled before the cause is fixed, the pipeline sends the same batch first, and stops.
+        retried = (await topics.get(topic)).retried
+        await topics.enable(topic)
+        async with asyncio.timeout(60):
+            while (await topics.get(topic)).retried == retried:
+                await asyncio.sleep(0.05)
+        status = await pipelines.status(topic)
+        assert status.state.startswith("stopped:") and status.stopped_at_batch == head
+        assert (status.lag_changes, status.batches_applied, status.dead_letters) == (4, 0, 0)
+        assert await lake(bank, "accounts", "savings") == [[], []]
+        # The fix: the lake table made anew with the column, the topic enabled.
+        await Catalog(bank).remove_table("bank", "savings")
+        await lake_table(bank, warehouse, "savings", "id:bigint,balance:bigint,note:string")
+        # The grants went with the old table: the pipeline's principal is granted write again.
+        await Catalog(bank).change_access("grant", pipeline_write(topic, "savings"), "operator")
+        await topics.enable(topic)
         await applied(bank, topic)
-        async with asyncio.timeout(30):
-            while (await Pipelines(bank).status(topic)).state == "running":
-                await asyncio.sleep(0.1)
-    status = await Pipelines(bank).status(topic)
-    assert status.state.startswith("stopped:") and "unknown column(s) note" in status.state
-    assert status.last_error is not None and "bank.savings" in status.last_error
-    assert status.dead_letters >= 2 and status.batches_applied == 0  # the whole batch
-    accounts, savings = await lake(bank, "accounts", "savings")
-    assert accounts == [] and savings == []
-    assert not list(Path(warehouse).rglob("_staging/*"))
-    # Changes go on at the source while the pipeline is stopped: they wait, in order.
-    await bank.execute("UPDATE accounts SET balance = 7 WHERE id = 1")
-    # The fix: the lake table made anew with the column; the batch redriven, the topic enabled.
-    await Catalog(bank).remove_table("bank", "savings")
-    await lake_table(bank, warehouse, "savings", "id:bigint,balance:bigint,note:string")
-    # The grants went with the old table: the pipeline's principal is granted write again.
-    await Catalog(bank).change_access("grant", pipeline_write(topic, "savings"), "operator")
-    topics = Topics(bank)
-    redriven = await topics.redrive(topic)
-    assert [item.id for item in redriven] == sorted(item.id for item in redriven)
-    await topics.enable(topic)
-    async with delivering(client, bank, task_queue, warehouse, topic):
-        await applied(bank, topic)
-    status = await Pipelines(bank).status(topic)
+    status = await pipelines.status(topic)
     assert (status.state, status.dead_letters, status.last_error) == ("running", 0, None)
+    assert (status.batches_applied, status.stopped_at_batch) == (2, None)
     accounts, savings = await lake(bank, "accounts", "savings")
-    assert accounts == await source(bank, "accounts")  # balance 7: the later change won
+    assert accounts == await source(bank, "accounts")  # balance 7: the later change came after
     assert accounts[0]["balance"] == 7
     assert savings == await source(bank, "savings") == [{"id": 1, "balance": 5, "note": "hi"}]
+
+
+async def test_an_operator_skips_the_batch_a_stopped_pipeline_holds_and_the_rest_goes_on(
+    client: Client, bank: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    """`pipeline skip` moves exactly the batch the pipeline stopped at to the dead letters, with
+    the operator's reason, and resumes; the changes behind it apply, and a redrive of the skipped
+    batch (which would bring older rows back over them) is refused."""
+    await bank.execute('CREATE TABLE "loans" ("id" bigint PRIMARY KEY, "amount" bigint NOT NULL)')
+    await lake_table(bank, warehouse, "loans", "id:bigint,amount:int")
+    topic = await pipeline(bank, "loans")
+    pipelines, topics = Pipelines(bank), Topics(bank)
+    with pytest.raises(InvalidRequest, match="is running"):
+        await topics.skip_stopped_batch(topic, "batch_x", "nothing to skip")
+    await bank.execute("INSERT INTO loans VALUES (1, 1099511627776)")  # does not fit an int
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        status = await stopped(pipelines, topic)
+        head = status.stopped_at_batch
+        assert head is not None and "does not fit lake table bank.loans" in status.state
+        assert (status.lag_changes, status.dead_letters) == (1, 0)
+        # The operator gives the row up: deleted at the source, then the batch skipped.
+        await bank.execute("DELETE FROM loans WHERE id = 1")
+        await bank.execute("INSERT INTO loans VALUES (2, 5)")
+        with pytest.raises(InvalidRequest, match=f"holds batch {head} first"):
+            await topics.skip_stopped_batch(topic, "batch_other", "the wrong batch")
+        skipped = await topics.skip_stopped_batch(topic, head, "row 1 was a test, deleted")
+        await applied(bank, topic)
+    [dead] = await topics.dead_letters(topic)
+    assert skipped.dead_lettered == [dead.id] and dead.payload["row"]["id"] == 1
+    assert dead.reason == "skipped by an operator: row 1 was a test, deleted"
+    status = await pipelines.status(topic)
+    assert (status.state, status.lag_changes, status.dead_letters) == ("running", 0, 1)
+    assert status.batches_applied == 1
+    (loans,) = await lake(bank, "loans")
+    assert loans == await source(bank, "loans") == [{"id": 2, "amount": 5}]
+    with pytest.raises(InvalidRequest, match="later changes were applied"):
+        await topics.redrive(topic)
+    assert len(await topics.dead_letters(topic)) == 1
 
 
 def pipeline_write(topic: str, table: str) -> AccessEntry:
@@ -451,7 +509,7 @@ async def test_a_schema_change_that_cannot_be_applied_stops_the_pipeline_saying_
     assert not list(Path(warehouse).rglob("_staging/*"))
     # The application's writes go on: queued, up to the topic's bound, then refused saying why.
     written = 0
-    with pytest.raises(asyncpg.PostgresError, match="stopped") as refused:
+    with pytest.raises(asyncpg.PostgresError, match="its delivery is disabled") as refused:
         for n in range(20):
             await bank.execute("UPDATE accounts SET note = $1 WHERE id = 3", str(n))
             written += 1
