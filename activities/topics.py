@@ -24,7 +24,8 @@ from procbus.pipeline import Pipelines, TableApplier
 from procbus.spark.backends import SparkBackend
 from procbus.temporal.metrics import TopicMetrics
 from procbus.topics.models import Topic
-from procbus.topics.queue import TopicNotFound, Topics
+from procbus.topics.queue import Topics
+from procbus.topics.refusals import TopicNotFound
 
 # A delivery round starts no send after this long: then it settles, and the next one claims.
 ROUND_SECONDS = 60.0

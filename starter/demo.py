@@ -24,6 +24,7 @@ from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
 from procbus.delivery.owner import ensure_delivery
+from procbus.delivery.sync import send_now
 from procbus.errors import InvalidRequest, ProcbusError, StackError
 from procbus.hooks import TransactionAborted, transaction
 from procbus.hooks.outbox import OutboxRelay
@@ -662,6 +663,7 @@ class Demo:
                 f"   a transaction of 5 events, batch size {batch_size}: one batch of "
                 f"{len(events)} events, the transaction whole (batch-id {batch_id})"
             )
+            topics = Topics(self.pool, send_now=send_now)  # it sends a --sync topic's events
             await topics.create(direct, TopicSettings(endpoint=receiver.url, sync=True))
             ack = await topics.publish(direct, Event(payload={"note": "sent now"}))
             receiver.down()

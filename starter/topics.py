@@ -34,13 +34,14 @@ async def _topics() -> AsyncIterator[Topics]:
     from procbus.config import load_settings
     from procbus.db import create_pool
     from procbus.delivery.endpoints import parse_allowlist
+    from procbus.delivery.sync import send_now
     from procbus.stack.addresses import resolve_addresses
     from procbus.topics.queue import Topics
 
     settings = load_settings()
     pool = await create_pool(resolve_addresses(settings).database_url, min_size=1, max_size=2)
     try:
-        yield Topics(pool, parse_allowlist(settings.endpoint_allowlist))
+        yield Topics(pool, parse_allowlist(settings.endpoint_allowlist), send_now=send_now)
     finally:
         await pool.close()
 

@@ -30,7 +30,7 @@ from procbus.db.queries import load_queries
 from procbus.delivery.endpoints import EndpointKind, parse_endpoint
 from procbus.errors import InvalidRequest, QueueFull
 from procbus.topics.models import check_topic_name
-from procbus.topics.queue import topic_error
+from procbus.topics.refusals import topic_error
 
 QUERIES = "procbus.capture"
 TABLE_KINDS = {"r": "table", "p": "partitioned table"}

@@ -25,8 +25,9 @@ from procbus.delivery.clients import (
     encoded_message,
     message,
 )
+from procbus.topics.consuming import stops_instead_of_dead_lettering
 from procbus.topics.models import Entry, Failure, Topic
-from procbus.topics.queue import Topics, stops_instead_of_dead_lettering
+from procbus.topics.queue import Topics
 
 # Sends of one topic in flight at once (different keys).
 SEND_CONCURRENCY = 16

@@ -34,7 +34,7 @@ from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, ProcbusError
 from procbus.hooks.outbox import QUERIES, OutboxRelay, outbox_refusal
 from procbus.topics.models import DEFAULT_EVENT_TYPE, Published
-from procbus.topics.queue import mark_transaction_end, publish_in_transaction
+from procbus.topics.publishing import mark_transaction_end, publish_in_transaction
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDesc
 from procbus.lakehouse.names import Column
 from procbus.locks.models import Fence
 from procbus.locks.table import check_fence
-from procbus.topics.queue import publish_in_transaction
+from procbus.topics.publishing import publish_in_transaction
 
 QUERIES = "procbus.lakehouse"
 # A compare-and-set that lost to another commit is tried again on the new snapshot this often.

@@ -1,5 +1,7 @@
 """Persistent notification topics: bounded two-phase queues in PostgreSQL, retry state with each
-entry, dead letters and redrive (procbus.topics.queue); what goes in and out (models, pure)."""
+entry, dead letters and redrive, behind the `Topics` facade (procbus.topics.queue): its
+administration (admin), publishing (publishing, leases, reservations) and consuming (consuming);
+what goes in and out (models, pure)."""
 
 from procbus.errors import QueueFull, ReservationExpired
 from procbus.topics.models import (
@@ -17,7 +19,9 @@ from procbus.topics.models import (
     TopicSettings,
     TopicStats,
 )
-from procbus.topics.queue import TopicInUse, TopicNotFound, Topics, publish_in_transaction
+from procbus.topics.publishing import publish_in_transaction
+from procbus.topics.queue import Topics
+from procbus.topics.refusals import SynchronousTopic, TopicInUse, TopicNotFound
 
 __all__ = [
     "Claim",
@@ -31,6 +35,7 @@ __all__ = [
     "ReservationExpired",
     "Settled",
     "SkippedBatch",
+    "SynchronousTopic",
     "Topic",
     "TopicGauges",
     "TopicInUse",

@@ -21,7 +21,7 @@ from procbus.delivery.clients import BATCH_ID_HEADER, batch_message
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
-from procbus.topics.queue import publish_in_transaction
+from procbus.topics.publishing import publish_in_transaction
 from tests.integration.test_topic_delivery import settled
 from tests.integration.webhook_receiver import WebhookReceiver
 
@@ -189,7 +189,7 @@ async def test_a_transaction_whose_last_event_never_comes_goes_after_the_wait(
         await topics.commit(reservation, Event(payload={"i": i}, key="a", txn_id="op-1"))
     await topics.publish(name, Event(payload={"i": 2}, key="a"))  # behind it: waits with it
     await topics.publish(name, Event(payload={"i": 3}, key="b"))  # another key: goes at once
-    with caplog.at_level(logging.WARNING, logger="procbus.topics.queue"):
+    with caplog.at_level(logging.WARNING, logger="procbus.topics.consuming"):
         first = await receiver.wait_for(1)
         assert [event["data"]["i"] for event in first] == [3]
         events = await receiver.wait_for(4, timeout=30)

@@ -9,16 +9,17 @@ import asyncpg
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from procbus.delivery.sync import send_now
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
-from procbus.topics import Event, Topics, TopicSettings
+from procbus.topics import Event, SynchronousTopic, Topics, TopicSettings
 from tests.integration.webhook_receiver import WebhookReceiver
 
 
 async def test_a_sync_topic_sends_in_the_call_and_reports_what_the_endpoint_said(
     pool: asyncpg.Pool, receiver: WebhookReceiver
 ) -> None:
-    topics = Topics(pool)
+    topics = Topics(pool, send_now=send_now)
     name = f"s-{uuid.uuid4().hex[:8]}"
     _, secret = await topics.create(name, TopicSettings(endpoint=receiver.url, sync=True))
 
@@ -61,7 +62,7 @@ async def test_a_sync_topic_sends_in_the_call_and_reports_what_the_endpoint_said
 async def test_a_sync_topic_refuses_what_it_cannot_do(
     pool: asyncpg.Pool, receiver: WebhookReceiver
 ) -> None:
-    topics = Topics(pool)
+    topics = Topics(pool, send_now=send_now)
     name = f"s-{uuid.uuid4().hex[:8]}"
     await topics.create(name, TopicSettings(endpoint=receiver.url, sync=True, max_bytes=16 * 64))
     with pytest.raises(InvalidRequest, match="synchronous"):
@@ -72,4 +73,15 @@ async def test_a_sync_topic_refuses_what_it_cannot_do(
                 await tx.publish(name, {"n": 1})
     with pytest.raises(InvalidRequest, match="takes at most 64"):
         await topics.publish(name, Event(payload="x" * 100))
+    assert receiver.received == []
+
+
+async def test_without_a_sender_a_sync_topic_is_refused_with_what_to_do(
+    pool: asyncpg.Pool, receiver: WebhookReceiver
+) -> None:
+    topics = Topics(pool)  # the topics layer sends nothing itself: delivery does
+    name = f"s-{uuid.uuid4().hex[:8]}"
+    await topics.create(name, TopicSettings(endpoint=receiver.url, sync=True))
+    with pytest.raises(SynchronousTopic, match="send_now=procbus.delivery.sync.send_now"):
+        await topics.publish(name, Event(payload={"n": 1}))
     assert receiver.received == []

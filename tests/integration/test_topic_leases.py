@@ -16,9 +16,12 @@ from procbus.db import create_pool
 from procbus.errors import QueueFull
 from procbus.hooks import transaction
 from procbus.topics import Event, TopicInUse, Topics
-from procbus.topics import queue as topic_queue
+from procbus.topics import admin as topic_admin
+from procbus.topics import leases as topic_leases
+from procbus.topics.connections import pool_releases, unwrapped
+from procbus.topics.leases import LEASE_ENTRIES, PROCESS_LEASES
 from procbus.topics.models import SHARDS
-from procbus.topics.queue import LEASE_ENTRIES, publish_in_transaction
+from procbus.topics.publishing import publish_in_transaction
 from tests.integration.test_topics import RECEIVER, capacity, make
 
 PAYLOAD = {"n": 1}
@@ -28,9 +31,9 @@ SIZE = len('{"n":1}')
 @pytest.fixture(autouse=True)
 def _no_leases_from_other_tests() -> Iterator[None]:
     # Each test starts with no lease remembered (another test's may be of a topic gone).
-    topic_queue._leases.clear()
+    PROCESS_LEASES.clear()
     yield
-    topic_queue._leases.clear()
+    PROCESS_LEASES.clear()
 
 
 async def leases(pool: asyncpg.Pool, topic: str) -> list[asyncpg.Record]:
@@ -135,12 +138,12 @@ async def test_a_used_up_lease_ends_in_its_owners_transaction_and_a_new_one_foll
 async def test_an_abandoned_lease_expires_and_gives_back_what_it_did_not_use(
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 1.0)
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 1.0)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", 0.5)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 5)
-    topic_queue._leases.clear()  # its owner is gone, as a process that died
+    PROCESS_LEASES.clear()  # its owner is gone, as a process that died
     shards = await pool.fetchval(
         'SELECT sum("entries") FROM "procbus_topic_shards" WHERE "topic" = $1', topic
     )
@@ -160,9 +163,9 @@ async def test_an_abandoned_lease_expires_and_gives_back_what_it_did_not_use(
 async def test_a_publish_under_an_expired_lease_counts_on_the_shard_instead(
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.5)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 0.5)
     # Its owner would go on using it: the server's clock refuses it.
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", -60.0)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", -60.0)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 2)
@@ -192,8 +195,8 @@ async def test_a_lease_is_armed_again_after_its_sessions_settings_were_reset(
 async def test_no_lease_ends_while_a_transaction_that_published_under_it_is_open(
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.3)
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.1)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", 0.1)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
@@ -212,8 +215,8 @@ async def test_no_lease_ends_while_a_transaction_that_published_under_it_is_open
 async def test_deleting_a_topic_waits_for_its_leases_and_their_publishes_and_leaves_nothing(
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.5)
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.2)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 0.5)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", 0.2)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
@@ -236,9 +239,9 @@ async def test_deleting_a_topic_waits_for_its_leases_and_their_publishes_and_lea
 async def test_a_delete_that_waited_too_long_for_a_publishing_transaction_changes_nothing(
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.3)
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.1)
-    monkeypatch.setattr(topic_queue, "DELETE_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", 0.1)
+    monkeypatch.setattr(topic_admin, "DELETE_WAIT_SECONDS", 0.3)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
@@ -255,8 +258,8 @@ async def test_deleting_a_topic_waits_for_an_idle_sessions_lease_to_expire(
     topics: Topics, pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Its session could publish under it, unseen, until it expires: the delete waits that long.
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 2.0)
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.5)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 2.0)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", 0.5)
     topic = await make(topics)
     async with pool.acquire() as connection:
         await publish_each(connection, topic, 1)
@@ -307,7 +310,7 @@ async def test_a_session_whose_shard_is_busy_takes_its_lease_on_another(
         taken = await holder.fetchrow(
             'SELECT "id", "shard" FROM "procbus_topic_leases" WHERE "topic" = $1', topic
         )
-        topic_queue.move_shard(other, taken["shard"])
+        PROCESS_LEASES.move_shard(other, taken["shard"])
         [published] = await publish_each(other, topic, 1)
     entries = await entry_leases(pool, topic)
     assert entries[published] is not None and entries[published] != taken["id"]
@@ -328,13 +331,13 @@ async def test_a_hooks_transactions_events_take_leases_unless_the_topic_groups_t
                 on_grouped = await tx.publish(grouped, PAYLOAD)
             # Its transaction ID means nothing on a topic that does not group: it is not kept.
             assert on_plain.txn_id is None and on_grouped.txn_id is not None
-        remembered = topic_queue._leases[(connection.get_server_pid(), grouped)]
+        remembered = PROCESS_LEASES.get((connection.get_server_pid(), grouped))
     [lease] = await leases(pool, plain)
     assert set((await entry_leases(pool, plain)).values()) == {lease["id"]}
     # The grouped topic refused the first ask; its events count on a shard, keep their
     # transaction, and the connection does not ask again for longer than after a busy shard.
     assert isinstance(remembered, float) and await leases(pool, grouped) == []
-    assert remembered > time.monotonic() + topic_queue.NO_LEASE_SECONDS
+    assert remembered > time.monotonic() + topic_leases.NO_LEASE_SECONDS
     assert set((await entry_leases(pool, grouped)).values()) == {None}
     assert (
         await pool.fetchval(
@@ -362,9 +365,9 @@ async def test_leases_deliveries_and_lease_ends_racing_lose_no_count(
     """Publishers with rollbacks and short leases, a delivery settling all along, and expired
     leases ended all along: in the end every committed event was delivered once, and the shards
     count nothing."""
-    monkeypatch.setattr(topic_queue, "LEASE_ENTRIES", 8)
-    monkeypatch.setattr(topic_queue, "LEASE_SECONDS", 0.3)
-    monkeypatch.setattr(topic_queue, "LEASE_MARGIN_SECONDS", 0.15)
+    monkeypatch.setattr(topic_leases, "LEASE_ENTRIES", 8)
+    monkeypatch.setattr(topic_leases, "LEASE_SECONDS", 0.3)
+    monkeypatch.setattr(topic_leases, "LEASE_MARGIN_SECONDS", 0.15)
     topic = await make(topics, max_entries=100_000)
     committed: set[int] = set()
     delivered: list[int] = []
@@ -389,7 +392,7 @@ async def test_leases_deliveries_and_lease_ends_racing_lose_no_count(
                 if rng.random() < 0.1:
                     await asyncio.sleep(rng.random() * 0.05)
                 if rng.random() < 0.03:  # its lease forgotten, as by a process that restarted
-                    topic_queue._leases.pop((connection.get_server_pid(), topic), None)
+                    PROCESS_LEASES.forget((connection.get_server_pid(), topic))
 
     async def delivery() -> None:
         nonlocal settled_on_open_leases
@@ -432,7 +435,7 @@ async def test_a_full_topic_with_leases_refuses_and_its_count_stays_exact(
 ) -> None:
     # Room for five leases per shard: two leases each, then publishes counted one by one near
     # the bound, then QueueFull; nothing more was queued than the bound allows.
-    monkeypatch.setattr(topic_queue, "LEASE_ENTRIES", 16)
+    monkeypatch.setattr(topic_leases, "LEASE_ENTRIES", 16)
     bound = SHARDS * 5 * 16
     topic = await make(topics, max_entries=bound)
     accepted = 0
@@ -461,3 +464,23 @@ async def test_a_full_topic_with_leases_refuses_and_its_count_stays_exact(
                 break
     assert (await topics.stats(topic)).depth == bound
     assert await capacity(pool, topic) == (bound, bound * SIZE)
+
+
+async def test_the_asyncpg_internals_the_publish_path_reads_are_still_there(
+    database_url: str,
+) -> None:
+    """Pinned: a pool's proxy unwraps to its connection, and the pool counts its releases (a
+    release resets the session's settings, which disarms a lease). An asyncpg upgrade that
+    renames either fails here, not as leases that never arm."""
+    one = await create_pool(database_url, min_size=1, max_size=1)
+    try:
+        async with one.acquire() as proxy:
+            inner = unwrapped(proxy)
+            assert type(inner) is not type(proxy) and isinstance(inner, asyncpg.Connection)
+            before = pool_releases(inner)
+            assert isinstance(before, int)
+        async with one.acquire() as again:
+            assert unwrapped(again) is inner  # the one connection of the pool
+            assert pool_releases(inner) == before + 1
+    finally:
+        await one.close()

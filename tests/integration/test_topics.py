@@ -16,13 +16,10 @@ from procbus.delivery.clients import batch_message
 from procbus.errors import InvalidRequest, QueueFull, ReservationExpired
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, TopicNotFound, Topics, TopicSettings
+from procbus.topics.leases import PROCESS_LEASES
 from procbus.topics.models import SHARDS, Settled
-from procbus.topics.queue import (
-    check_secret,
-    move_shard,
-    preferred_shard,
-    publish_in_transaction,
-)
+from procbus.topics.publishing import publish_in_transaction
+from procbus.topics.signing import check_secret
 
 RECEIVER = "http://127.0.0.1:9/hooks"
 
@@ -190,17 +187,19 @@ async def test_a_publisher_whose_shard_is_held_takes_another_at_once_and_moves_t
 ) -> None:
     topic = await make(topics)
     async with pool.acquire() as first, pool.acquire() as second:
-        shard = preferred_shard(first)
-        move_shard(second, shard)  # the two meet on one shard, as two PIDs can
+        shard = PROCESS_LEASES.preferred_shard(first)
+        PROCESS_LEASES.move_shard(second, shard)  # the two meet on one shard, as two PIDs can
         async with first.transaction():  # holds the shard until it commits
             held = await publish_in_transaction(first, topic, {"n": 1})
             async with second.transaction():
                 # Were it to wait for the shard, this would wait for the first's commit: forever.
                 other = await asyncio.wait_for(publish_in_transaction(second, topic, {"n": 2}), 10)
-            moved = preferred_shard(second)
+            moved = PROCESS_LEASES.preferred_shard(second)
             async with second.transaction():  # from its new shard, while the first still holds
                 again = await publish_in_transaction(second, topic, {"n": 3})
-            assert moved != shard and preferred_shard(second) == moved  # no second move
+            assert (
+                moved != shard and PROCESS_LEASES.preferred_shard(second) == moved
+            )  # no second move
         shards = dict(
             await pool.fetch(
                 'SELECT "id", "shard" FROM "procbus_topic_entries" WHERE "topic" = $1', topic
