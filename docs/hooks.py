@@ -258,39 +258,44 @@ def errors_reference() -> str:
         "`ApplicationError`), from the one registry `procbus.errors.ErrorType`, written at each "
         "build of these docs. Activities raise the exception classes listed; the worker's error "
         "interceptor turns them into `ApplicationError`s of their type, and a step's retry policy "
-        "never retries the non-retryable ones (`NON_RETRYABLE_ERROR_TYPES`).",
+        "never retries the non-retryable ones (`NON_RETRYABLE_ERROR_TYPES`). A type without a "
+        "class is raised as an `ApplicationError` directly, in the files named.",
         "",
         "| type | means | retried | exception classes | named in |",
         "|---|---|---|---|---|",
     ]
     for member in ErrorType:
-        carriers = [
-            f"`{cls.__module__}.{cls.__name__}`"
-            for cls in classes
-            if getattr(cls, "error_type", None) is member
-        ]
+        carriers = [f"`{cls.__name__}`" for cls in classes if error_type_of(cls) is member]
         retried = "no" if str(member) in NON_RETRYABLE_ERROR_TYPES else "yes"
         lines.append(
             f"| `{member.value}` | {table_cell(comments.get(member.value, ''))} | {retried} "
-            f"| {', '.join(carriers) or 'none: raised by the workflows'} "
+            f"| {', '.join(carriers) or 'none'} "
             f"| {', '.join(code_cell(m) for m in modules_naming(member.name))} |"
         )
     lines += [
         "",
-        "## Errors without a Temporal type",
+        "## Exception classes",
         "",
-        "These reach the person running procbus, not a workflow: the CLI prints the message in "
-        "one line and exits 2 for a bad setting (`ConfigError`), 1 for the others.",
+        "Every `ProcbusError` in procbus's code. Those without a type reach the person running "
+        "procbus, not a workflow: the CLI prints the message in one line and exits 2 for a bad "
+        "setting (`ConfigError`), 1 for the others.",
         "",
-        "| exception | means |",
-        "|---|---|",
+        "| class | type | means |",
+        "|---|---|---|",
     ]
     for cls in classes:
-        if cls is not ProcbusError and getattr(cls, "error_type", None) is None:
-            lines.append(
-                f"| `{cls.__module__}.{cls.__name__}` | {table_cell(first_line(cls.__doc__))} |"
-            )
+        if cls is ProcbusError:
+            continue
+        kind = error_type_of(cls)
+        lines.append(
+            f"| `{cls.__module__}.{cls.__name__}` | {f'`{kind.value}`' if kind else 'none'} "
+            f"| {table_cell(first_line(cls.__doc__))} |"
+        )
     return "\n".join(lines) + "\n"
+
+
+def error_type_of(cls: type[Exception]) -> Any:
+    return getattr(cls, "error_type", None)
 
 
 REFERENCE_PAGES: dict[str, Callable[[], str]] = {
