@@ -211,3 +211,12 @@ def test_every_command_line_in_the_docs_is_a_real_command() -> None:
         if (problem := check_command_line(line, tree)) is not None
     ]
     assert wrong == []
+
+
+def test_the_readme_is_short_and_its_links_lead_somewhere() -> None:
+    readme = (PROJECT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if not link.startswith(("http://", "https://"))]
+    assert len(local) > 20
+    assert [link for link in local if not (PROJECT / link).exists()] == []
