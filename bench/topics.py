@@ -14,7 +14,7 @@
     transaction with that statement against the row floor's, both driven by pgbench, a C client,
     instead of the Python writers (ratio_pgbench_leased_to_row_floor). The publish is
     `publish_in_transaction` in the writer's asyncpg transaction, as the floor's row is written;
-    the same with `tx.publish` in procbus's hooks transaction, as the README shows it, is
+    the same with `tx.publish` in procbus's hooks transaction, as the docs show it, is
     ratio_tx_publish_to_row_floor (the hooks transaction's own cost included). Every mode encodes
     its payload and makes its webhook ID with procbus's own functions. The same 8 writers on
     one topic against each on a topic of its own: ratio_one_topic_to_eight, goal >= 0.9 (Ceph

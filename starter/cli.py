@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 from procbus.errors import ConfigError, ProcbusError
 from starter.access import acl_app
 from starter.locks import lock_app
-from starter.output import console, print_error, print_json
+from starter.output import console, print_error, print_json, styled
 from starter.pipelines import capture_app, pipeline_app
 from starter.procedures import proc_app
 from starter.schedules import schedule_app
@@ -88,7 +88,7 @@ def status(json_output: bool = JSON_OPTION) -> None:
     else:
         table = Table(show_header=False, box=None)
         for component in result.components:
-            mark = "[green]up[/]" if component.up else "[red]down[/]"
+            mark = styled("up", "green") if component.up else styled("down", "red")
             table.add_row(component.name, mark, component.detail)
         console.print(table)
         for label, value in (

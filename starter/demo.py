@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import asyncpg
 from pydantic import BaseModel, Field
+from rich.text import Text
 from standardwebhooks.webhooks import Webhook
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -54,7 +55,7 @@ from procbus.temporal import connect_client, workflow_ui_url
 from procbus.temporal.auth import Signer, client_signer, signed_client
 from procbus.temporal.faults import parse_faults
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
-from starter.output import console
+from starter.output import console, styled
 from starter.receiver import WebhookReceiver
 from worker import build_worker
 from worker.main import bus_member
@@ -276,7 +277,7 @@ class Demo:
         self.auth = WorkerAuth.for_dev(settings)
         self.members: list[BusMember] = []  # this process's bus members: "every worker" here
 
-    def say(self, message: str) -> None:
+    def say(self, message: str | Text) -> None:
         if not self.quiet:
             console.print(message, highlight=False)
 
@@ -1028,7 +1029,7 @@ async def run_demo(
     """The main job end to end (or the scenes named in `only`, with what they need)."""
     steps = demo_steps(only)  # refused before anything starts
     if not quiet:
-        console.print("[bold]procbus demo[/]")
+        console.print("procbus demo", style="bold")
     async with _stack(settings) as (services, started):
         WorkerAuth.for_dev(settings)  # the key the client signs with exists from here on
         client = await connect_client(
@@ -1126,9 +1127,10 @@ async def run_demo(
             demo.say(f"   {demo.url(workflow_id)}")
     if services.metrics_url:
         demo.say(f"Prometheus metrics of the worker: {services.metrics_url}")
+    finished = styled("demo finished: every step worked", "bold green")
     demo.say(
-        "[bold green]demo finished: every step worked[/]"
+        finished
         if steps == list(DEMO_STEPS)
-        else f"[bold green]demo finished: every step worked[/] (of {', '.join(steps)})"
+        else Text.assemble(finished, f" (of {', '.join(steps)})")
     )
     return report

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from rich.text import Text
+
 from procbus.auth.policy import WorkerAuth
 from procbus.config import Settings
 from procbus.stack.addresses import embedded_addresses, mask_password
@@ -26,7 +28,11 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
             def announce() -> None:
                 if quiet:
                     return
-                console.print(f"[bold green]procbus dev[/] is up (state in {services.state_dir})")
+                console.print(
+                    Text.assemble(
+                        ("procbus dev", "bold green"), f" is up (state in {services.state_dir})"
+                    )
+                )
                 console.print(f"  Temporal   {info.temporal_address}  namespace {info.namespace}")
                 console.print(f"  Web UI     {info.ui_url}")
                 console.print(f"  PostgreSQL {mask_password(info.database_url)}")

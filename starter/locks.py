@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from starter.output import console, print_json
+from starter.output import console, print_json, styled
 
 if TYPE_CHECKING:
     from procbus.locks.models import LockEntry
@@ -61,7 +61,11 @@ def list_locks(
         table.add_column(column)
     for resource in resources:
         for entry in resource.holders:
-            state = "[red]holding, lease expired[/]" if entry.expired else "[green]holding[/]"
+            state = (
+                styled("holding, lease expired", "red")
+                if entry.expired
+                else styled("holding", "green")
+            )
             table.add_row(
                 resource.resource,
                 entry.mode.value,
@@ -77,6 +81,6 @@ def list_locks(
                 entry.holder,
                 "",
                 _lease(entry, now),
-                f"[yellow]waiting, #{position} in queue[/]",
+                styled(f"waiting, #{position} in queue", "yellow"),
             )
     console.print(table)

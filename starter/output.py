@@ -2,6 +2,10 @@
 
 On a terminal rich fits the output to the window; piped or redirected, nothing is wrapped, so
 IDs and Temporal UI links stay whole for grep, copy and click.
+
+What is printed is data (names, rows, error messages quoting input), so rich's markup (`[bold]`)
+and emoji codes (`:x:`) are off on both consoles: every string prints as it is. Styles are given
+as `Text` (`styled`, `Text.assemble`), never as markup inside a string.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
+from rich.text import Text
 
 if TYPE_CHECKING:  # pydantic itself is not imported here: `procbus --help` stays quick
     from _typeshed import DataclassInstance
@@ -23,9 +28,15 @@ UNWRAPPED_WIDTH = 10_000
 
 
 def _console(stream: TextIO, *, stderr: bool) -> Console:
+    # Data is never read as markup or emoji codes: an error quoting 'root:x:0' prints just that.
     if stream.isatty() or "COLUMNS" in os.environ:
-        return Console(stderr=stderr)
-    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True)
+        return Console(stderr=stderr, markup=False, emoji=False)
+    return Console(stderr=stderr, width=UNWRAPPED_WIDTH, soft_wrap=True, markup=False, emoji=False)
+
+
+def styled(text: str, style: str) -> Text:
+    """`text` in a style, printed as it is (no markup, no emoji codes)."""
+    return Text(text, style=style)
 
 
 console = _console(sys.stdout, stderr=False)
@@ -47,4 +58,6 @@ def print_json(value: BaseModel | DataclassInstance | dict[str, Any] | list[Any]
 
 
 def print_error(message: str) -> None:
-    error_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    error_console.print(
+        Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
+    )

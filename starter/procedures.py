@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from starter.output import console, error_console, print_json
+from starter.output import console, error_console, print_json, styled
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -52,6 +52,7 @@ def run_command(coroutine: Coroutine[Any, Any, int]) -> None:
 
 def steps_table(status: ProcedureStatus) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     from procbus.procedures.models import ProcedureState
 
@@ -65,7 +66,7 @@ def steps_table(status: ProcedureStatus) -> Table:
         ProcedureState.WAITING: "yellow",
     }.get(status.state, "cyan")
     table = Table(
-        title=f"{status.procedure_type}: [{colour}]{status.state.value}[/]",
+        title=Text.assemble(f"{status.procedure_type}: ", (status.state.value, colour)),
         title_justify="left",
         show_header=True,
     )
@@ -75,22 +76,24 @@ def steps_table(status: ProcedureStatus) -> Table:
     skipped = {entry.step: entry.reason for entry in status.compensations_skipped}
     for step in status.steps_done:
         if step in undone:
-            table.add_row(step, "[yellow]done, undone[/]")
+            table.add_row(step, styled("done, undone", "yellow"))
         elif step in skipped:
-            table.add_row(step, f"[red]done, undo skipped[/] ({skipped[step]})")
+            table.add_row(step, Text.assemble(("done, undo skipped", "red"), f" ({skipped[step]})"))
         elif step == status.pivot_step:
-            table.add_row(step, "[green]done[/] (pivot: point of no return)")
+            table.add_row(step, Text.assemble(("done", "green"), " (pivot: point of no return)"))
         else:
-            table.add_row(step, "[green]done[/]")
+            table.add_row(step, styled("done", "green"))
     if status.step_running:
-        table.add_row(status.step_running, "[cyan]running[/]")
+        table.add_row(status.step_running, styled("running", "cyan"))
     if status.failed_step and status.failed_step not in status.steps_done:
         mark = "undone" if status.failed_step in undone else "failed"
-        table.add_row(status.failed_step, f"[red]failed[/], {mark}")
+        table.add_row(status.failed_step, Text.assemble(("failed", "red"), f", {mark}"))
     if status.stuck_step:
-        table.add_row(f"undo {status.stuck_step}", f"[red]STUCK[/]: {status.stuck_error}")
+        table.add_row(
+            f"undo {status.stuck_step}", Text.assemble(("STUCK", "red"), f": {status.stuck_error}")
+        )
     for waiting in status.waiting_for:
-        table.add_row("(locks)", f"[yellow]waiting[/]: {waiting}")
+        table.add_row("(locks)", Text.assemble(("waiting", "yellow"), f": {waiting}"))
     for step, broadcast in status.broadcasts.items():
         table.add_row(f"  {step} on workers", broadcast.summary(), style="dim")
     return table
@@ -104,7 +107,7 @@ def print_outcome(status: ProcedureStatus) -> None:
     if status.rollback_reason:
         console.print(f"rolled back because {status.rollback_reason}", highlight=False)
     for refusal in status.refused:
-        console.print(f"[dim]{refusal}[/]", highlight=False)
+        console.print(refusal, style="dim", highlight=False)
     if status.state is ProcedureState.STUCK:
         console.print(
             f"STUCK: fix the cause, then `procbus proc retry {status.procedure_id}` or "

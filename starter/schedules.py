@@ -270,7 +270,7 @@ def _print_detail(view: dict[str, Any]) -> None:
     from rich.table import Table
 
     policies = view["policies"]
-    console.print(f"[bold]{view['schedule_id']}[/]", highlight=False)
+    console.print(view["schedule_id"], style="bold", highlight=False)
     for label, value in (
         ("procedure", view["procedure"]),
         ("workflow", view["workflow_type"]),

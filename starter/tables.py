@@ -150,6 +150,7 @@ def table_describe(
 
     async def run() -> int:
         from rich.table import Table
+        from rich.text import Text
 
         from procbus.errors import ProcbusError
         from procbus.lakehouse.names import parse_table_name
@@ -162,7 +163,9 @@ def table_describe(
         if json_output:
             print_json(table)
             return 0
-        console.print(f"[bold]{table.qualified_name}[/]  at {table.location}", highlight=False)
+        console.print(
+            Text.assemble((table.qualified_name, "bold"), f"  at {table.location}"), highlight=False
+        )
         grid = Table("column", "type", "partition")
         for column in table.columns:
             grid.add_row(
@@ -261,7 +264,12 @@ def table_compact(
 @table_app.command("read")
 def table_read(
     name: str = typer.Argument(..., help="NAMESPACE.TABLE"),
-    limit: int | None = typer.Option(20, "--limit", help="At most this many rows (0: all)."),
+    limit: int | None = typer.Option(
+        20,
+        "--limit",
+        help="At most this many rows (0: all); --json says the snapshot's row_count and whether "
+        "rows were left out (truncated).",
+    ),
     snapshot_id: int | None = typer.Option(
         None, "--snapshot", help="This snapshot, not the current."
     ),
@@ -273,21 +281,31 @@ def table_read(
         from rich.table import Table
 
         from procbus.lakehouse.names import parse_table_name
-        from procbus.lakehouse.reader import read_snapshot
+        from procbus.lakehouse.reader import read_snapshot_rows
 
         namespace, table_name = parse_table_name(name)
         async with catalog() as tables:
             snapshot = await tables.table_files(namespace, table_name, snapshot_id)
-        rows = await asyncio.to_thread(read_snapshot, snapshot, limit or None)
+        read = await asyncio.to_thread(read_snapshot_rows, snapshot, limit or None)
         if json_output:
-            print_json({"table": name, "snapshot_id": snapshot.snapshot_id, "rows": rows})
+            # The count and `truncated` say whether `rows` is the snapshot whole or its first page.
+            print_json(
+                {
+                    "table": name,
+                    "snapshot_id": snapshot.snapshot_id,
+                    "row_count": read.row_count,
+                    "truncated": read.truncated,
+                    "rows": read.rows,
+                }
+            )
             return 0
         grid = Table(*(column.name for column in snapshot.table.columns))
-        for row in rows:
+        for row in read.rows:
             grid.add_row(*("" if value is None else str(value) for value in row.values()))
         console.print(grid)
-        shown = f"{len(rows)} of {snapshot.records} rows" if snapshot.files else "no data yet"
-        console.print(f"snapshot {snapshot.snapshot_id}: {shown}", highlight=False)
+        shown = f"{len(read.rows)} of {read.row_count} rows" if snapshot.files else "no data yet"
+        more = " (--limit 0 shows all)" if read.truncated else ""
+        console.print(f"snapshot {snapshot.snapshot_id}: {shown}{more}", highlight=False)
         return 0
 
     run_command(run())

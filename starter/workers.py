@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import typer
 
-from starter.output import console, print_json
+from starter.output import console, print_json, styled
 from starter.procedures import JSON_OPTION, run_command
 
 workers_app = typer.Typer(
@@ -55,7 +55,7 @@ def workers_list(
                 str(member.pid),
                 f"{member.started_at:%Y-%m-%d %H:%M:%S}",
                 f"{age:.0f} s ago",
-                "[green]live[/]" if member.live else "[red]dropped[/]",
+                styled("live", "green") if member.live else styled("dropped", "red"),
             )
         console.print(grid)
         return 0

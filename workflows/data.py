@@ -1,7 +1,7 @@
 """The table data procedures: LoadTable and CompactTable. Each runs one Spark job as a long,
 heartbeating step, then commits its output in one catalog commit, the procedure's pivot.
 
-Locks (README, "Table data"):
+Locks (docs/concepts/table-data.md):
 
     LoadTable      IX on the table: loads only add files, so they go on beside each other and
                    beside compactions; the catalog commit keeps every row once

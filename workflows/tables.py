@@ -7,7 +7,7 @@ admin and write on it.
 Each is a `Procedure`: steps with their undo, so a failure anywhere leaves the catalog, the
 warehouse and the descriptor cache as they were (or, past DeleteTable's pivot, as after).
 
-Locks (README, "Locks"), held from before the first step until after the last compensation:
+Locks (docs/concepts/locks.md), held from before the first step until after the last compensation:
 
     CreateNamespace, DeleteNamespace   X on the namespace
     CreateTable, DeleteTable           IX on the namespace, X on the table

@@ -9,6 +9,7 @@ file that has the key, leaving out keys whose newest image is a delete.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,15 +44,33 @@ def arrow_type(spark_type: str) -> pyarrow.DataType:
     return pyarrow.decimal128(int(precision), int(scale))
 
 
+@dataclass(frozen=True)
+class SnapshotRows:
+    """The first rows of a snapshot, and how many the snapshot holds in all."""
+
+    rows: list[dict[str, Any]]
+    row_count: int  # the snapshot's rows, whatever the limit
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the limit left rows out: a reader must never take a page for the whole."""
+        return len(self.rows) < self.row_count
+
+
 def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[str, Any]]:
     """The snapshot's rows (the first `limit`), columns in the table's order."""
+    return read_snapshot_rows(snapshot, limit).rows
+
+
+def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> SnapshotRows:
+    """The snapshot's first `limit` rows (None: all), with the snapshot's row count."""
     import pyarrow
     import pyarrow.dataset
 
     table = snapshot.table
     folder = Path(table.location)
     if not snapshot.files:
-        return []
+        return SnapshotRows(rows=[], row_count=0)
     missing = [file.path for file in snapshot.files if not (folder / file.path).exists()]
     if missing:
         raise InvalidRequest(
@@ -73,9 +92,11 @@ def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[s
     if not table.key_columns and all(f.kind is FileKind.DATA for f in snapshot.files):
         rows = dataset.head(limit) if limit is not None else dataset.to_table()
         rows = rows.select([column.name for column in table.columns])
-        return list(rows.to_pylist())
+        # From the files' footers: what the snapshot holds, not what the catalog once recorded.
+        return SnapshotRows(rows=list(rows.to_pylist()), row_count=dataset.count_rows())
     merged = merge_on_read(folder, snapshot, schema)
-    return list((merged if limit is None else merged.slice(0, limit)).to_pylist())
+    page = merged if limit is None else merged.slice(0, limit)
+    return SnapshotRows(rows=list(page.to_pylist()), row_count=merged.num_rows)
 
 
 def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) -> pyarrow.Table:

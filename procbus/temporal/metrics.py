@@ -30,7 +30,7 @@ TOPIC_DEAD_LETTERS = "procbus_topic_dead_letters"
 # Counter {topic}: entries delivered (acknowledged by the endpoint).
 TOPIC_DELIVERED = "procbus_topic_delivered"
 
-# Every metric procbus defines, for the README and the tests.
+# Every metric procbus defines, for the docs (docs/how-to/metrics.md) and the tests.
 PROCBUS_METRICS = (
     PROCEDURE_STATES,
     LOCK_WAITS,

@@ -32,3 +32,15 @@ def test_every_help_answers_without_a_stack(state_dir: Path) -> None:
         )
         assert result.returncode == 0, (command, result.stderr)
         assert "Usage:" in result.stdout
+
+
+def test_an_error_quoting_input_prints_it_verbatim(state_dir: Path) -> None:
+    env = subprocess_environment(state_dir)
+    name = "root:x:0[bold].orders"
+    result = subprocess.run(
+        [str(PROCBUS), "table", "read", name], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    # Neither an emoji for ':x:' nor a markup tag eaten: the name as it was typed.
+    assert "'root:x:0[bold]'" in result.stderr, result.stderr
+    assert "\N{CROSS MARK}" not in result.stderr

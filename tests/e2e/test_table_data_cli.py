@@ -71,6 +71,10 @@ def test_load_read_compact_from_the_cli(dev_stack: DevStack, tmp_path: Path) -> 
     read = json.loads(ok(dev_stack, "table", "read", "sales.orders", "--limit", "0", "--json"))
     assert read["snapshot_id"] == 2
     assert sorted(row["id"] for row in read["rows"]) == list(range(20))
+    assert (read["row_count"], read["truncated"]) == (20, False)
+    # The default limit: the JSON says rows were left out, and how many the snapshot holds.
+    page = json.loads(ok(dev_stack, "table", "read", "sales.orders", "--limit", "3", "--json"))
+    assert (len(page["rows"]), page["row_count"], page["truncated"]) == (3, 20, True)
     first = json.loads(
         ok(dev_stack, "table", "read", "sales.orders", "--snapshot", "1", "--limit", "0", "--json")
     )

@@ -1,6 +1,6 @@
 """Principals are who they say they are: a start's principal is a token signed with the
 workers' key, for that workflow only, verified before any lock or step; data changes need write,
-grants need admin (README, "Security")."""
+grants need admin (docs/security.md)."""
 
 from __future__ import annotations
 

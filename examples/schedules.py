@@ -1,0 +1,31 @@
+"""A procedure on a Temporal Schedule from Python: the hourly compaction that `procbus schedule
+create` makes. Run by tests/integration/test_doc_examples.py."""
+
+from __future__ import annotations
+
+# --8<-- [start:schedule]
+from datetime import timedelta
+
+from temporalio.client import Client, ScheduleHandle
+
+from procbus.lakehouse.data import CompactTableInput
+from procbus.procedures.schedules import procedure_schedule
+
+
+async def compact_every_hour(client: Client, task_queue: str = "procbus") -> ScheduleHandle:
+    request = CompactTableInput(table="sales.orders", partitions=["region=eu"])
+    request.check()  # what the CLI checks first: a bad name raises InvalidRequest here
+    return await client.create_schedule(
+        "orders-eu",
+        procedure_schedule(
+            "CompactTable",
+            request,
+            target="sales.orders",
+            workflow_id="compact-sales.orders-orders-eu",  # Temporal appends each run's time
+            task_queue=task_queue,
+            every=timedelta(hours=1),  # or: cron="0 3 * * *"
+        ),
+    )
+
+
+# --8<-- [end:schedule]
