@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from procbus.delivery.sync import send_now
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, publish_in_transaction
 
@@ -55,7 +56,9 @@ async def write_then_publish(topics: Topics, write_file: Callable[[], Awaitable[
 
 
 # --8<-- [start:sync]
-async def alert(topics: Topics) -> bool:
+async def alert(pool: asyncpg.Pool) -> bool:
+    # A --sync topic's send lives in procbus.delivery: without send_now, SynchronousTopic.
+    topics = Topics(pool, send_now=send_now)
     sent = await topics.publish("alerts", Event(payload={"disk": "full"}), timeout_seconds=5)
     if sent.delivery == "nack":
         log.warning("not delivered: %s", sent.error)  # nothing is retried or queued

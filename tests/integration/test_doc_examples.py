@@ -22,13 +22,16 @@ from examples.schedules import compact_every_hour
 from examples.table_data import first_rows, load_then_compact
 from examples.topics import alert, create_and_publish, mark_paid, mark_shipped, transfer
 from examples.topics import write_then_publish as write_then_publish
+from procbus.auth.tokens import TOKEN_HEADER
 from procbus.bus.outcomes import MemberOutcome
 from procbus.hooks.outbox import OutboxRelay
+from procbus.temporal.auth import Signer
 from procbus.temporal.faults import FaultInterceptor, parse_faults
 from procbus.topics import Topics, TopicSettings
 from tests.integration.test_table_data import make_table, spark_worker, write_csv
 from tests.integration.test_table_procedures import new_id
 from tests.integration.webhook_receiver import WebhookReceiver
+from tests.services import TEST_KEY
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -164,7 +167,7 @@ async def test_the_topic_examples_queue_publish_and_send(
     assert await pool.fetchval('SELECT "state" FROM "orders" WHERE "id" = 42') == "shipped"
 
     await topics.create("alerts", TopicSettings(endpoint=receiver.url, sync=True))
-    assert await alert(topics) is True
+    assert await alert(pool) is True
     assert [event["data"] for event in receiver.accepted_events()] == [{"disk": "full"}]
 
     await pool.execute('CREATE TABLE "accounts" ("id" bigint PRIMARY KEY, "balance" bigint)')
@@ -192,11 +195,12 @@ async def test_the_pipeline_example_captures_and_reports(pool: asyncpg.Pool) -> 
 async def test_the_schedule_example_makes_an_hourly_compaction(
     client: Client, task_queue: str
 ) -> None:
-    handle = await compact_every_hour(client, task_queue)
+    handle = await compact_every_hour(client, Signer(TEST_KEY, "owner"), task_queue)
     try:
         described = await handle.describe()
         action: Any = described.schedule.action
         assert action.workflow == "CompactTable"
+        assert TOKEN_HEADER in action.headers  # its runs start as "owner"
         assert action.task_queue == task_queue
         assert [i.every.total_seconds() for i in described.schedule.spec.intervals] == [3600]
     finally:
