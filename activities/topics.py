@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 from temporalio import activity
 
+from procbus.core.metrics import TopicMetrics
 from procbus.delivery.clients import EndpointClient
 from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import Endpoint, EndpointKind, endpoint_refused, parse_endpoint
@@ -22,7 +23,6 @@ from procbus.delivery.models import DeliveryRequest, DeliveryResult
 from procbus.errors import AttemptFencedOut, InvalidRequest
 from procbus.pipeline import Pipelines, TableApplier
 from procbus.spark.backends import SparkBackend
-from procbus.temporal.metrics import TopicMetrics
 from procbus.topics.models import Topic
 from procbus.topics.queue import Topics
 from procbus.topics.refusals import TopicNotFound

@@ -43,7 +43,7 @@ from procbus.pipeline import Pipelines
 from procbus.spark import spark_session
 from procbus.spark.backends import LocalBackend
 from procbus.spark.changes import SEQUENCE_COLUMN, apply_changes
-from procbus.spark.jobs import schema_ddl
+from procbus.spark.frames import schema_ddl
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.topics import Topics, TopicSettings

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from procbus.core.faults import parse_faults
 from procbus.errors import ConfigError
 
 ENV_PREFIX = "PROCBUS_"
@@ -169,9 +170,6 @@ class Settings(BaseSettings):
     def _faults(cls, value: str | None) -> str | None:
         if not value:
             return None
-        # Imported here: only a process with faults set pays for the Temporal worker modules.
-        from procbus.temporal.faults import parse_faults
-
         parse_faults(value)
         return value
 

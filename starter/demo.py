@@ -22,6 +22,7 @@ from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.capture import Captures
 from procbus.config import Settings
+from procbus.core.faults import parse_faults
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
 from procbus.delivery.owner import ensure_delivery
@@ -53,7 +54,6 @@ from procbus.stack.embedded import EmbeddedServices
 from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
 from procbus.temporal import connect_client, workflow_ui_url
 from procbus.temporal.auth import Signer, client_signer, signed_client
-from procbus.temporal.faults import parse_faults
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from starter.output import console, styled
 from starter.receiver import WebhookReceiver

@@ -188,7 +188,7 @@ async def _run_result(client: Client, workflow_id: str) -> str | None:
     """How a run went: its procedure state if it is a procedure, else Temporal's status."""
     from temporalio.service import RPCError
 
-    from procbus.temporal.search_attributes import PROCEDURE_STATE
+    from procbus.core.search_attributes import PROCEDURE_STATE
 
     try:
         description = await client.get_workflow_handle(workflow_id).describe()

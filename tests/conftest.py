@@ -131,8 +131,8 @@ def state_dir() -> Iterator[Path]:
 def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path) -> Any:
     """A worker with fault rules (PROCBUS_FAULTS syntax) on this test's queue, and a bus member
     of this process whose descriptor cache is `cache`; use `async with`."""
+    from procbus.core.faults import parse_faults
     from procbus.lakehouse.cache import AccessCache, DescriptorCache
-    from procbus.temporal.faults import parse_faults
     from worker.main import bus_member
 
     @contextlib.asynccontextmanager

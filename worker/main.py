@@ -36,6 +36,8 @@ from procbus.bus.membership import (
     member_task_queue,
 )
 from procbus.config import Settings
+from procbus.core.faults import Fault, parse_faults
+from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
 from procbus.delivery.endpoints import parse_allowlist
 from procbus.delivery.owner import keep_owners
@@ -48,8 +50,7 @@ from procbus.spark.backends import SparkBackend
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
 from procbus.temporal.errors import ProcbusErrorInterceptor
-from procbus.temporal.faults import Fault, FaultInterceptor, parse_faults
-from procbus.temporal.metrics import OutboxMetrics
+from procbus.temporal.faults import FaultInterceptor
 from procbus.topics.queue import Topics
 from workflows.access import ChangeAccess
 from workflows.bus import Broadcast

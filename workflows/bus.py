@@ -31,8 +31,8 @@ with workflow.unsafe.imports_passed_through():
         MemberReply,
     )
     from procbus.bus.outcomes import BroadcastResult, MemberOutcome, MemberResult
+    from procbus.core.ids import StepActivityId, member_activity_id
     from procbus.errors import ErrorType
-    from procbus.procedures.ids import StepActivityId, member_activity_id
     from procbus.temporal.errors import failure_text
 
 MEMBERS_TIMEOUT = timedelta(seconds=30)

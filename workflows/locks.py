@@ -19,6 +19,8 @@ from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from procbus.core.ids import lease_keeper_id
+    from procbus.core.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS
     from procbus.errors import ErrorType, LockTimeout
     from procbus.locks.models import (
         Fence,
@@ -33,14 +35,12 @@ with workflow.unsafe.imports_passed_through():
         fence_for,
     )
     from procbus.locks.modes import LockMode, expand
-    from procbus.procedures.ids import lease_keeper_id
     from procbus.procedures.models import (
         ProcedureCarry,
         ProcedureInput,
         ProcedureState,
         ProcedureStatus,
     )
-    from procbus.temporal.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS
 
 # A waiting procedure is told when a release grants it something; it also asks again at this
 # pace, because a lease that runs out frees a lock without anyone to tell.

@@ -47,10 +47,16 @@ with workflow.unsafe.imports_passed_through():
     from procbus.auth.tokens import TOKEN_HEADER, input_digest
     from procbus.bus.models import BusMessage, Operation
     from procbus.bus.outcomes import BroadcastResult
+    from procbus.core.ids import StepActivityId, check_step_name
+    from procbus.core.metrics import PROCEDURE_STATES
+    from procbus.core.search_attributes import (
+        PROCEDURE_STATE,
+        PROCEDURE_TARGET,
+        PROCEDURE_TYPE,
+    )
     from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
     from procbus.locks.models import LOCKS_CHANGED_SIGNAL, Fence
     from procbus.locks.modes import LockMode
-    from procbus.procedures.ids import StepActivityId, check_step_name
     from procbus.procedures.models import (
         CHILD_COMPENSATIONS_SIGNAL,
         AbortRequest,
@@ -64,12 +70,6 @@ with workflow.unsafe.imports_passed_through():
         SkipRequest,
     )
     from procbus.temporal.errors import application_error, failure_text
-    from procbus.temporal.metrics import PROCEDURE_STATES
-    from procbus.temporal.search_attributes import (
-        PROCEDURE_STATE,
-        PROCEDURE_TARGET,
-        PROCEDURE_TYPE,
-    )
 
 from workflows.bus import Broadcaster, BroadcastFailed, Phase, broadcast_failure
 from workflows.children import ChildProcedures

@@ -35,10 +35,10 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from procbus.core.metrics import OutboxMetrics
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest
 from procbus.procedures.models import ENGINE_ONLY_FIELDS
-from procbus.temporal.metrics import OutboxMetrics
 from procbus.temporal.payloads import WorkflowInput
 
 log = logging.getLogger(__name__)

@@ -1,10 +1,14 @@
 """Procedures: multi-step operations that roll back, or past their pivot roll forward.
 
-models: state, status and undo stack (pure, safe in the workflow sandbox); ids: the activity IDs
-of steps and undos; client: start, status, list, wait, abort, retry and skip from outside. The
+models: state, status and undo stack (pure, safe in the workflow sandbox); client: start, status,
+list, wait, abort, retry and skip from outside; history: a finished child's undo stack; schedules:
+a procedure on a Temporal Schedule. The activity IDs of steps and undos are procbus.core.ids. The
 engine itself is a workflow: workflows/procedure.py.
 """
 
+from temporalio import activity
+
+from procbus.core.ids import StepActivityId, step_key_of
 from procbus.procedures.client import (
     ProcedureSummary,
     abort_procedure,
@@ -16,7 +20,6 @@ from procbus.procedures.client import (
     start_procedure,
     wait_for_procedure,
 )
-from procbus.procedures.ids import StepActivityId, step_key_of
 from procbus.procedures.models import (
     AbortRequest,
     ChildCompensations,
@@ -62,7 +65,5 @@ def step_key() -> str:
     Stable across retries, roll-forward attempts and worker restarts, and the same in the
     step's undo, so an undo can tell its own step's work from anyone else's.
     """
-    from temporalio import activity
-
     info = activity.info()
     return step_key_of(info.activity_id, info.workflow_id or "")

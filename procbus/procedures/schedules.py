@@ -22,8 +22,8 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from procbus.core.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
 from procbus.procedures.models import ProcedureInput
-from procbus.temporal.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
 
 DEFAULT_CATCHUP_WINDOW = timedelta(minutes=10)
 

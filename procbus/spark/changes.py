@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind
 from procbus.lakehouse.models import TableDescriptor
-from procbus.spark.jobs import read_files, schema_ddl
+from procbus.spark.frames import read_files, schema_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -10,16 +10,14 @@ from __future__ import annotations
 import sys
 
 from pydantic import TypeAdapter
+from pyspark.sql import SparkSession
 
 from procbus.errors import ProcbusError
+from procbus.spark.backends import spark_error_text
 from procbus.spark.specs import JobOutcome, JobSpec, outcome_file, run_spec
 
 
 def main(argv: list[str]) -> int:
-    from pyspark.sql import SparkSession
-
-    from procbus.spark.backends import spark_error_text
-
     job_group, spec_json = argv[1], argv[2]
     spec = TypeAdapter(JobSpec).validate_json(spec_json)
     spark = SparkSession.builder.getOrCreate()

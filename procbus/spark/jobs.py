@@ -17,15 +17,11 @@ from typing import TYPE_CHECKING, Any
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.data import DataFile, InputFormat
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.warehouse import DATA_FOLDER
+from procbus.spark.changes import fold_changes
+from procbus.spark.frames import read_files, schema_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-
-
-def schema_ddl(table: TableDescriptor) -> str:
-    """'id bigint, amount double': the table's schema as Spark DDL."""
-    return ", ".join(f"`{column.name}` {column.type}" for column in table.columns)
 
 
 def read_input(spark: SparkSession, source: str, input_format: InputFormat) -> DataFrame:
@@ -167,21 +163,6 @@ def write(table: TableDescriptor, frame: DataFrame, output: Path) -> None:
     writer.parquet(str(output))
 
 
-def read_files(
-    spark: SparkSession, table: TableDescriptor, folder: Path, files: list[DataFile]
-) -> DataFrame:
-    """The rows of the given files of a table, partition columns from their folders."""
-    data = folder / DATA_FOLDER
-    if not files:
-        return spark.createDataFrame([], schema_ddl(table))
-    frame = (
-        spark.read.schema(schema_ddl(table))
-        .option("basePath", str(data))
-        .parquet(*(str(folder / file.path) for file in files))
-    )
-    return frame.select(*(column.name for column in table.columns))
-
-
 def compact(
     spark: SparkSession,
     table: TableDescriptor,
@@ -194,8 +175,6 @@ def compact(
     files as that size allows (records per file from the inputs' bytes per record). A
     merge-on-read table's files are folded: each key's newest row, deletes left out."""
     if table.key_columns:
-        from procbus.spark.changes import fold_changes
-
         frame = fold_changes(spark, table, folder, inputs)
     else:
         frame = read_files(spark, table, folder, inputs)

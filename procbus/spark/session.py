@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from procbus.errors import SparkUnavailable
-from procbus.stack.processes import LOOPBACK
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -18,6 +17,9 @@ JAVA_HINT = (
     "Spark needs a Java 17+ runtime and none was found (no `java` on PATH, no JAVA_HOME): install "
     "one, e.g. `apt-get install -y openjdk-17-jre-headless` or `brew install openjdk@17`"
 )
+
+# Local Spark binds and advertises this address only, as every server procbus starts does.
+LOOPBACK = "127.0.0.1"
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from procbus.config import Settings
+from procbus.core.search_attributes import SEARCH_ATTRIBUTES
 from procbus.errors import StackError
 from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
-from procbus.temporal.search_attributes import SEARCH_ATTRIBUTES
 
 
 def temporal_binary() -> Path:

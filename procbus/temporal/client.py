@@ -36,7 +36,7 @@ class _DropLateActivityCompletion(logging.Filter):
 def procbus_runtime(metrics_address: str | None = None) -> Runtime:
     """The Temporal runtime of procbus processes: the core SDK's logs go through Python logging
     (stderr), never to stdout, where `--json` output goes. With `metrics_address` (host:port)
-    it serves Prometheus metrics there, the SDK's and procbus's (procbus.temporal.metrics)."""
+    it serves Prometheus metrics there, the SDK's and procbus's (procbus.core.metrics)."""
     core_log = logging.getLogger("temporalio.core")
     core_log.addFilter(_DropLateActivityCompletion())
     metrics = None

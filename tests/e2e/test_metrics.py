@@ -11,14 +11,14 @@ from pathlib import Path
 
 import httpx
 
-from procbus.stack.processes import free_port
-from procbus.temporal.metrics import (
+from procbus.core.metrics import (
     LOCK_WAIT_SECONDS,
     LOCK_WAITS,
     OUTBOX_BACKLOG,
     TOPIC_DEAD_LETTERS,
     TOPIC_DEPTH,
 )
+from procbus.stack.processes import free_port
 from tests.e2e.conftest import DevStack, procbus
 from tests.services import subprocess_environment
 

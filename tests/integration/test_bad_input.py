@@ -18,12 +18,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from procbus.core.search_attributes import PROCEDURE_STATE
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.procedures.client import procedure_status
 from procbus.procedures.models import ProcedureState
 from procbus.stack.temporal_server import temporal_binary
-from procbus.temporal.search_attributes import PROCEDURE_STATE
 from procbus.topics import Event, Topics
 from procbus.topics.models import MAX_PAYLOAD_BYTES, topic_settings
 from tests.services import run_command, subprocess_environment

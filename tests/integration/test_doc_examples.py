@@ -24,9 +24,10 @@ from examples.topics import alert, create_and_publish, mark_paid, mark_shipped, 
 from examples.topics import write_then_publish as write_then_publish
 from procbus.auth.tokens import TOKEN_HEADER
 from procbus.bus.outcomes import MemberOutcome
+from procbus.core.faults import parse_faults
 from procbus.hooks.outbox import OutboxRelay
 from procbus.temporal.auth import Signer
-from procbus.temporal.faults import FaultInterceptor, parse_faults
+from procbus.temporal.faults import FaultInterceptor
 from procbus.topics import Topics, TopicSettings
 from tests.integration.test_table_data import make_table, spark_worker, write_csv
 from tests.integration.test_table_procedures import new_id

@@ -20,6 +20,7 @@ import pytest
 from temporalio.client import Client
 
 from procbus.capture import Captures, pipeline_principal
+from procbus.core.faults import parse_faults
 from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.endpoints import parse_endpoint
@@ -34,7 +35,6 @@ from procbus.lakehouse.reader import read_snapshot
 from procbus.pipeline import Pipelines, PipelineStatus, TableApplier
 from procbus.pipeline import apply as apply_module
 from procbus.spark.backends import LocalBackend
-from procbus.temporal.faults import parse_faults
 from procbus.topics import Entry, Topics, TopicSettings
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import TEST_AUTH, subprocess_environment, worker_process

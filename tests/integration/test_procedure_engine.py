@@ -18,8 +18,9 @@ from temporalio.worker import Worker
 
 from activities.locks import LockActivities
 from activities.procedures import ProcedureActivities
+from procbus.core.faults import parse_faults
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
-from procbus.temporal.faults import FaultInterceptor, parse_faults
+from procbus.temporal.faults import FaultInterceptor
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,

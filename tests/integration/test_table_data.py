@@ -40,7 +40,7 @@ from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
 from procbus.lakehouse.warehouse import OutsideTableFolder
 from procbus.procedures import ProcedureState
-from procbus.spark import jobs
+from procbus.spark import frames
 from procbus.spark.ledger import Attempt, JobLedger, JobState
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import TEST_AUTH, subprocess_environment, worker_process
@@ -117,7 +117,7 @@ async def spark_worker(
     load_roots: Sequence[Path] = (),
 ) -> AsyncIterator[None]:
     """A worker that loads from the test's own folder (beside the warehouse) and `load_roots`."""
-    from procbus.temporal.faults import parse_faults
+    from procbus.core.faults import parse_faults
 
     async with build_worker(
         client,
@@ -193,7 +193,7 @@ async def test_loads_and_a_compaction_keep_every_row_in_whole_snapshots(
     after = await catalog.table_files("sales", "orders")
     # The same rows, not only as many: by the catalog reader and by Spark.
     assert rows_of(read_snapshot(after)) == expected_rows(0, 300)
-    by_spark = jobs.read_files(spark, after.table, Path(table.location), after.files).collect()
+    by_spark = frames.read_files(spark, after.table, Path(table.location), after.files).collect()
     assert sorted((r.id, r.region, r.amount) for r in by_spark) == expected_rows(0, 300)
     # One file per region; the replaced files are deleted, no staging is left.
     assert sorted(file.partition["region"] for file in after.files) == sorted(REGIONS)

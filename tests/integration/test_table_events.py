@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
+from procbus.core.faults import parse_faults
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
-from procbus.temporal.faults import parse_faults
 from procbus.topics import Topics, TopicSettings
 from tests.services import TEST_AUTH
 from worker import build_worker

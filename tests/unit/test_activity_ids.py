@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from procbus.procedures.ids import StepActivityId, lease_keeper_id, step_key_of
-from procbus.temporal.faults import FaultInterceptor, parse_faults
+from procbus.core.faults import parse_faults
+from procbus.core.ids import StepActivityId, lease_keeper_id, step_key_of
+from procbus.temporal.faults import FaultInterceptor
 
 step_names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,30}", fullmatch=True)
 # A child procedure ID is a workflow ID: any text, '/', '#' and ':' included.
