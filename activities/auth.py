@@ -9,9 +9,9 @@ from collections.abc import Callable
 import asyncpg
 from temporalio import activity
 
-from procbus.auth.models import Authentication, AuthRequest
 from procbus.auth.policy import WorkerAuth
 from procbus.auth.uses import TokenUses
+from procbus.core.authentication import Authentication, AuthRequest
 
 
 class AuthActivities:

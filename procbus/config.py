@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from procbus.core.faults import parse_faults
+from procbus.core.names import check_member_id
 from procbus.errors import ConfigError
 
 ENV_PREFIX = "PROCBUS_"
@@ -199,8 +200,6 @@ class Settings(BaseSettings):
     @field_validator("worker_id")
     @classmethod
     def _worker_id(cls, value: str | None) -> str | None:
-        from procbus.bus.names import check_member_id
-
         return check_member_id(value) if value else None
 
     @field_validator("temporal_namespace", "task_queue")
@@ -293,6 +292,11 @@ class Settings(BaseSettings):
         """host:port of the metrics endpoint, or None for none."""
         port = self.metrics_port or default_port
         return f"{self.metrics_host}:{port}" if port else None
+
+    @property
+    def auth_key_bytes(self) -> bytes | None:
+        """PROCBUS_AUTH_KEY as the HMAC key it is, or None."""
+        return self.auth_key.get_secret_value().encode() if self.auth_key else None
 
     @property
     def uses_tls(self) -> bool:

@@ -18,7 +18,6 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.capture import Captures
 from procbus.config import Settings
@@ -58,7 +57,7 @@ from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from starter.output import console, styled
 from starter.receiver import WebhookReceiver
 from worker import build_worker
-from worker.main import bus_member
+from worker.main import bus_member, dev_worker_auth
 from workflows.access import ChangeAccess
 from workflows.data import CompactTable, LoadTable
 from workflows.stack_check import StackCheck
@@ -274,7 +273,7 @@ class Demo:
         self.quiet = quiet
         self.run_id = uuid.uuid4().hex[:6]
         # The dev stack's: its key in the state folder, the dev operator for what is unsigned.
-        self.auth = WorkerAuth.for_dev(settings)
+        self.auth = dev_worker_auth(settings)
         self.members: list[BusMember] = []  # this process's bus members: "every worker" here
 
     def say(self, message: str | Text) -> None:
@@ -744,7 +743,7 @@ class Demo:
             "everywhere first; had one failed, all would have aborted)"
         )
         refused_id = f"demo-acl-refused-delete-{self.run_id}"
-        assert self.auth.key is not None  # WorkerAuth.for_dev always has one
+        assert self.auth.key is not None  # dev_worker_auth always gives one
         as_etl = signed_client(self.client, Signer(self.auth.key, "etl"))
         with expected_activity_failures(), contextlib.suppress(WorkflowFailureError):
             await as_etl.execute_workflow(
@@ -1031,7 +1030,7 @@ async def run_demo(
     if not quiet:
         console.print("procbus demo", style="bold")
     async with _stack(settings) as (services, started):
-        WorkerAuth.for_dev(settings)  # the key the client signs with exists from here on
+        dev_worker_auth(settings)  # the key the client signs with exists from here on
         client = await connect_client(
             services.temporal_address,
             services.namespace,

@@ -6,12 +6,12 @@ import asyncio
 
 from rich.text import Text
 
-from procbus.auth.policy import WorkerAuth
 from procbus.config import Settings
 from procbus.stack.addresses import embedded_addresses, mask_password
 from procbus.stack.embedded import EmbeddedServices
 from starter.output import console
 from worker import serve, stopped_by_signals
+from worker.main import dev_worker_auth
 
 # Where `procbus dev` serves Prometheus metrics unless PROCBUS_METRICS_PORT says otherwise.
 DEV_METRICS_PORT = 9090
@@ -47,7 +47,7 @@ async def run_dev(settings: Settings, *, quiet: bool = False) -> None:
                 on_ready=announce,
                 metrics_address=metrics_address,
                 # Its own key in the state folder; unauthenticated starts run as the dev operator.
-                auth=WorkerAuth.for_dev(settings),
+                auth=dev_worker_auth(settings),
             )
             if not quiet:
                 console.print("stopping ...", style="dim")

@@ -27,6 +27,7 @@ from activities.spark import INCOMING, SparkActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
+from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
 from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.bus.membership import (
@@ -45,7 +46,8 @@ from procbus.errors import MemberNotCurrent
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
-from procbus.retention.schedule import ensure_retention_schedule, retention_request
+from procbus.retention.models import RetentionRequest
+from procbus.retention.schedule import ensure_retention_schedule
 from procbus.spark.backends import SparkBackend
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
@@ -255,7 +257,7 @@ async def serve(
                 worker_id=settings.worker_id,
                 outbox_workflow_types=settings.allowed_outbox_workflow_types(),
                 load_roots=settings.load_root_paths,
-                auth=auth or WorkerAuth.from_settings(settings),
+                auth=auth or worker_auth(settings),
             ),
             bus_member(
                 client,
@@ -294,6 +296,36 @@ async def serve(
         await pool.close()
     if member is not None and member.taken_over.is_set():
         member.check_current()  # raises: says which process took the worker ID over
+
+
+def worker_auth(settings: Settings) -> WorkerAuth:
+    """A production worker's trust: only what the settings say."""
+    return WorkerAuth(
+        key=settings.auth_key_bytes,
+        unauthenticated_principal=settings.unauthenticated_principal,
+        operator_principal=settings.operator_principal,
+    )
+
+
+def dev_worker_auth(settings: Settings) -> WorkerAuth:
+    """The dev stack's: its own key, and unauthenticated starts run as the dev operator unless
+    the settings say otherwise."""
+    return WorkerAuth(
+        key=settings.auth_key_bytes or ensure_dev_key(settings.state_dir),
+        unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
+        operator_principal=settings.operator_principal or DEV_PRINCIPAL,
+    )
+
+
+def retention_request(settings: Settings) -> RetentionRequest:
+    """The Retention input the settings ask for (PROCBUS_*_RETENTION_SECONDS)."""
+    return RetentionRequest(
+        outbox_seconds=settings.outbox_retention_seconds,
+        spark_job_seconds=settings.spark_job_retention_seconds,
+        snapshot_seconds=settings.snapshot_retention_seconds,
+        batch_fence_seconds=settings.batch_fence_retention_seconds,
+        bus_member_seconds=settings.bus_member_retention_seconds,
+    )
 
 
 def _not_joined_yet() -> None:

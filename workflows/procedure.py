@@ -43,10 +43,10 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
-    from procbus.auth.models import Authentication, AuthRequest
     from procbus.auth.tokens import TOKEN_HEADER, input_digest
     from procbus.bus.models import BusMessage, Operation
     from procbus.bus.outcomes import BroadcastResult
+    from procbus.core.authentication import Authentication, AuthRequest
     from procbus.core.ids import StepActivityId, check_step_name
     from procbus.core.metrics import PROCEDURE_STATES
     from procbus.core.search_attributes import (

@@ -6,8 +6,6 @@ import os
 import secrets
 from pathlib import Path
 
-from procbus.config import Settings
-
 DEV_KEY_FILE = "auth.key"
 # Who the dev stack's CLI signs as, and runs unauthenticated starts as: the dev operator.
 DEV_PRINCIPAL = "dev"
@@ -26,11 +24,12 @@ def ensure_dev_key(state_dir: Path) -> bytes:
     return path.read_bytes().strip()
 
 
-def client_key(settings: Settings) -> tuple[bytes, bool] | None:
-    """The key a client signs with, and whether it is the dev stack's; None: none to sign with."""
-    if settings.auth_key is not None:
-        return settings.auth_key.get_secret_value().encode(), False
-    path = settings.state_dir / DEV_KEY_FILE
+def client_key(auth_key: bytes | None, state_dir: Path) -> tuple[bytes, bool] | None:
+    """The key a client signs with (PROCBUS_AUTH_KEY, else the dev stack's in `state_dir`), and
+    whether it is the dev stack's; None: none to sign with."""
+    if auth_key is not None:
+        return auth_key, False
+    path = state_dir / DEV_KEY_FILE
     if path.is_file():
         return path.read_bytes().strip(), True
     return None

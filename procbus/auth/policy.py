@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
-from procbus.auth.models import Authentication, AuthRequest
 from procbus.auth.tokens import VerifiedToken, verify
-from procbus.config import Settings
+from procbus.core.authentication import Authentication, AuthRequest
 from procbus.errors import AccessDenied
 from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
@@ -15,35 +13,12 @@ from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
 
 @dataclass(frozen=True)
 class WorkerAuth:
-    """The default refuses every unauthenticated start and verifies no token (no key)."""
+    """The default refuses every unauthenticated start and verifies no token (no key). A worker
+    builds its own from the settings (worker.main.worker_auth, dev_worker_auth)."""
 
     key: bytes | None = None
     unauthenticated_principal: str | None = None
     operator_principal: str | None = None
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> WorkerAuth:
-        """A production worker's: only what the settings say."""
-        return cls(
-            key=settings.auth_key.get_secret_value().encode() if settings.auth_key else None,
-            unauthenticated_principal=settings.unauthenticated_principal,
-            operator_principal=settings.operator_principal,
-        )
-
-    @classmethod
-    def for_dev(cls, settings: Settings) -> WorkerAuth:
-        """The dev stack's: its own key, and unauthenticated starts run as the dev operator
-        unless the settings say otherwise."""
-        key = (
-            settings.auth_key.get_secret_value().encode()
-            if settings.auth_key
-            else ensure_dev_key(settings.state_dir)
-        )
-        return cls(
-            key=key,
-            unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
-            operator_principal=settings.operator_principal or DEV_PRINCIPAL,
-        )
 
     def is_operator(self, principal: str | None) -> bool:
         return principal is not None and principal == self.operator_principal

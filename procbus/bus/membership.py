@@ -23,7 +23,7 @@ from datetime import datetime
 import asyncpg
 
 from procbus.bus.models import Member
-from procbus.bus.names import check_member_id
+from procbus.core.names import check_member_id
 from procbus.db.queries import load_queries
 
 log = logging.getLogger(__name__)

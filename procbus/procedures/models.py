@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from procbus.auth.models import Authentication
 from procbus.bus.outcomes import BroadcastResult
+from procbus.core.authentication import Authentication
 from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
 from procbus.temporal.payloads import WorkflowInput
 

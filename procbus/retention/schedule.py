@@ -1,5 +1,5 @@
 """The Temporal Schedule that starts the Retention workflow every so often (hourly by default),
-made by every worker at start and brought up to date with its settings."""
+made by every worker at start and brought up to date with its settings (worker.main reads them)."""
 
 from __future__ import annotations
 
@@ -18,22 +18,10 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from procbus.config import Settings
 from procbus.retention.models import RetentionRequest
 
 RETENTION_SCHEDULE_ID = "procbus-retention"
 RETENTION_WORKFLOW_ID = "procbus-retention-run"
-
-
-def retention_request(settings: Settings) -> RetentionRequest:
-    """The Retention input the settings ask for (PROCBUS_*_RETENTION_SECONDS)."""
-    return RetentionRequest(
-        outbox_seconds=settings.outbox_retention_seconds,
-        spark_job_seconds=settings.spark_job_retention_seconds,
-        snapshot_seconds=settings.snapshot_retention_seconds,
-        batch_fence_seconds=settings.batch_fence_retention_seconds,
-        bus_member_seconds=settings.bus_member_retention_seconds,
-    )
 
 
 async def ensure_retention_schedule(

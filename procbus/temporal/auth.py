@@ -54,7 +54,7 @@ class Signer:
 def client_signer(settings: Settings, principal: str | None = None) -> Signer | None:
     """Who a CLI or starter script signs as: `principal` (`--as`), else PROCBUS_PRINCIPAL, else
     the dev operator with the dev stack's key; None when there is no one to sign for."""
-    found = client_key(settings)
+    found = client_key(settings.auth_key_bytes, settings.state_dir)
     if found is None:
         if principal is not None:
             raise ConfigError(

@@ -1,4 +1,7 @@
-"""A bus member's ID: one rule for the setting (PROCBUS_WORKER_ID) and the membership table."""
+"""Names and their rules, checked before any side effect.
+
+A bus member's ID: one rule for the setting (PROCBUS_WORKER_ID) and the membership table.
+"""
 
 from __future__ import annotations
 
