@@ -17,6 +17,7 @@ def client_for(
     if endpoint.kind is EndpointKind.WEBHOOK:
         return WebhookClient(endpoint, secrets, **timeout)
     if endpoint.kind is EndpointKind.AMQP:
+        # aio-pika loads only for an AMQP endpoint: a webhook-only worker never pays for it.
         from procbus.delivery.amqp import AmqpClient
 
         return AmqpClient(endpoint, **timeout)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 def arrow_type(spark_type: str) -> pyarrow.DataType:
     """The Arrow type Spark writes to Parquet for a column type of the catalog."""
+    # pyarrow loads only where table files are read: importing this module stays cheap.
     import pyarrow
 
     simple = {
@@ -64,6 +65,7 @@ def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[s
 
 def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> SnapshotRows:
     """The snapshot's first `limit` rows (None: all), with the snapshot's row count."""
+    # pyarrow loads only where table files are read: importing this module stays cheap.
     import pyarrow
     import pyarrow.dataset
 
@@ -102,6 +104,7 @@ def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> Snapsh
 def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) -> pyarrow.Table:
     """Each key's row from the newest file that has it (files are in commit order), without the
     keys whose newest image is a delete."""
+    # pyarrow loads only where table files are read: importing this module stays cheap.
     import pyarrow
     import pyarrow.compute as compute
     import pyarrow.parquet as parquet

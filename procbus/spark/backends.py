@@ -99,6 +99,7 @@ class SparkBackend(Protocol):
 def spark_error_text(error: BaseException) -> str:
     """Spark's own message for a failed job, without the JVM's stack: its first line, or, for
     an exception raised in a Python worker (a UDF), the line that names that exception."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.errors import PySparkException
 
     if isinstance(error, PySparkException):

@@ -26,6 +26,7 @@ TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 def newest_per_key(frame: DataFrame, keys: list[str], order: list[str]) -> DataFrame:
     """Each key's row with the greatest `order`; the helper columns dropped, the flag kept."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import Window, functions
 
     window = Window.partitionBy(*keys).orderBy(*(functions.col(c).desc() for c in order))
@@ -64,6 +65,7 @@ def fold_changes(
 ) -> DataFrame:
     """A merge-on-read table's rows as a reader sees them: per key, the newest file's row (files
     in commit order), deletes left out. Compaction writes this and drops the change files."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import functions
 
     parts = []

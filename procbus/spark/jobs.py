@@ -59,6 +59,7 @@ def check_columns(table: TableDescriptor, columns: list[str]) -> dict[str, str]:
 def typed_csv(spark: SparkSession, table: TableDescriptor, source: str) -> DataFrame:
     """CSV parsed straight into the table's types, its columns in the header's order; a value
     that does not parse fails the job (FAILFAST)."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import functions
 
     header = read_input(spark, source, InputFormat.CSV).columns  # reads the first line only
@@ -78,6 +79,7 @@ def typed_csv(spark: SparkSession, table: TableDescriptor, source: str) -> DataF
 def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list[Column]]:
     """The input cast to the table's schema, and per column a count of values that did not fit
     (present in the input, null after the cast). Missing or extra columns: InvalidRequest."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import functions
 
     given = check_columns(table, frame.columns)
@@ -104,6 +106,7 @@ def misfit_error(
     table: TableDescriptor, frame: DataFrame, counts: dict[str, Any]
 ) -> InvalidRequest:
     """The error for values that do not fit: the first column with any, how many, and one."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import functions
 
     column = next(c for c in table.columns if counts.get(c.name))
@@ -132,6 +135,7 @@ def load(
 ) -> None:
     """Write the input, in the table's types and partitioned as the table is, as Parquet into
     `output`. InvalidRequest naming the column if a value does not fit."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import Observation
 
     if input_format is InputFormat.CSV:

@@ -45,6 +45,7 @@ def spark_session(master: str, warehouse: Path, app_name: str = "procbus") -> Sp
     # Local Spark must not bind or advertise a non-loopback address.
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import SparkSession
 
     with _session_lock:

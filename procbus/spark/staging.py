@@ -42,6 +42,7 @@ def staging_folder(table_folder: Path, attempt_token: str) -> Path:
 def collect_output(table_folder: Path, attempt_token: str) -> list[DataFile]:
     """The Parquet files an attempt wrote, as they will be named in the catalog: partition from
     the Hive folder names, rows from each file's footer, bytes from the file."""
+    # pyarrow loads only where table files are read: importing this module stays cheap.
     import pyarrow.parquet as parquet
 
     staging = staging_folder(table_folder, attempt_token)
