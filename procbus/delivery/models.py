@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from procbus.temporal.payloads import WorkflowInput
+from procbus.core.inputs import WorkflowInput
 
 
 class DeliveryInput(WorkflowInput):

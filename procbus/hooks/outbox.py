@@ -35,11 +35,11 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from procbus.core.inputs import WorkflowInput
 from procbus.core.metrics import OutboxMetrics
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest
 from procbus.procedures.models import ENGINE_ONLY_FIELDS
-from procbus.temporal.payloads import WorkflowInput
 
 log = logging.getLogger(__name__)
 

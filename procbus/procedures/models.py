@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from procbus.bus.outcomes import BroadcastResult
 from procbus.core.authentication import Authentication
+from procbus.core.inputs import WorkflowInput
 from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
-from procbus.temporal.payloads import WorkflowInput
 
 
 class ProcedureState(StrEnum):

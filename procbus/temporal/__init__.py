@@ -5,12 +5,11 @@ top of the library: nothing else in procbus imports it but the embedded stack.""
 from procbus.temporal.client import connect_client, procbus_runtime, workflow_ui_url
 from procbus.temporal.errors import ProcbusErrorInterceptor, application_error
 from procbus.temporal.faults import FaultInterceptor
-from procbus.temporal.payloads import WorkflowInput, procbus_data_converter
+from procbus.temporal.payloads import procbus_data_converter
 
 __all__ = [
     "FaultInterceptor",
     "ProcbusErrorInterceptor",
-    "WorkflowInput",
     "application_error",
     "connect_client",
     "procbus_data_converter",

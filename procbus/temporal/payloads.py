@@ -19,15 +19,11 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
+from procbus.core.inputs import (
+    WorkflowInput as WorkflowInput,  # until bus.models imports it from core
+)
 from procbus.errors import ErrorType, validation_findings
 from procbus.temporal.errors import application_error
-
-
-class WorkflowInput(pydantic.BaseModel):
-    """Base of every procbus workflow's input: unknown fields are refused (a typo must not be
-    ignored), and input that does not validate fails the workflow at once."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
 
 
 def refused_input(
