@@ -64,6 +64,10 @@ class MigrationError(ProcbusError):
     """The database schema cannot be brought up to date."""
 
 
+class MigrationHistoryError(MigrationError):
+    """The database's migrations began otherwise (before a squash): only a reset helps."""
+
+
 class SparkUnavailable(ProcbusError):
     """Spark cannot start on this machine (usually: no Java)."""
 

@@ -142,25 +142,26 @@ def demo(
 
 @db_app.command("migrate")
 def db_migrate(json_output: bool = JSON_OPTION) -> None:
-    """Apply the pending schema migrations (each once; safe to run from two places at once)."""
+    """Apply the pending migrations, then the changed functions files; safe from two at once."""
     from procbus.db import connect
     from procbus.db.migrate import applied_migrations, migrate
     from procbus.stack.addresses import resolve_addresses
 
-    async def apply() -> tuple[list[str], int]:
+    async def apply() -> tuple[list[str], list[str], int]:
         connection = await connect(resolve_addresses(_settings()).database_url)
         try:
-            applied_now = await migrate(connection)
+            applied = await migrate(connection)
             total = len(await applied_migrations(connection))
         finally:
             await connection.close()
-        return [f"{m.version:04d}_{m.name}" for m in applied_now], total
+        migrations = [f"{m.version:04d}_{m.name}" for m in applied.migrations]
+        return migrations, [file.name for file in applied.functions], total
 
-    applied_now, total = _run(apply())
+    migrations, functions, total = _run(apply())
     if json_output:
-        print_json({"applied": applied_now, "schema_version": total})
-    elif applied_now:
-        console.print(f"applied {', '.join(applied_now)}; schema at version {total}")
+        print_json({"applied": migrations, "functions": functions, "schema_version": total})
+    elif migrations or functions:
+        console.print(f"applied {', '.join(migrations + functions)}; schema at version {total}")
     else:
         console.print(f"nothing to apply; schema at version {total}")
 

@@ -1,4 +1,12 @@
-"""Numbered .sql migrations, each applied once and recorded, safe when two processes run them."""
+"""The schema, brought up to date in one transaction, safe when two processes run it at once.
+
+Tables change by numbered migrations (procbus/db/migrations/NNNN_name.sql; 0001_baseline holds
+every table, index and sequence as they were when the migrations were squashed): each applied
+once, recorded, and never edited after. The PL/pgSQL of a mechanism lives beside its code
+(procbus/topics/functions.sql, ...) in its current form, as CREATE OR REPLACE statements, and is
+applied again whenever its text changes (Flyway's repeatable migrations), after the numbered
+migrations, so a function always finds the columns it reads.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +20,18 @@ from importlib.resources.abc import Traversable
 import asyncpg
 
 from procbus.db.queries import load_queries
-from procbus.errors import MigrationError
+from procbus.errors import MigrationError, MigrationHistoryError
 
 _FILE_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
+FUNCTIONS_FILE = "functions.sql"
+# The mechanisms with a functions file, in the order they are applied: a file may use what an
+# earlier one defines (capture publishes through the topics' functions).
+FUNCTION_PACKAGES = ("procbus.locks", "procbus.topics", "procbus.capture")
+# What a pre-squash `procbus dev` state folder or database needs, in one line.
+RESET_INSTRUCTION = (
+    "start from an empty database (procbus dev: stop it, then rm -rf .procbus; "
+    "a database of your own: drop it and create it again)"
+)
 
 
 @dataclass(frozen=True)
@@ -29,10 +46,34 @@ class Migration:
 
 
 @dataclass(frozen=True)
+class FunctionsFile:
+    """A mechanism's functions (and the triggers that call them), applied whenever they change."""
+
+    package: str
+    sql: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.package.replace('.', '/')}/{FUNCTIONS_FILE}"
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
 class AppliedMigration:
     version: int
     name: str
     applied_at: datetime
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one migrate() applied: the pending migrations, then the changed functions files."""
+
+    migrations: list[Migration]
+    functions: list[FunctionsFile]
 
 
 def discover_migrations(folder: Traversable | None = None) -> list[Migration]:
@@ -56,21 +97,34 @@ def discover_migrations(folder: Traversable | None = None) -> list[Migration]:
     return migrations
 
 
-async def migrate(
-    connection: asyncpg.Connection, migrations: list[Migration] | None = None
-) -> list[Migration]:
-    """Apply every pending migration in one transaction; returns the ones applied now.
+def discover_functions(packages: tuple[str, ...] = FUNCTION_PACKAGES) -> list[FunctionsFile]:
+    """The functions files of `packages`, in that order."""
+    return [
+        FunctionsFile(package, (resources.files(package) / FUNCTIONS_FILE).read_text())
+        for package in packages
+    ]
 
-    All or nothing: a failing migration leaves the schema as it was.
+
+async def migrate(
+    connection: asyncpg.Connection,
+    migrations: list[Migration] | None = None,
+    functions: list[FunctionsFile] | None = None,
+) -> Applied:
+    """Apply every pending migration, then every changed functions file, in one transaction.
+
+    All or nothing: a failing migration or functions file leaves the schema as it was.
     """
     queries = load_queries("procbus.db")
     migrations = migrations if migrations is not None else discover_migrations()
+    functions = functions if functions is not None else discover_functions()
     async with connection.transaction():
         await connection.execute(queries["take_migration_lock"])
         await connection.execute(queries["create_migrations_table"])
+        await connection.execute(queries["create_functions_table"])
         applied = {
             row["version"]: row for row in await connection.fetch(queries["applied_migrations"])
         }
+        _check_same_history(applied, migrations)
         pending = []
         for migration in migrations:
             row = applied.get(migration.version)
@@ -88,16 +142,40 @@ async def migrate(
                 "upgrade procbus"
             )
         for migration in pending:
-            try:
-                await connection.execute(migration.sql)
-            except asyncpg.PostgresError as error:
-                raise MigrationError(
-                    f"migration {migration.version:04d}_{migration.name}.sql failed: {error}"
-                ) from error
+            await _execute(
+                connection, migration.sql, f"migration {migration.version:04d}_{migration.name}.sql"
+            )
             await connection.execute(
                 queries["record_migration"], migration.version, migration.name, migration.checksum
             )
-    return pending
+        recorded = {
+            row["file"]: row["checksum"]
+            for row in await connection.fetch(queries["applied_functions"])
+        }
+        changed = [file for file in functions if recorded.get(file.name) != file.checksum]
+        for file in changed:
+            await _execute(connection, file.sql, file.name)
+            await connection.execute(queries["record_functions"], file.name, file.checksum)
+    return Applied(pending, changed)
+
+
+def _check_same_history(applied: dict[int, asyncpg.Record], migrations: list[Migration]) -> None:
+    """Refuse a database whose migrations began otherwise: made before a squash of them."""
+    first = applied.get(1)
+    if first is None or not migrations or first["name"] == migrations[0].name:
+        return
+    raise MigrationHistoryError(
+        f"the database's migrations begin with 0001_{first['name']}, this procbus's with "
+        f"0001_{migrations[0].name}: procbus squashed its migrations since and cannot upgrade "
+        f"this database; {RESET_INSTRUCTION}"
+    )
+
+
+async def _execute(connection: asyncpg.Connection, sql: str, source: str) -> None:
+    try:
+        await connection.execute(sql)
+    except asyncpg.PostgresError as error:
+        raise MigrationError(f"{source} failed: {error}") from error
 
 
 async def applied_migrations(connection: asyncpg.Connection) -> list[AppliedMigration]:

@@ -10,6 +10,14 @@ CREATE TABLE IF NOT EXISTS "procbus_schema_migrations" (
     "applied_at" timestamptz NOT NULL DEFAULT now()
 );
 
+-- name: create_functions_table
+-- The functions files applied, each with the checksum of its text as it was applied last.
+CREATE TABLE IF NOT EXISTS "procbus_schema_functions" (
+    "file" text PRIMARY KEY,
+    "checksum" text NOT NULL,
+    "applied_at" timestamptz NOT NULL DEFAULT now()
+);
+
 -- name: applied_migrations
 SELECT "version", "name", "checksum", "applied_at"
 FROM "procbus_schema_migrations"
@@ -17,3 +25,10 @@ ORDER BY "version";
 
 -- name: record_migration
 INSERT INTO "procbus_schema_migrations" ("version", "name", "checksum") VALUES ($1, $2, $3);
+
+-- name: applied_functions
+SELECT "file", "checksum", "applied_at" FROM "procbus_schema_functions" ORDER BY "file";
+
+-- name: record_functions
+INSERT INTO "procbus_schema_functions" ("file", "checksum") VALUES ($1, $2)
+ON CONFLICT ("file") DO UPDATE SET "checksum" = excluded."checksum", "applied_at" = now();

@@ -55,8 +55,8 @@ def event_body(topic: str, entry: Entry) -> dict[str, Any]:
     when the event was committed, the same on every retry (a datetime, which to_json writes as
     RFC 3339 in UTC, 2026-11-24T15:12:06.848572Z, in half the time isoformat takes). An event of
     a transaction also carries {"transaction": {"id", "last", "size"}}, so a receiver can check
-    it got it whole. PostgreSQL writes the same for the batches it builds
-    (procbus_topic_event_json, migration 0017); the tests hold the two to each other."""
+    it got it whole. PostgreSQL writes the same for the batches it builds (procbus_topic_event_json
+    in procbus/topics/functions.sql); the tests hold the two to each other."""
     body: dict[str, Any] = {
         "type": entry.type,
         "timestamp": entry.created_at,

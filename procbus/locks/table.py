@@ -1,11 +1,11 @@
 """Hierarchical locks with leases and fencing tokens, in PostgreSQL.
 
-The lock table (procbus/db/schema.sql) keeps one row per holder and resource. A holder queues
-its whole expanded lock set in one transaction (`acquire`); requests are granted FIFO per
-resource, each grant with a fencing token that grows per resource and a lease. A holder renews
-its leases while it lives (`renew`); a lease that runs out releases the lock, and the next
-writer's token is newer, so a late write of the old holder is refused by `check_fence` inside
-the write's transaction.
+The lock table (procbus/db/migrations/0001_baseline.sql) keeps one row per holder and resource;
+its functions are in procbus/locks/functions.sql. A holder queues its whole expanded lock set in
+one transaction (`acquire`); requests are granted FIFO per resource, each grant with a fencing
+token that grows per resource and a lease. A holder renews its leases while it lives (`renew`); a
+lease that runs out releases the lock, and the next writer's token is newer, so a late write of
+the old holder is refused by `check_fence` inside the write's transaction.
 
 Procedures use the table through activities (activities/locks.py); scripts and jobs can use
 `LockTable.holding(...)`, which waits, renews in the background and releases on exit.

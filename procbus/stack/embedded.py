@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 
 import asyncpg
@@ -13,7 +15,7 @@ import asyncpg
 from procbus.config import Settings
 from procbus.db import connect
 from procbus.db.migrate import migrate
-from procbus.errors import StackError
+from procbus.errors import MigrationHistoryError, StackError
 from procbus.stack.addresses import metrics_url
 from procbus.stack.postgres import EmbeddedPostgres
 from procbus.stack.processes import free_port, port_is_free, require_free_port
@@ -34,10 +36,17 @@ async def ensure_database(server_url: str, name: str) -> None:
         await connection.close()
 
 
-async def migrate_database(database_url: str) -> list[str]:
+async def migrate_database(database_url: str, state_dir: Path) -> None:
     connection = await connect(database_url)
     try:
-        return [f"{m.version:04d}_{m.name}" for m in await migrate(connection)]
+        await migrate(connection)
+    except MigrationHistoryError as error:
+        # The stack stops with this error: removing its state folder is all that is left to do.
+        raise MigrationHistoryError(
+            f"{state_dir} holds a database from before procbus squashed its migrations, which "
+            f"it cannot upgrade: remove the state folder and start again (rm -rf "
+            f"{shlex.quote(str(state_dir))})"
+        ) from error
     finally:
         await connection.close()
 
@@ -106,7 +115,7 @@ class EmbeddedServices:
         )
         await ensure_database(self.postgres.url(), DATABASE_NAME)
         database_url = self.postgres.url(DATABASE_NAME)
-        await migrate_database(database_url)
+        await migrate_database(database_url, self.state_dir)
         self.settings.warehouse_root.mkdir(parents=True, exist_ok=True)
         self.info = StackInfo(
             pid=os.getpid(),

@@ -57,7 +57,7 @@ class Lease:
     # is passed to PostgreSQL in a tenth of a datetime's time).
     expires_at: float
     use_until: float  # time.monotonic()
-    setting: str  # the session setting that arms it (migration 0020)
+    setting: str  # the session setting that arms it (procbus/topics/functions.sql)
     # The connection's pool releases when it was last armed: a release resets the session's
     # settings, so the next publish arms it again.
     armed_at_release: int | None

@@ -184,7 +184,7 @@ WHERE set_config($6, l."id"::text, false) IS NOT NULL;  -- armed in the session:
 -- A publish under the connection's lease ($7, of shard $3, expiring at $9, in seconds since the
 -- epoch): the entry alone, with an ID of the lease's ($2). No table is read and no lock taken:
 -- the session's setting $8 names the lease only if its row committed, and only this session
--- publishes under it, so that an end waits for this transaction (see migration 0020). Nothing is
+-- publishes under it, so that an end waits for this transaction (see procbus/topics/functions.sql). Nothing is
 -- returned (a RETURNING cost 6% of a single-row business transaction): "INSERT 0 0" means the
 -- lease is not armed here (a pool's reset, a rolled-back transaction) or expired; nothing queued.
 INSERT INTO "procbus_topic_entries"

@@ -42,7 +42,7 @@ async def end_leases(pool: asyncpg.Pool, topic: str) -> int:
 
 async def capacity(pool: asyncpg.Pool, topic: str) -> tuple[int, int]:
     """The capacity a topic's shards count as taken once its publishers' leases ended; no
-    shard's count below zero (the table has no CHECK for it: see migration 0016)."""
+    shard's count below zero (the table has no CHECK for it: see 0001_baseline.sql)."""
     await end_leases(pool, topic)
     row = await pool.fetchrow(
         'SELECT sum("entries")::bigint AS e, sum("bytes")::bigint AS b, '

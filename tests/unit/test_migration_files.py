@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from procbus.db.migrate import discover_migrations
+import procbus
+from procbus.db.migrate import FUNCTION_PACKAGES, discover_functions, discover_migrations
 from procbus.errors import MigrationError
 
 
@@ -32,3 +34,23 @@ def test_a_gap_is_refused(tmp_path: Path) -> None:
 def test_a_badly_named_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MigrationError, match="not named NNNN_name.sql"):
         discover_migrations(write(tmp_path, "1_first.sql"))
+
+
+def test_every_functions_file_is_applied() -> None:
+    package_root = Path(procbus.__file__).parent
+    on_disk = sorted(f"procbus.{path.parent.name}" for path in package_root.glob("*/functions.sql"))
+    assert sorted(FUNCTION_PACKAGES) == on_disk
+
+
+def test_functions_files_only_replace_and_migrations_make_no_functions() -> None:
+    # A functions file runs again over what it made; a migration's function would never change.
+    for file in discover_functions():
+        assert not re.search(r"^\s*CREATE\s+FUNCTION", file.sql, re.IGNORECASE | re.MULTILINE), (
+            file.name
+        )
+    for migration in discover_migrations():
+        assert not re.search(
+            r"^\s*CREATE\s+(OR\s+REPLACE\s+)?(FUNCTION|TRIGGER|CONSTRAINT\s+TRIGGER)",
+            migration.sql,
+            re.IGNORECASE | re.MULTILINE,
+        ), migration.name

@@ -1,39 +1,17 @@
--- Change capture (procbus.capture) and the change pipeline (procbus.pipeline).
---
--- Capture: a row trigger on an application's table publishes each change into a grouped
--- topic's queue, in the application's own transaction (a rolled-back transaction publishes
--- nothing). A deferred constraint trigger, run once per (transaction, topic) when the
--- transaction commits, marks its last event with the transaction's event count.
---
--- Apply: merge-on-read lake tables. A batch of changes is written as one file per lake table
--- holding each key's last row image and a deleted flag; a reader takes, per key, the row of the
--- newest file (compaction folds them). The batch ID recorded with the catalog commit fences
--- out a second apply of the same batch.
+-- The functions and triggers of change capture (procbus/capture): applied by migrate() after the
+-- numbered migrations, and again whenever this file changes. Every statement must be safe to run
+-- again over what it made (CREATE OR REPLACE). A function that leaves this file is dropped by a
+-- numbered migration (DROP FUNCTION), as is one whose arguments or result type change (then made
+-- anew here).
 
-CREATE TABLE "procbus_captures" (
-    "source_schema" text NOT NULL,
-    "source_table" text NOT NULL,
-    -- No cascade: a topic carrying captures is not deleted from under the application's writes.
-    "topic" text NOT NULL REFERENCES "procbus_topics" ("name"),
-    "key_columns" text[] NOT NULL,
-    "trigger_name" text NOT NULL,
-    "snapshot_rows" bigint NOT NULL DEFAULT 0,
-    "created_at" timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY ("source_schema", "source_table", "topic")
-);
-
--- A capturing transaction's topics, while it runs: a row per (transaction, topic), removed by
--- the deferred trigger at commit (so the table is empty between transactions).
-CREATE TABLE "procbus_capture_open" (
-    "txn_id" text NOT NULL,
-    "topic" text NOT NULL,
-    PRIMARY KEY ("txn_id", "topic")
-);
+-- A row trigger on an application's table publishes each change into a grouped topic's queue,
+-- in the application's own transaction; a deferred constraint trigger, run once per
+-- (transaction, topic) at commit, marks the transaction's last event with its event count.
 
 -- One change of one row, published into "p_topic" in the caller's transaction. The event's key
 -- is the table and the row's key, so a key's changes are delivered in commit order (publishers
 -- of a key are serialised by procbus_topic_publish). Its transaction is the database's own.
-CREATE FUNCTION "procbus_capture_publish"(
+CREATE OR REPLACE FUNCTION "procbus_capture_publish"(
     "p_topic" text,
     "p_schema" text,
     "p_table" text,
@@ -68,7 +46,7 @@ $$;
 -- The row trigger: TG_ARGV holds the topic, the captured table's schema and name (a partitioned
 -- table's, not the partition's), then the key columns. An UPDATE that changes the key is the old
 -- key's delete and the new key's insert.
-CREATE FUNCTION "procbus_capture_change"() RETURNS trigger
+CREATE OR REPLACE FUNCTION "procbus_capture_change"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     "keys" text[] := TG_ARGV[3:];
@@ -94,7 +72,7 @@ END
 $$;
 
 -- At commit: the transaction's last event on the topic is marked, with the event count.
-CREATE FUNCTION "procbus_capture_commit"() RETURNS trigger
+CREATE OR REPLACE FUNCTION "procbus_capture_commit"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE "procbus_topic_entries" AS e SET "txn_last" = true, "txn_size" = c."size"
@@ -109,10 +87,12 @@ BEGIN
 END
 $$;
 
+-- A constraint trigger has no CREATE OR REPLACE: made anew, in migrate()'s transaction.
+DROP TRIGGER IF EXISTS "procbus_capture_commit" ON "procbus_capture_open";
 CREATE CONSTRAINT TRIGGER "procbus_capture_commit" AFTER INSERT ON "procbus_capture_open"
     DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "procbus_capture_commit"();
 
-CREATE FUNCTION "procbus_capture_refuse_truncate"() RETURNS trigger
+CREATE OR REPLACE FUNCTION "procbus_capture_refuse_truncate"() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'table %.% is captured into topic %: TRUNCATE would not be captured; DELETE the rows, or delete the capture first',
@@ -124,7 +104,7 @@ $$;
 -- as an insert, in the caller's transaction. CREATE TRIGGER takes a lock that waits for the
 -- table's running writers and holds off new ones until commit, so no change falls between the
 -- snapshot and the trigger, and none is in both. Returns the rows published.
-CREATE FUNCTION "procbus_capture_attach"(
+CREATE OR REPLACE FUNCTION "procbus_capture_attach"(
     "p_table" regclass,
     "p_topic" text,
     "p_keys" text[],
@@ -162,7 +142,7 @@ END
 $$;
 
 -- Stop capturing: the trigger goes (nothing to do when the table is gone already).
-CREATE FUNCTION "procbus_capture_detach"("p_schema" text, "p_table" text, "p_trigger" text)
+CREATE OR REPLACE FUNCTION "procbus_capture_detach"("p_schema" text, "p_table" text, "p_trigger" text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -172,40 +152,3 @@ BEGIN
     END IF;
 END
 $$;
-
--- Merge-on-read lake tables: the key a table's change files are merged by (empty: the table
--- only appends), and each file's kind.
-ALTER TABLE "procbus_tables" ADD COLUMN "key_columns" text[] NOT NULL DEFAULT '{}';
-ALTER TABLE "procbus_table_files"
-    ADD COLUMN "kind" text NOT NULL DEFAULT 'data' CHECK ("kind" IN ('data', 'changes'));
-ALTER TABLE "procbus_snapshots" DROP CONSTRAINT "procbus_snapshots_operation_check";
-ALTER TABLE "procbus_snapshots" ADD CONSTRAINT "procbus_snapshots_operation_check"
-    CHECK ("operation" IN ('load', 'compact', 'apply'));
-
--- A topic whose endpoint is table://: where its changes have reached the lake.
-CREATE TABLE "procbus_pipelines" (
-    "topic" text PRIMARY KEY REFERENCES "procbus_topics" ("name") ON DELETE CASCADE,
-    -- The queue position (entry ID) of the newest change applied; per key, commit order.
-    "position" bigint NOT NULL DEFAULT 0,
-    "batches_applied" bigint NOT NULL DEFAULT 0,
-    "changes_applied" bigint NOT NULL DEFAULT 0,
-    "transactions_applied" bigint NOT NULL DEFAULT 0,
-    -- When the newest change applied was committed at the source, and when it was applied.
-    "source_committed_at" timestamptz,
-    "applied_at" timestamptz,
-    "last_error" text,
-    "last_error_at" timestamptz
-);
-
--- Every batch applied, by its ID: a second apply of one finds it here and commits nothing. Kept
--- a day after its batch left the queue (no attempt can send it again after that).
-CREATE TABLE "procbus_pipeline_batches" (
-    "topic" text NOT NULL REFERENCES "procbus_pipelines" ("topic") ON DELETE CASCADE,
-    "batch_id" text NOT NULL,
-    "changes" integer NOT NULL,
-    "snapshots" jsonb NOT NULL,
-    "applied_at" timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY ("topic", "batch_id")
-);
--- Old fence rows are forgotten by age (procbus_pipeline_batches is pruned on each commit).
-CREATE INDEX "procbus_pipeline_batches_age" ON "procbus_pipeline_batches" ("topic", "applied_at");

@@ -1,15 +1,77 @@
--- Acquire with less work per call (bench/locks.py): the common case, a set nothing stands in
--- the way of, is one index probe per resource and two inserts without sorts or joins; the rest
--- (queueing, renewing a place, expired leases, reporting blockers) moved to its own function.
--- Release reads a holder's resources in order from the holder index, without a sort.
+-- The functions of hierarchical locks (procbus/locks): applied by migrate() after the numbered
+-- migrations, and again whenever this file changes. Every statement must be safe to run again over
+-- what it made (CREATE OR REPLACE). A function that leaves this file is dropped by a numbered
+-- migration (DROP FUNCTION), as is one whose arguments or result type change (then made anew here).
 
-DROP INDEX "procbus_locks_holder";
-CREATE INDEX "procbus_locks_holder" ON "procbus_locks" ("holder", "resource");
+-- Hierarchical locks with leases and fencing tokens: acquire queues a holder's whole lock set in
+-- one transaction under the resources' advisory locks (taken in one order), so two sets are in
+-- the same order on every resource they share, and grants go in queue order.
+
+-- The lock functions keep one plan per session, made of index probes (plan_cache_mode and the
+-- scan settings): the lock table churns, and a plan made on an empty table would scan it whole.
+
+-- Gray's compatibility matrix for multiple-granularity locking (symmetric).
+CREATE OR REPLACE FUNCTION "procbus_lock_compatible"("held" text, "wanted" text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE "held"
+        WHEN 'IS' THEN "wanted" <> 'X'
+        WHEN 'IX' THEN "wanted" IN ('IS', 'IX')
+        WHEN 'S' THEN "wanted" IN ('IS', 'S')
+        WHEN 'SIX' THEN "wanted" = 'IS'
+        ELSE false
+    END
+$$;
+
+-- The advisory lock key of a resource's queue.
+CREATE OR REPLACE FUNCTION "procbus_lock_key"("resource" text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT hashtextextended('procbus_lock:' || "resource", 0)
+$$;
+
+-- Grant, in queue order, every waiting request on these resources that is compatible with the
+-- granted ones and with every request queued before it (so readers never starve a writer).
+-- The caller holds the resources' advisory locks (procbus_lock_key). Returns the holders that
+-- got a grant.
+CREATE OR REPLACE FUNCTION "procbus_lock_grant"("p_resources" text[]) RETURNS SETOF text
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    "waiter" record;
+    "new_token" bigint;
+BEGIN
+    FOR "waiter" IN
+        SELECT w."resource", w."holder", w."mode", w."family", w."queue_position"
+        FROM "procbus_locks" AS w
+        WHERE w."resource" = ANY ("p_resources") AND w."token" IS NULL
+        ORDER BY w."resource", w."queue_position"
+    LOOP
+        IF NOT EXISTS (
+            SELECT 1 FROM "procbus_locks" AS o
+            WHERE o."resource" = "waiter"."resource"
+              AND o."holder" <> "waiter"."holder"
+              AND NOT (o."holder" = ANY ("waiter"."family"))
+              AND (o."token" IS NOT NULL OR o."queue_position" < "waiter"."queue_position")
+              AND NOT "procbus_lock_compatible"(o."mode", "waiter"."mode")
+        ) THEN
+            UPDATE "procbus_lock_resources" AS r SET "last_token" = r."last_token" + 1
+            WHERE r."resource" = "waiter"."resource"
+            RETURNING r."last_token" INTO "new_token";
+            UPDATE "procbus_locks" AS l
+            SET "token" = "new_token", "granted_at" = clock_timestamp()
+            WHERE l."resource" = "waiter"."resource" AND l."holder" = "waiter"."holder";
+            RETURN NEXT "waiter"."holder";
+        END IF;
+    END LOOP;
+END
+$$;
 
 -- Queue the set behind what stands in its way, renew its place if it is already queued, grant
 -- what can be granted, and report each request with what it waits behind. The caller holds the
 -- resources' advisory locks (procbus_lock_acquire).
-CREATE FUNCTION "procbus_lock_enqueue"(
+CREATE OR REPLACE FUNCTION "procbus_lock_enqueue"(
     "p_holder" text,
     "p_family" text[],
     "p_resources" text[],
@@ -101,6 +163,9 @@ BEGIN
 END
 $$;
 
+-- Queue a holder's lock set and grant what can be granted, in one transaction. The common case
+-- (nothing stands in the way) is one index probe per resource and two inserts; the rest goes to
+-- procbus_lock_enqueue. Idempotent: calling it again renews the leases and reports the state.
 CREATE OR REPLACE FUNCTION "procbus_lock_acquire"(
     "p_holder" text,
     "p_family" text[],
@@ -163,6 +228,8 @@ BEGIN
 END
 $$;
 
+-- Release every lock and queue place of a holder, then grant what that frees.
+-- Returns the other holders that got a grant, so they can be told at once.
 CREATE OR REPLACE FUNCTION "procbus_lock_release"("p_holder" text) RETURNS SETOF text
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
