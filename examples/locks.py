@@ -10,8 +10,8 @@ from temporalio import activity, workflow
 with workflow.unsafe.imports_passed_through():
     import asyncpg
 
+    from procbus.core.fences import Fence
     from procbus.locks import check_fence
-    from procbus.locks.models import Fence
     from procbus.procedures import ProcedureInput
 
 from workflows.procedure import Procedure

@@ -18,7 +18,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.procedures import CHILD_UNDO_STACK_ACTIVITY
-    from procbus.locks.models import LockGrant
+    from procbus.core.fences import LockGrant
     from procbus.procedures.models import (
         CHILD_COMPENSATIONS_SIGNAL,
         ChildCompensations,

@@ -19,14 +19,13 @@ from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from procbus.core.fences import Fence, LockGrant, LockMode
     from procbus.core.ids import lease_keeper_id
     from procbus.core.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS
     from procbus.errors import ErrorType, LockTimeout
     from procbus.locks.models import (
-        Fence,
         HoldRequest,
         HoldResult,
-        LockGrant,
         LockSetRequest,
         LockSetState,
         LockSpec,
@@ -34,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         covering_grant,
         fence_for,
     )
-    from procbus.locks.modes import LockMode, expand
+    from procbus.locks.modes import expand
     from procbus.procedures.models import (
         ProcedureCarry,
         ProcedureInput,

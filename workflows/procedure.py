@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.bus.models import BusMessage, Operation
     from procbus.bus.outcomes import BroadcastResult
     from procbus.core.authentication import Authentication, AuthRequest
+    from procbus.core.fences import Fence, LockMode
     from procbus.core.ids import StepActivityId, check_step_name
     from procbus.core.metrics import PROCEDURE_STATES
     from procbus.core.search_attributes import (
@@ -55,8 +56,7 @@ with workflow.unsafe.imports_passed_through():
         PROCEDURE_TYPE,
     )
     from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
-    from procbus.locks.models import LOCKS_CHANGED_SIGNAL, Fence
-    from procbus.locks.modes import LockMode
+    from procbus.locks.models import LOCKS_CHANGED_SIGNAL
     from procbus.procedures.models import (
         CHILD_COMPENSATIONS_SIGNAL,
         AbortRequest,

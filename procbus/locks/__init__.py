@@ -1,19 +1,19 @@
 """Hierarchical locks with leases and fencing tokens, kept in PostgreSQL.
 
-modes: the multiple-granularity modes and resource paths (pure); models: what goes in and out
-of the lock table (pure, safe in the workflow sandbox); table: the lock table itself.
+modes: the multiple-granularity lattice and resource paths (pure); models: what goes in and out
+of the lock table (pure, safe in the workflow sandbox); table: the lock table itself. The modes,
+grants and fences every writer carries are procbus.core.fences.
 """
 
+from procbus.core.fences import Fence, LockGrant, LockMode
 from procbus.errors import LockError, LockLost, LockTimeout, StaleFencingToken
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,
     LOCKS_CHANGED_SIGNAL,
     Blocker,
-    Fence,
     HoldRequest,
     HoldResult,
     LockEntry,
-    LockGrant,
     LockSetRequest,
     LockSetState,
     LockSpec,
@@ -25,7 +25,7 @@ from procbus.locks.models import (
     covering_grant,
     fence_for,
 )
-from procbus.locks.modes import LockMode, LockRequest, expand, parse_mode, parse_path
+from procbus.locks.modes import LockRequest, expand, parse_mode, parse_path
 from procbus.locks.table import LockTable, check_fence, fence_of, lock_set
 
 __all__ = [

@@ -1,7 +1,6 @@
 """What goes in and out of the lock table, as JSON-friendly models (safe in the workflow sandbox).
 
-A grant's fencing token travels with every write a step makes under it (`Fence`); the catalog
-refuses, in the write's own transaction, a token older than the resource's newest one.
+The grants and fences themselves are procbus.core.fences: every layer that writes carries them.
 """
 
 from __future__ import annotations
@@ -10,25 +9,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, field_validator
 
-from procbus.locks.modes import LockMode, parse_path, stronger
+from procbus.core.fences import Fence as Fence  # until lakehouse imports it from core
+from procbus.core.fences import LockGrant, LockMode
+from procbus.locks.modes import parse_path, stronger
 
 DEFAULT_LEASE_SECONDS = 30.0
-
-
-class LockGrant(BaseModel):
-    resource: str
-    mode: LockMode
-    token: int
-
-
-class Fence(BaseModel):
-    """What a write carries to prove, where it happens, that its locks are still its own: the
-    fencing token of the lock on the written resource (or the ancestor lock covering it) and the
-    tokens of the intention locks above it."""
-
-    resource: str
-    token: int
-    path: list[LockGrant] = Field(default_factory=list, description="the locks on the ancestors")
 
 
 class Blocker(BaseModel):

@@ -4,7 +4,8 @@ Resources are paths, root first: `sales`, `sales/orders`, `sales/orders/dt=2026-
 a node in S or X takes IS or IX on each ancestor, so "read the whole table" (S on the table) and
 "write one partition" (X on the partition, IX on the table) conflict exactly when they should.
 A lock set is acquired in one canonical order (root to leaf, then by path), which rules out
-deadlock between lock sets; duplicates merge to the stronger mode.
+deadlock between lock sets; duplicates merge to the stronger mode. The modes themselves are
+procbus.core.fences.LockMode.
 """
 
 from __future__ import annotations
@@ -12,21 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
+from procbus.core.fences import LockMode
 from procbus.errors import LockError
 
 MAX_DEPTH = 8
 MAX_PATH_LENGTH = 512
 _SEGMENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_=.\-]*$")
-
-
-class LockMode(StrEnum):
-    IS = "IS"  # intends to read somewhere below
-    IX = "IX"  # intends to write somewhere below
-    S = "S"  # reads this node and everything below
-    SIX = "SIX"  # reads everything below and intends to write somewhere below
-    X = "X"  # writes this node and everything below
 
 
 _COMPATIBLE: dict[LockMode, frozenset[LockMode]] = {

@@ -20,21 +20,20 @@ from datetime import datetime
 
 import asyncpg
 
+from procbus.core.fences import Fence, LockGrant, LockMode
 from procbus.db.queries import load_queries
 from procbus.errors import LockError, LockLost, LockTimeout, StaleFencingToken
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,
     Blocker,
-    Fence,
     LockEntry,
-    LockGrant,
     LockSetRequest,
     LockSetState,
     LockSpec,
     LockWait,
     fence_for,
 )
-from procbus.locks.modes import LockMode, expand
+from procbus.locks.modes import expand
 
 QUERIES = "procbus.locks"
 

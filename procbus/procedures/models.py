@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field
 
 from procbus.bus.outcomes import BroadcastResult
 from procbus.core.authentication import Authentication
+from procbus.core.fences import LockGrant
 from procbus.core.inputs import WorkflowInput
-from procbus.locks.models import DEFAULT_LEASE_SECONDS, LockGrant
+from procbus.locks.models import DEFAULT_LEASE_SECONDS
 
 
 class ProcedureState(StrEnum):

@@ -18,11 +18,11 @@ from enum import StrEnum
 import asyncpg
 from pydantic import BaseModel
 
+from procbus.core.fences import Fence
 from procbus.db.queries import load_queries
 from procbus.errors import AttemptFencedOut
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DataFile, SnapshotOperation
-from procbus.locks.models import Fence
 from procbus.locks.table import check_fence
 
 QUERIES = "procbus.spark"

@@ -14,8 +14,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     import asyncpg
 
+    from procbus.core.fences import Fence
     from procbus.locks import check_fence
-    from procbus.locks.models import Fence
     from procbus.procedures import ProcedureInput, step_key
 
 from workflows.procedure import Procedure

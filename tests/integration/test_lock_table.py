@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from procbus.core.fences import Fence, LockMode
 from procbus.locks import (
     LockLost,
     LockTable,
@@ -24,8 +25,8 @@ from procbus.locks import (
     fence_of,
     lock_set,
 )
-from procbus.locks.models import Fence, LockEntry, LockSetRequest
-from procbus.locks.modes import LockError, LockMode, compatible
+from procbus.locks.models import LockEntry, LockSetRequest
+from procbus.locks.modes import LockError, compatible
 from tests.services import run_command, subprocess_environment
 
 

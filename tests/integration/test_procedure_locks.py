@@ -20,11 +20,12 @@ from temporalio.worker import Worker
 from activities.locks import LockActivities
 from activities.procedures import ProcedureActivities
 from procbus.core.faults import parse_faults
+from procbus.core.fences import LockGrant, LockMode
 from procbus.lakehouse.catalog import Catalog, TableDescriptor
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.locks import LockTable, StaleFencingToken, lock_set
-from procbus.locks.models import LockGrant, fence_for
-from procbus.locks.modes import LockMode, expand, lock_sets_conflict
+from procbus.locks.models import fence_for
+from procbus.locks.modes import expand, lock_sets_conflict
 from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
 from tests.integration.ledger_procedures import (

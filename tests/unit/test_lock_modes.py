@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from procbus.core.fences import LockMode
 from procbus.locks.modes import (
     LockError,
-    LockMode,
     LockRequest,
     canonical_key,
     compatible,
