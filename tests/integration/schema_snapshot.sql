@@ -735,42 +735,71 @@ CREATE FUNCTION public.procbus_topic_shard_lock(p_topic text, p_shard integer) R
     AS $$
     SELECT hashtextextended('procbus_topic_shard:' || "p_topic" || '/' || "p_shard"::text, 0)
 $$;
+CREATE FUNCTION public.procbus_topic_shard_wait() RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT '100ms' $$;
 CREATE FUNCTION public.procbus_topic_take(p_topic text, p_shard integer, p_bytes bigint) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
     "candidate" integer;
-    "waiting" boolean;
     "attempt" integer;
+    "any_room" boolean;
+    "locked" boolean;
+    "caller_lock_timeout" text;
 BEGIN
     FOR "attempt" IN 1..2 LOOP
-        -- The shards with room whose lock is free, the caller's own first; when all are busy,
-        -- the same again, waiting for each lock in turn.
-        FOREACH "waiting" IN ARRAY ARRAY[false, true] LOOP
-            FOR "candidate" IN
-                SELECT c."shard" FROM "procbus_topic_shards" AS c
-                WHERE c."topic" = "p_topic"
-                  AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
-                ORDER BY c."shard" < "p_shard", c."shard"
-            LOOP
-                IF "waiting" THEN
-                    PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
-                ELSIF NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate")) THEN
-                    CONTINUE;
-                END IF;
-                -- Under the lock, the room again: another publisher may have taken it.
-                UPDATE "procbus_topic_shards" AS s
-                SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
-                WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
-                  AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
-                IF FOUND THEN
-                    RETURN "candidate";
-                END IF;
-            END LOOP;
+        -- The shards with room whose lock is free, the caller's own first.
+        FOR "candidate" IN
+            SELECT c."shard" FROM "procbus_topic_shards" AS c
+            WHERE c."topic" = "p_topic"
+              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+            ORDER BY c."shard" < "p_shard", c."shard"
+        LOOP
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+            -- Under the lock, the room again: another publisher may have taken it.
+            UPDATE "procbus_topic_shards" AS s
+            SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+            WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+              AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+            IF FOUND THEN
+                RETURN "candidate";
+            END IF;
         END LOOP;
         IF "attempt" = 1 THEN
             PERFORM "procbus_topic_reclaim"("p_topic");
         END IF;
+    END LOOP;
+    -- Every shard with room is busy: wait for them in turn, briefly, until one serves or none
+    -- has room left.
+    "caller_lock_timeout" := current_setting('lock_timeout');
+    LOOP
+        "any_room" := false;
+        FOR "candidate" IN
+            SELECT c."shard" FROM "procbus_topic_shards" AS c
+            WHERE c."topic" = "p_topic"
+              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+            ORDER BY c."shard" < "p_shard", c."shard"
+        LOOP
+            "any_room" := true;
+            BEGIN
+                PERFORM set_config('lock_timeout', "procbus_topic_shard_wait"(), true);
+                PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+                "locked" := true;
+            EXCEPTION WHEN lock_not_available THEN
+                "locked" := false;
+            END;
+            PERFORM set_config('lock_timeout', "caller_lock_timeout", true);
+            CONTINUE WHEN NOT "locked";
+            UPDATE "procbus_topic_shards" AS s
+            SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+            WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+              AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+            IF FOUND THEN
+                RETURN "candidate";
+            END IF;
+        END LOOP;
+        EXIT WHEN NOT "any_room";
     END LOOP;
     RETURN NULL;
 END
