@@ -188,20 +188,21 @@ async def test_publishers_racing_for_the_last_room_never_deadlock(
     """Near full, publishers hold the locks of shards they found full and wait for others: on
     lists read before they waited, two waited for each other's (deadlock detected, about one
     round in five). Each round fills a topic from 8 writers at once; none may fail but full."""
+    accepted = 0
+
+    async def writer(topic: str) -> None:
+        nonlocal accepted
+        while True:
+            try:
+                await topics.publish(topic, Event(payload={"x": 1}))
+            except QueueFull:
+                return
+            accepted += 1
+
     for _ in range(30):
         topic = await make(topics, max_entries=64)
         accepted = 0
-
-        async def writer() -> None:
-            nonlocal accepted
-            while True:
-                try:
-                    await topics.publish(topic, Event(payload={"x": 1}))
-                except QueueFull:
-                    return
-                accepted += 1
-
-        await asyncio.gather(*(writer() for _ in range(8)))
+        await asyncio.gather(*(writer(topic) for _ in range(8)))
         assert accepted == 64 == (await topics.stats(topic)).depth
 
 
