@@ -134,6 +134,18 @@ CREATE TABLE "procbus_acl" (
         ON DELETE CASCADE
 );
 
+-- Grants on a namespace: a permission on every table in it, now and later (shown and granted
+-- as 'NAMESPACE.*'); `admin` may grant and revoke on the namespace and on its tables. A deleted
+-- namespace takes its grants with it; its creator gets admin with it.
+CREATE TABLE "procbus_namespace_acl" (
+    "principal" text NOT NULL,
+    "namespace" text NOT NULL REFERENCES "procbus_namespaces" ("name") ON DELETE CASCADE,
+    "permission" text NOT NULL CHECK ("permission" IN ('read', 'write', 'admin')),
+    "granted_by" text NOT NULL,
+    "granted_at" timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY ("principal", "namespace", "permission")
+);
+
 -- ---- the notification bus (procbus/bus) ----
 
 -- Bus member incarnations: never reused, also after a forgotten member row is made again.
