@@ -969,6 +969,14 @@ CREATE TABLE public.procbus_locks (
     lease_expires_at timestamp with time zone NOT NULL,
     CONSTRAINT procbus_locks_mode_check CHECK ((mode = ANY (ARRAY['IS'::text, 'IX'::text, 'S'::text, 'SIX'::text, 'X'::text])))
 );
+CREATE TABLE public.procbus_namespace_acl (
+    principal text NOT NULL,
+    namespace text NOT NULL,
+    permission text NOT NULL,
+    granted_by text NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT procbus_namespace_acl_permission_check CHECK ((permission = ANY (ARRAY['read'::text, 'write'::text, 'admin'::text])))
+);
 CREATE TABLE public.procbus_namespaces (
     name text NOT NULL,
     properties jsonb DEFAULT '{}'::jsonb NOT NULL,
@@ -1259,6 +1267,8 @@ ALTER TABLE ONLY public.procbus_lock_resources
     ADD CONSTRAINT procbus_lock_resources_pkey PRIMARY KEY (resource);
 ALTER TABLE ONLY public.procbus_locks
     ADD CONSTRAINT procbus_locks_pkey PRIMARY KEY (resource, holder);
+ALTER TABLE ONLY public.procbus_namespace_acl
+    ADD CONSTRAINT procbus_namespace_acl_pkey PRIMARY KEY (principal, namespace, permission);
 ALTER TABLE ONLY public.procbus_namespaces
     ADD CONSTRAINT procbus_namespaces_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY public.procbus_outbox
@@ -1322,6 +1332,8 @@ ALTER TABLE ONLY public.procbus_acl
     ADD CONSTRAINT procbus_acl_namespace_table_name_fkey FOREIGN KEY (namespace, table_name) REFERENCES public.procbus_tables(namespace, name) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_captures
     ADD CONSTRAINT procbus_captures_topic_fkey FOREIGN KEY (topic) REFERENCES public.procbus_topics(name);
+ALTER TABLE ONLY public.procbus_namespace_acl
+    ADD CONSTRAINT procbus_namespace_acl_namespace_fkey FOREIGN KEY (namespace) REFERENCES public.procbus_namespaces(name) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_pipeline_batches
     ADD CONSTRAINT procbus_pipeline_batches_topic_fkey FOREIGN KEY (topic) REFERENCES public.procbus_pipelines(topic) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_pipelines
