@@ -58,7 +58,7 @@ class TableActivities:
 
     @activity.defn(name="create_namespace")
     async def create_namespace(self, step: NamespaceStep) -> None:
-        await self.catalog.create_namespace(step.namespace, step.fence)
+        await self.catalog.create_namespace(step.namespace, step.fence, step.grants)
 
     @activity.defn(name="remove_created_namespace")
     async def remove_created_namespace(self, step: NamespaceStep) -> None:
@@ -156,18 +156,23 @@ class TableActivities:
     @activity.defn(name="preflight_change_access")
     async def preflight_change_access(self, step: AccessStep) -> AccessEntry:
         entry = step.entry
-        table = await self.catalog.get_table(entry.namespace, entry.table)
-        if table is None:
-            raise InvalidRequest(f"table {entry.qualified_table!r} does not exist")
-        # The catalog, not the cache: under the table's X lock it is the truth about admins.
+        if entry.namespace_wide:
+            if await self.catalog.get_namespace(entry.namespace) is None:
+                raise InvalidRequest(f"namespace {entry.namespace!r} does not exist")
+            needs = "admin on the namespace (its creator has it) or the operator"
+        else:
+            if await self.catalog.get_table(entry.namespace, entry.table) is None:
+                raise InvalidRequest(f"table {entry.qualified_table!r} does not exist")
+            needs = "admin on the table (its creator has it) or on its namespace, or the operator"
+        # The catalog, not the cache: under the X lock on the table (or the namespace) it is
+        # the truth about admins; admin on the namespace counts for its tables.
         who = step.requested_by
         if who is None:  # the engine refuses such a start before any step
             raise AccessDenied(f"no principal to check for admin on {entry.qualified_table!r}")
         admin = entry.model_copy(update={"principal": who, "permission": Permission.ADMIN})
         if not self.auth.is_operator(who) and not await self.catalog.has_permission(admin):
             raise AccessDenied(
-                f"{who!r} may not grant or revoke on {entry.qualified_table!r}: that needs admin "
-                "on the table (its creator has it) or the operator"
+                f"{who!r} may not grant or revoke on {entry.qualified_table!r}: that needs {needs}"
             )
         return entry
 

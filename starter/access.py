@@ -1,7 +1,9 @@
-"""`procbus acl grant|revoke|list`: table permissions, changed on every worker at once.
+"""`procbus acl grant|revoke|list`: permissions on tables and namespaces, changed on every
+worker at once.
 
-grant and revoke start a ChangeAccess procedure (a two-phase broadcast around the catalog
-write); list reads the catalog.
+A grant is on NAMESPACE.TABLE, or on NAMESPACE.* (quote it in a shell): the namespace, so every
+table in it, now and later. grant and revoke start a ChangeAccess procedure (a two-phase
+broadcast around the catalog write); list reads the catalog.
 """
 
 from __future__ import annotations
@@ -13,12 +15,18 @@ from starter.procedures import AS_OPTION, ID_OPTION, JSON_OPTION, WAIT_OPTION, r
 from starter.tables import catalog
 
 acl_app = typer.Typer(
-    help="Table permissions: kept in the catalog, cached and enforced on every worker.",
+    help="Permissions on tables and namespaces: kept in the catalog, cached and enforced on "
+    "every worker.",
     no_args_is_help=True,
 )
 
 PRINCIPAL = typer.Argument(..., help="Who: a user or service name.")
-TABLE = typer.Argument(..., help="NAMESPACE.TABLE")
+TABLE = typer.Argument(
+    ...,
+    metavar="TARGET",
+    help="NAMESPACE.TABLE, or 'NAMESPACE.*' (quoted) for the namespace: every table in it, "
+    "now and later.",
+)
 PERMISSION = typer.Argument(..., help="read, write or admin (may grant and revoke)")
 
 
@@ -33,11 +41,16 @@ def _change(
     as_principal: str | None,
 ) -> None:
     from procbus.lakehouse.models import ChangeAccessInput
+    from procbus.procedures.client import new_procedure_id
 
     request = ChangeAccessInput.model_validate(
         {"action": action, "principal": principal, "table": table, "permission": permission}
     )
-    request.check()  # a bad name or permission never starts anything
+    entry = request.check()  # a bad name or permission never starts anything
+    # No '*' in a procedure ID: pasted into a shell unquoted, it would be a glob.
+    procedure_id = procedure_id or new_procedure_id(
+        "ChangeAccess", f"{entry.namespace}.all-tables" if entry.namespace_wide else table
+    )
     run_command(
         start("ChangeAccess", table, request, procedure_id, wait, json_output, as_principal)
     )
@@ -53,7 +66,8 @@ def acl_grant(
     procedure_id: str | None = ID_OPTION,
     as_principal: str | None = AS_OPTION,
 ) -> None:
-    """Grant PERMISSION on TABLE to PRINCIPAL on every worker (all or none)."""
+    """Grant PERMISSION on TARGET to PRINCIPAL on every worker (all or none). On 'NS.*' it
+    holds for every table in NS, now and later; only an admin of the namespace may give it."""
     _change("grant", principal, table, permission, wait, json_output, procedure_id, as_principal)
 
 
@@ -67,27 +81,37 @@ def acl_revoke(
     procedure_id: str | None = ID_OPTION,
     as_principal: str | None = AS_OPTION,
 ) -> None:
-    """Revoke PERMISSION on TABLE from PRINCIPAL on every worker; once it succeeded, no worker
-    lets PRINCIPAL do it."""
+    """Revoke PERMISSION on TARGET from PRINCIPAL on every worker; once it succeeded, no worker
+    lets PRINCIPAL do it through this grant (a grant on the table or on its namespace, whichever
+    is left, still counts)."""
     _change("revoke", principal, table, permission, wait, json_output, procedure_id, as_principal)
 
 
 @acl_app.command("list")
 def acl_list(json_output: bool = JSON_OPTION) -> None:
-    """Every grant in the catalog."""
+    """Every grant in the catalog; NS.* is a grant on the namespace NS (every table in it).
+    --json: one object per grant, "table" "*" and "scope" "namespace" for those."""
 
     async def run() -> int:
         async with catalog() as lake:
             entries = await lake.list_access()
         if json_output:
-            print_json([entry.model_dump(mode="json") for entry in entries])
+            print_json(
+                [entry.model_dump(mode="json") | {"scope": entry.scope} for entry in entries]
+            )
             return 0
         if not entries:
             console.print("no grants")
             return 0
         from rich.table import Table
 
-        grid = Table("table", "principal", "permission")
+        on_namespaces = any(entry.namespace_wide for entry in entries)
+        grid = Table(
+            "table",
+            "principal",
+            "permission",
+            caption="NS.*: the namespace NS, every table in it" if on_namespaces else None,
+        )
         for entry in entries:
             grid.add_row(entry.qualified_table, entry.principal, entry.permission.value)
         console.print(grid)

@@ -78,15 +78,16 @@ def start_checked(
 @namespace_app.command("create")
 def namespace_create(
     name: str,
+    principal: str | None = AS_OPTION,
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
 ) -> None:
-    """Start a CreateNamespace procedure."""
+    """Start a CreateNamespace procedure; its creator gets admin on the namespace."""
     from procbus.lakehouse.models import CreateNamespaceInput
 
     request = CreateNamespaceInput(namespace=name)
-    start_checked("CreateNamespace", name, request, procedure_id, wait, json_output)
+    start_checked("CreateNamespace", name, request, procedure_id, wait, json_output, principal)
 
 
 @namespace_app.command("delete")

@@ -1,10 +1,12 @@
-"""ChangeAccess: grant or revoke a table permission on every worker, all or none.
+"""ChangeAccess: grant or revoke a permission on a table, or on a namespace as a whole
+('sales.*': every table in it, now and later), on every worker, all or none.
 
 A two-phase broadcast around the catalog write: every live worker stages the change; only if
 all staged does the catalog take it (the point of no return); then every worker commits it,
 resent until each has committed or dropped out. A worker that failed to stage makes all abort,
-and the catalog is never touched. Locks: IX on the namespace, X on the table, so changes to one
-table's ACL (and its deletion) are applied everywhere in one order.
+and the catalog is never touched. Locks: IX on the namespace, X on the table (for a grant on a
+namespace: X on the namespace), so changes to one table's or namespace's ACL (and its deletion)
+are applied everywhere in one order, and a change on a namespace waits for those on its tables.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.tables import TableActivities
     from procbus.bus.models import ChangeAccessOperation
     from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
-    from procbus.lakehouse.names import table_resource
+    from procbus.lakehouse.names import grant_resource
 
 from workflows.procedure import Procedure
 from workflows.tables import checked
@@ -25,7 +27,8 @@ from workflows.tables import checked
 
 @workflow.defn(name="ChangeAccess")
 class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
-    authenticates = True  # only an admin of the table (or the operator) may grant or revoke
+    # Only an admin of the table or its namespace (or the operator) may grant or revoke.
+    authenticates = True
 
     @workflow.run
     async def run(self, request: ChangeAccessInput) -> AccessResult:
@@ -39,7 +42,7 @@ class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
 
     def locks(self, request: ChangeAccessInput) -> Sequence[tuple[str, str]]:
         entry = checked(request.check)
-        return [(table_resource(entry.namespace, entry.table), "X")]
+        return [(grant_resource(entry.namespace, entry.table), "X")]
 
     async def steps(self, request: ChangeAccessInput) -> AccessResult:
         procedure_id = workflow.info().workflow_id
@@ -48,7 +51,7 @@ class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
             procedure_id=procedure_id,
             action=request.action,
             entry=entry,
-            fence=self.fence(table_resource(entry.namespace, entry.table)),
+            fence=self.fence(grant_resource(entry.namespace, entry.table)),
             requested_by=self.principal,
         )
         await self.step("preflight", TableActivities.preflight_change_access, step)

@@ -1,8 +1,8 @@
 """The table procedures: CreateNamespace, DeleteNamespace, CreateTable, DeleteTable.
 
-CreateTable and DeleteTable run as the start's verified principal (Procedure.authenticates):
-DeleteTable's preflight refuses one that may not write the table; CreateTable's creator gets
-admin and write on it.
+CreateNamespace, CreateTable and DeleteTable run as the start's verified principal
+(Procedure.authenticates): DeleteTable's preflight refuses one that may not write the table;
+CreateTable's creator gets admin and write on it, CreateNamespace's admin on the namespace.
 
 Each is a `Procedure`: steps with their undo, so a failure anywhere leaves the catalog, the
 warehouse and the descriptor cache as they were (or, past DeleteTable's pivot, as after).
@@ -24,7 +24,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from activities.tables import TableActivities
-    from procbus.bus.models import EvictDescriptor, PutDescriptor
+    from procbus.bus.models import EvictDescriptor, PutDescriptor, ResetNamespaceGrants
     from procbus.errors import InvalidRequest
     from procbus.lakehouse.models import (
         CreateNamespaceInput,
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         TableResult,
         TableStep,
         creator_grants,
+        namespace_creator_grants,
     )
     from procbus.lakehouse.names import namespace_resource, table_resource
 
@@ -58,6 +59,8 @@ def checked(check: Callable[..., T], *args: Any) -> T:
 
 @workflow.defn(name="CreateNamespace")
 class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
+    authenticates = True  # its creator gets admin on the namespace
+
     @workflow.run
     async def run(self, request: CreateNamespaceInput) -> NamespaceResult:
         return await self.execute(request)
@@ -74,12 +77,19 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
     async def steps(self, request: CreateNamespaceInput) -> NamespaceResult:
         procedure_id = workflow.info().workflow_id
         fence = self.fence(namespace_resource(request.namespace))
+        # The operator may do everything already: no grants of its own to keep.
+        grants = (
+            []
+            if self.authentication.operator
+            else namespace_creator_grants(request.namespace, self.principal)
+        )
         step = NamespaceStep(
             procedure_id=procedure_id,
             namespace=NamespaceDescriptor(
                 name=request.namespace, properties=request.properties, created_by=procedure_id
             ),
             fence=fence,
+            grants=grants,
         )
         await self.step("preflight", TableActivities.preflight_create_namespace, step)
         await self.step(
@@ -87,7 +97,14 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
             TableActivities.create_namespace,
             step,
             undo=TableActivities.remove_created_namespace,
-            summary=f"add namespace {request.namespace} to the catalog",
+            summary=f"add namespace {request.namespace} and its creator's grants to the catalog",
+        )
+        # Every worker's ACL cache, through the bus (one phase): the creator's grants, and none
+        # left from an earlier namespace of that name. Its tables wait for the X lock.
+        await self.broadcast(
+            "refresh_cache",
+            ResetNamespaceGrants(namespace=request.namespace, grants=grants),
+            undo=ResetNamespaceGrants(namespace=request.namespace),
         )
         event = EventStep(
             procedure_id=procedure_id,

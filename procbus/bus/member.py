@@ -26,6 +26,7 @@ from procbus.bus.models import (
     Operation,
     PutDescriptor,
     ReportState,
+    ResetNamespaceGrants,
 )
 from procbus.bus.outcomes import MemberReport
 from procbus.errors import InvalidRequest, MemberNotCurrent
@@ -222,6 +223,11 @@ class BusMember:
                     self.access.grant(entry)
 
             return change_back
+        if isinstance(operation, ResetNamespaceGrants):
+            namespace = operation.namespace
+            held = self.access.namespace_grants(namespace)
+            self.access.reset_namespace(namespace, operation.grants)
+            return lambda: self.access.reset_namespace(namespace, held)
         return _nothing
 
     def _count(self, key: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from procbus.bus.outcomes import MemberReport
 from procbus.lakehouse.models import AccessEntry, TableDescriptor
@@ -44,6 +44,24 @@ class ChangeAccessOperation(BaseModel):
     entry: AccessEntry
 
 
+class ResetNamespaceGrants(BaseModel):
+    """The member's grants on a namespace as a whole become `grants` (after CreateNamespace):
+    any left from an earlier namespace of that name go (the catalog dropped them with it)."""
+
+    kind: Literal["reset_namespace_grants"] = "reset_namespace_grants"
+    namespace: str
+    grants: list[AccessEntry] = Field(
+        default_factory=list, description="a new namespace's creator's, in the catalog with it"
+    )
+
+    @model_validator(mode="after")
+    def _on_the_namespace(self) -> ResetNamespaceGrants:
+        for entry in self.grants:
+            if entry.namespace != self.namespace or not entry.namespace_wide:
+                raise ValueError(f"{entry} is not a grant on namespace {self.namespace!r}")
+        return self
+
+
 class ReportState(BaseModel):
     """Read only: the member answers with what its caches hold."""
 
@@ -51,7 +69,7 @@ class ReportState(BaseModel):
 
 
 Operation = Annotated[
-    PutDescriptor | EvictDescriptor | ChangeAccessOperation | ReportState,
+    PutDescriptor | EvictDescriptor | ChangeAccessOperation | ResetNamespaceGrants | ReportState,
     Field(discriminator="kind"),
 ]
 
@@ -98,8 +116,8 @@ class BroadcastInput(WorkflowInput):
     """A broadcast on its own (not a procedure step): one phase, or two when `two_phase`.
 
     It may only read: an operation that changes the members' caches comes from the procedure
-    that owns the change (CreateTable, DeleteTable, ChangeAccess), after the catalog has it, or
-    a client could change every worker's ACL cache without the catalog.
+    that owns the change (CreateNamespace, CreateTable, DeleteTable, ChangeAccess), after the
+    catalog has it, or a client could change every worker's ACL cache without the catalog.
     """
 
     operation: Operation
@@ -116,6 +134,6 @@ class BroadcastInput(WorkflowInput):
             raise ValueError(
                 f"a Broadcast on its own may only read (kind 'report'), not {operation.kind!r}: "
                 "changes to the workers' caches come from the procedures that own them "
-                "(CreateTable, DeleteTable, ChangeAccess)"
+                "(CreateNamespace, CreateTable, DeleteTable, ChangeAccess)"
             )
         return operation

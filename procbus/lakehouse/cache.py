@@ -33,9 +33,11 @@ class DescriptorCache:
 
 
 class AccessCache:
-    """The worker's copy of the ACL: rebuilt from the catalog at start, changed by the bus's
-    two-phase broadcasts, read by the table activities that write. `guard` (set by the bus
-    member) raises before `require` answers from a cache that may have missed a change."""
+    """The worker's copy of the ACL, grants on tables and on namespaces ('sales.*'): rebuilt
+    from the catalog at start, changed by the bus's two-phase broadcasts, read by the table
+    activities that write. A grant on a namespace allows the same on every table in it.
+    `guard` (set by the bus member) raises before `require` answers from a cache that may have
+    missed a change."""
 
     def __init__(self, guard: Callable[[], None] | None = None) -> None:
         self._entries: set[tuple[str, str, str, Permission]] = set()
@@ -61,7 +63,8 @@ class AccessCache:
         return removed
 
     def allows(self, entry: AccessEntry) -> bool:
-        return self._key(entry) in self._entries
+        """Whether `entry` is granted, or the same permission on its namespace."""
+        return self._key(entry) in self._entries or self._key(entry.on_namespace()) in self._entries
 
     def require(self, entry: AccessEntry) -> None:
         if self.guard is not None:
@@ -73,6 +76,17 @@ class AccessCache:
 
     def drop_table(self, qualified_name: str) -> None:
         self._entries = {e for e in self._entries if f"{e[1]}.{e[2]}" != qualified_name}
+
+    def namespace_grants(self, namespace: str) -> list[AccessEntry]:
+        """The grants on `namespace` as a whole (not those on its tables)."""
+        return [e for e in self.entries() if e.namespace == namespace and e.namespace_wide]
+
+    def reset_namespace(self, namespace: str, grants: list[AccessEntry]) -> None:
+        """The grants on `namespace` as a whole become `grants` (those on its tables stay)."""
+        for entry in self.namespace_grants(namespace):
+            self.revoke(entry)
+        for entry in grants:
+            self.grant(entry)
 
     def entries(self) -> list[AccessEntry]:
         return [

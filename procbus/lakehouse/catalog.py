@@ -88,8 +88,13 @@ class Catalog:
         return [_namespace(row) for row in await self.pool.fetch(self.queries["list_namespaces"])]
 
     async def create_namespace(
-        self, namespace: NamespaceDescriptor, fence: Fence | None = None
+        self,
+        namespace: NamespaceDescriptor,
+        fence: Fence | None = None,
+        grants: Sequence[AccessEntry] = (),
     ) -> None:
+        """Add the namespace and, in the same transaction, its creator's `grants` (removing
+        the namespace removes them)."""
         async with self._writing(fence) as connection:
             created = await connection.fetchval(
                 self.queries["insert_namespace"],
@@ -97,6 +102,8 @@ class Catalog:
                 namespace.properties,
                 namespace.created_by,
             )
+            for entry in grants if created is not None else ():
+                await self._grant(connection, entry, namespace.created_by)
         if created is None:
             raise InvalidRequest(f"namespace {namespace.name!r} exists already")
 
@@ -144,6 +151,7 @@ class Catalog:
         ]
 
     async def list_access(self) -> list[AccessEntry]:
+        """Every grant, those on a namespace as a whole ('*' for the table) included."""
         return [
             AccessEntry.model_validate(dict(row))
             for row in await self.pool.fetch(self.queries["list_access"])
@@ -156,26 +164,75 @@ class Catalog:
         procedure_id: str,
         fence: Fence | None = None,
     ) -> None:
-        """Grant or revoke one permission; doing it twice changes nothing."""
-        values = (entry.principal, entry.namespace, entry.table, entry.permission.value)
+        """Grant or revoke one permission, on a table or on a namespace as a whole; doing it
+        twice changes nothing."""
         try:
             async with self._writing(fence) as connection:
                 if action == "grant":
-                    await connection.execute(self.queries["grant_access"], *values, procedure_id)
+                    await self._grant(connection, entry, procedure_id)
+                elif entry.namespace_wide:
+                    await connection.execute(
+                        self.queries["revoke_namespace_access"],
+                        entry.principal,
+                        entry.namespace,
+                        entry.permission.value,
+                    )
                 else:
-                    await connection.execute(self.queries["revoke_access"], *values)
+                    await connection.execute(
+                        self.queries["revoke_access"],
+                        entry.principal,
+                        entry.namespace,
+                        entry.table,
+                        entry.permission.value,
+                    )
         except asyncpg.ForeignKeyViolationError:
-            raise InvalidRequest(f"table {entry.qualified_table!r} does not exist") from None
+            what = (
+                f"namespace {entry.namespace!r}"
+                if entry.namespace_wide
+                else f"table {entry.qualified_table!r}"
+            )
+            raise InvalidRequest(f"{what} does not exist") from None
+
+    async def _grant(
+        self, connection: asyncpg.Connection, entry: AccessEntry, granted_by: str
+    ) -> None:
+        if entry.namespace_wide:
+            await connection.execute(
+                self.queries["grant_namespace_access"],
+                entry.principal,
+                entry.namespace,
+                entry.permission.value,
+                granted_by,
+            )
+        else:
+            await connection.execute(
+                self.queries["grant_access"],
+                entry.principal,
+                entry.namespace,
+                entry.table,
+                entry.permission.value,
+                granted_by,
+            )
 
     async def has_permission(self, entry: AccessEntry) -> bool:
-        """Whether the catalog (the truth behind every worker's ACL cache) holds `entry`."""
-        found: bool = await self.pool.fetchval(
-            self.queries["has_permission"],
-            entry.principal,
-            entry.namespace,
-            entry.table,
-            entry.permission.value,
-        )
+        """Whether the catalog (the truth behind every worker's ACL cache) lets `entry`'s
+        principal do it: it holds `entry`, or the same permission on its namespace."""
+        found: bool
+        if entry.namespace_wide:
+            found = await self.pool.fetchval(
+                self.queries["has_namespace_permission"],
+                entry.principal,
+                entry.namespace,
+                entry.permission.value,
+            )
+        else:
+            found = await self.pool.fetchval(
+                self.queries["has_permission"],
+                entry.principal,
+                entry.namespace,
+                entry.table,
+                entry.permission.value,
+            )
         return found
 
     async def add_table(
@@ -191,10 +248,7 @@ class Catalog:
                     self.queries["insert_table"], *_table_values(table)
                 )
                 for entry in grants if added is not None else ():
-                    values = (entry.principal, entry.namespace, entry.table, entry.permission.value)
-                    await connection.execute(
-                        self.queries["grant_access"], *values, table.created_by
-                    )
+                    await self._grant(connection, entry, table.created_by)
         except asyncpg.ForeignKeyViolationError:
             raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
         if added is None:

@@ -18,8 +18,10 @@ from procbus.auth.names import check_principal
 from procbus.bus.outcomes import MemberResult
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.names import (
+    ALL_TABLES,
     Column,
     parse_columns,
+    parse_grant_target,
     parse_table_name,
     validate_name,
     validate_partitioning,
@@ -119,6 +121,9 @@ class NamespaceStep(BaseModel):
     procedure_id: str
     namespace: NamespaceDescriptor
     fence: Fence | None = None
+    grants: list[AccessEntry] = Field(
+        default_factory=list, description="CreateNamespace: its creator's, added with it"
+    )
 
 
 class NamespaceRef(BaseModel):
@@ -149,11 +154,15 @@ class EventStep(BaseModel):
 class Permission(StrEnum):
     READ = "read"  # read the table's data
     WRITE = "write"  # change the table's data: load, compact, delete it
-    ADMIN = "admin"  # grant and revoke permissions on the table (its creator has it)
+    # Grant and revoke permissions on the table (its creator has it); on a namespace, on the
+    # namespace and on every table in it (its creator has it).
+    ADMIN = "admin"
 
 
 class AccessEntry(BaseModel):
-    """One grant: `principal` may `permission` on `namespace.table`."""
+    """One grant: `principal` may `permission` on `namespace.table`; with table ALL_TABLES
+    ('*'), on the namespace: every table in it, now and later (and, for admin, grants on the
+    namespace itself)."""
 
     principal: str
     namespace: str
@@ -161,8 +170,21 @@ class AccessEntry(BaseModel):
     permission: Permission
 
     @property
+    def namespace_wide(self) -> bool:
+        return self.table == ALL_TABLES
+
+    @property
+    def scope(self) -> Literal["namespace", "table"]:
+        return "namespace" if self.namespace_wide else "table"
+
+    @property
     def qualified_table(self) -> str:
+        """'sales.orders', or 'sales.*' for a grant on the namespace."""
         return f"{self.namespace}.{self.table}"
+
+    def on_namespace(self) -> AccessEntry:
+        """The same permission on this entry's whole namespace: it allows this entry too."""
+        return self.model_copy(update={"table": ALL_TABLES})
 
     def __str__(self) -> str:
         return f"{self.principal} {self.permission.value} on {self.qualified_table}"
@@ -173,12 +195,15 @@ class ChangeAccessInput(ProcedureInput):
 
     action: Literal["grant", "revoke"]
     principal: str = Field(description="who: a user or service name, e.g. 'etl' or 'ana@corp'")
-    table: str = Field(description="NAMESPACE.TABLE")
+    table: str = Field(
+        description="NAMESPACE.TABLE, or NAMESPACE.* for the namespace: every table in it, now "
+        "and later"
+    )
     permission: str = Field(description="read, write or admin")
 
     def check(self) -> AccessEntry:
         check_principal(self.principal)
-        namespace, table = parse_table_name(self.table)
+        namespace, table = parse_grant_target(self.table)
         try:
             permission = Permission(self.permission)
         except ValueError:
@@ -196,7 +221,7 @@ class AccessStep(BaseModel):
     action: Literal["grant", "revoke"]
     entry: AccessEntry
     fence: Fence | None = None
-    requested_by: str | None = None  # who asks: its verified principal, an admin of the table
+    requested_by: str | None = None  # who asks: its verified principal, an admin of the target
 
 
 def creator_grants(table: TableDescriptor, principal: str) -> list[AccessEntry]:
@@ -207,7 +232,17 @@ def creator_grants(table: TableDescriptor, principal: str) -> list[AccessEntry]:
     ]
 
 
+def namespace_creator_grants(namespace: str, principal: str) -> list[AccessEntry]:
+    """What a namespace's creator gets: admin on it (it may grant on it and on its tables)."""
+    return [
+        AccessEntry(
+            principal=principal, namespace=namespace, table=ALL_TABLES, permission=Permission.ADMIN
+        )
+    ]
+
+
 TableStep.model_rebuild()
+NamespaceStep.model_rebuild()
 
 
 class AccessResult(BaseModel):

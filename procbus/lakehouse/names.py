@@ -48,6 +48,9 @@ class Column(BaseModel):
 # The warehouse's folder a worker loads inputs from by default (WAREHOUSE/incoming): a
 # namespace of that name would put its tables among them.
 LOAD_FOLDER = "incoming"
+# A grant's table that stands for every table of its namespace, now and later ('sales.*'): no
+# table can be named so.
+ALL_TABLES = "*"
 
 
 def validate_name(kind: str, name: str) -> str:
@@ -79,6 +82,22 @@ def parse_table_name(qualified: str) -> tuple[str, str]:
     if len(parts) != 2:
         raise InvalidRequest(f"expected NAMESPACE.TABLE, got {qualified!r}")
     return validate_name("namespace", parts[0]), validate_name("table", parts[1])
+
+
+def parse_grant_target(target: str) -> tuple[str, str]:
+    """What a grant is on: 'sales.orders' -> ('sales', 'orders'), one table; 'sales.*' ->
+    ('sales', ALL_TABLES), the namespace: every table in it, now and later. A bare name is
+    refused, so a forgotten dot never grants on a whole namespace."""
+    parts = target.split(".")
+    if len(parts) != 2 or ALL_TABLES in parts[0]:
+        raise InvalidRequest(
+            f"expected NAMESPACE.TABLE, or NAMESPACE.{ALL_TABLES} for every table in the "
+            f"namespace, got {target!r}"
+        )
+    namespace = validate_name("namespace", parts[0])
+    if parts[1] == ALL_TABLES:
+        return namespace, ALL_TABLES
+    return namespace, validate_name("table", parts[1])
 
 
 def normalize_type(text: str) -> str:
@@ -135,3 +154,11 @@ def namespace_resource(namespace: str) -> str:
 def table_resource(namespace: str, table: str) -> str:
     """The lock resource of a table: below its namespace's."""
     return f"{namespace}/{table}"
+
+
+def grant_resource(namespace: str, table: str) -> str:
+    """The lock resource a grant's change takes X on: its table, or its namespace for a grant
+    on the namespace as a whole (table ALL_TABLES)."""
+    if table == ALL_TABLES:
+        return namespace_resource(namespace)
+    return table_resource(namespace, table)

@@ -80,23 +80,50 @@ SELECT "id", "procedure_id", "event_type", "namespace", "table_name", "payload",
 FROM "procbus_events" ORDER BY "id";
 
 -- name: list_access
-SELECT "principal", "namespace", "table_name" AS "table", "permission"
-FROM "procbus_acl" ORDER BY "namespace", "table_name", "principal", "permission";
+-- Every grant: a namespace's own ('*' for its table) before those on its tables.
+SELECT "principal", "namespace", "table", "permission"
+FROM (
+    SELECT "principal", "namespace", '*' AS "table", "permission", 0 AS "on_table"
+    FROM "procbus_namespace_acl"
+    UNION ALL
+    SELECT "principal", "namespace", "table_name", "permission", 1
+    FROM "procbus_acl"
+) AS "grants"
+ORDER BY "namespace", "on_table", "table", "principal", "permission";
 
 -- name: grant_access
 INSERT INTO "procbus_acl" ("principal", "namespace", "table_name", "permission", "granted_by")
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT DO NOTHING;
 
+-- name: grant_namespace_access
+INSERT INTO "procbus_namespace_acl" ("principal", "namespace", "permission", "granted_by")
+VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING;
+
 -- name: has_permission
+-- The grant on the table, or the same permission on its namespace.
 SELECT EXISTS (
     SELECT 1 FROM "procbus_acl"
     WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = $4
+) OR EXISTS (
+    SELECT 1 FROM "procbus_namespace_acl"
+    WHERE "principal" = $1 AND "namespace" = $2 AND "permission" = $4
+);
+
+-- name: has_namespace_permission
+SELECT EXISTS (
+    SELECT 1 FROM "procbus_namespace_acl"
+    WHERE "principal" = $1 AND "namespace" = $2 AND "permission" = $3
 );
 
 -- name: revoke_access
 DELETE FROM "procbus_acl"
 WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = $4;
+
+-- name: revoke_namespace_access
+DELETE FROM "procbus_namespace_acl"
+WHERE "principal" = $1 AND "namespace" = $2 AND "permission" = $3;
 
 -- name: current_snapshot
 SELECT "current_snapshot" FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;

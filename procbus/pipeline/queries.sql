@@ -79,8 +79,12 @@ CROSS JOIN LATERAL (
 WHERE t."name" = $1;
 
 -- name: pipeline_may_write
--- In the commit's transaction: the pipeline's principal ($1) still holds write on the table.
+-- In the commit's transaction: the pipeline's principal ($1) still holds write on the table,
+-- or on its namespace.
 SELECT EXISTS (
     SELECT 1 FROM "procbus_acl"
     WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permission" = 'write'
+) OR EXISTS (
+    SELECT 1 FROM "procbus_namespace_acl"
+    WHERE "principal" = $1 AND "namespace" = $2 AND "permission" = 'write'
 );

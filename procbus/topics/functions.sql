@@ -243,48 +243,83 @@ $$;
 
 -- Take capacity for one event of "p_bytes" from a shard of "p_topic", the caller's own shard
 -- first; returns the shard, or NULL when the topic is full. A shard whose lock another
--- publisher holds is skipped rather than waited for; only when all are busy does it wait. Expired
--- reservations give their capacity back before a topic is called full.
+-- publisher holds is skipped rather than waited for; only when all are busy does it wait, and
+-- then for one shard's lock at a time, at most "procbus_topic_shard_wait" long, asking again
+-- which shards have room after each wait. A publisher holds the locks of the shards it tried
+-- until it commits, so two that waited for each other's on a list read earlier deadlocked;
+-- a short wait and a fresh list never do. Expired reservations give their capacity back before
+-- a topic is called full.
 CREATE OR REPLACE FUNCTION "procbus_topic_take"("p_topic" text, "p_shard" integer, "p_bytes" bigint)
 RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
     "candidate" integer;
-    "waiting" boolean;
     "attempt" integer;
+    "any_room" boolean;
+    "locked" boolean;
+    "caller_lock_timeout" text;
 BEGIN
     FOR "attempt" IN 1..2 LOOP
-        -- The shards with room whose lock is free, the caller's own first; when all are busy,
-        -- the same again, waiting for each lock in turn.
-        FOREACH "waiting" IN ARRAY ARRAY[false, true] LOOP
-            FOR "candidate" IN
-                SELECT c."shard" FROM "procbus_topic_shards" AS c
-                WHERE c."topic" = "p_topic"
-                  AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
-                ORDER BY c."shard" < "p_shard", c."shard"
-            LOOP
-                IF "waiting" THEN
-                    PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
-                ELSIF NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate")) THEN
-                    CONTINUE;
-                END IF;
-                -- Under the lock, the room again: another publisher may have taken it.
-                UPDATE "procbus_topic_shards" AS s
-                SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
-                WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
-                  AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
-                IF FOUND THEN
-                    RETURN "candidate";
-                END IF;
-            END LOOP;
+        -- The shards with room whose lock is free, the caller's own first.
+        FOR "candidate" IN
+            SELECT c."shard" FROM "procbus_topic_shards" AS c
+            WHERE c."topic" = "p_topic"
+              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+            ORDER BY c."shard" < "p_shard", c."shard"
+        LOOP
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+            -- Under the lock, the room again: another publisher may have taken it.
+            UPDATE "procbus_topic_shards" AS s
+            SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+            WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+              AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+            IF FOUND THEN
+                RETURN "candidate";
+            END IF;
         END LOOP;
         IF "attempt" = 1 THEN
             PERFORM "procbus_topic_reclaim"("p_topic");
         END IF;
     END LOOP;
+    -- Every shard with room is busy: wait for them in turn, briefly, until one serves or none
+    -- has room left.
+    "caller_lock_timeout" := current_setting('lock_timeout');
+    LOOP
+        "any_room" := false;
+        FOR "candidate" IN
+            SELECT c."shard" FROM "procbus_topic_shards" AS c
+            WHERE c."topic" = "p_topic"
+              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+            ORDER BY c."shard" < "p_shard", c."shard"
+        LOOP
+            "any_room" := true;
+            BEGIN
+                PERFORM set_config('lock_timeout', "procbus_topic_shard_wait"(), true);
+                PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+                "locked" := true;
+            EXCEPTION WHEN lock_not_available THEN
+                "locked" := false;
+            END;
+            PERFORM set_config('lock_timeout', "caller_lock_timeout", true);
+            CONTINUE WHEN NOT "locked";
+            UPDATE "procbus_topic_shards" AS s
+            SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+            WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+              AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+            IF FOUND THEN
+                RETURN "candidate";
+            END IF;
+        END LOOP;
+        EXIT WHEN NOT "any_room";
+    END LOOP;
     RETURN NULL;
 END
 $$;
+
+-- How long a publisher waits for one busy shard's lock before it looks again: well under
+-- PostgreSQL's deadlock_timeout (1 s by default), so no wait lasts until a deadlock check.
+CREATE OR REPLACE FUNCTION "procbus_topic_shard_wait"() RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT '100ms' $$;
 
 -- Give back the capacity of "p_topic"'s expired reservations (their owners died), and end its
 -- expired leases when their shards are free; how many reservations.

@@ -182,7 +182,13 @@ def test_acl_and_workers_from_the_cli(dev_stack: DevStack) -> None:
     assert granted["state"] == "SUCCEEDED"
     assert granted["broadcasts"]["commit_on_workers"]["members"][0]["outcome"] == "committed"
     assert json.loads(ok(dev_stack, "acl", "list", "--json")) == [
-        {"principal": "etl", "namespace": "sales", "table": "orders", "permission": "write"}
+        {
+            "principal": "etl",
+            "namespace": "sales",
+            "table": "orders",
+            "permission": "write",
+            "scope": "table",
+        }
     ]
     inspected = json.loads(ok(dev_stack, "workers", "inspect", "--json"))
     [member] = inspected["members"]
@@ -196,10 +202,27 @@ def test_acl_and_workers_from_the_cli(dev_stack: DevStack) -> None:
     assert f"{worker_id} committed" in revoked.stdout
     assert json.loads(ok(dev_stack, "acl", "list", "--json")) == []
 
+    # On the namespace: every table in it ('sales.*', its procedure ID without the '*').
+    on_namespace = json.loads(
+        ok(dev_stack, "acl", "grant", "ana", "sales.*", "read", "--wait", "--json")
+    )
+    assert on_namespace["state"] == "SUCCEEDED"
+    assert "*" not in on_namespace["procedure_id"]
+    assert json.loads(ok(dev_stack, "acl", "list", "--json")) == [
+        {
+            "principal": "ana",
+            "namespace": "sales",
+            "table": "*",
+            "permission": "read",
+            "scope": "namespace",
+        }
+    ]
+    assert "sales.*" in ok(dev_stack, "acl", "list")
+
     for args, says in [
         (["acl", "grant", "etl", "sales.orders", "delete"], "unknown permission 'delete'"),
         (["acl", "grant", "bad principal", "sales.orders", "read"], "bad principal"),
-        (["acl", "grant", "etl", "orders", "read"], "NAMESPACE.TABLE"),
+        (["acl", "grant", "etl", "orders", "read"], "NAMESPACE.TABLE, or NAMESPACE.*"),
     ]:
         refused = procbus(dev_stack.env, *args)
         assert refused.returncode == 1, args

@@ -735,42 +735,71 @@ CREATE FUNCTION public.procbus_topic_shard_lock(p_topic text, p_shard integer) R
     AS $$
     SELECT hashtextextended('procbus_topic_shard:' || "p_topic" || '/' || "p_shard"::text, 0)
 $$;
+CREATE FUNCTION public.procbus_topic_shard_wait() RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT '100ms' $$;
 CREATE FUNCTION public.procbus_topic_take(p_topic text, p_shard integer, p_bytes bigint) RETURNS integer
     LANGUAGE plpgsql
     AS $$
 DECLARE
     "candidate" integer;
-    "waiting" boolean;
     "attempt" integer;
+    "any_room" boolean;
+    "locked" boolean;
+    "caller_lock_timeout" text;
 BEGIN
     FOR "attempt" IN 1..2 LOOP
-        -- The shards with room whose lock is free, the caller's own first; when all are busy,
-        -- the same again, waiting for each lock in turn.
-        FOREACH "waiting" IN ARRAY ARRAY[false, true] LOOP
-            FOR "candidate" IN
-                SELECT c."shard" FROM "procbus_topic_shards" AS c
-                WHERE c."topic" = "p_topic"
-                  AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
-                ORDER BY c."shard" < "p_shard", c."shard"
-            LOOP
-                IF "waiting" THEN
-                    PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
-                ELSIF NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate")) THEN
-                    CONTINUE;
-                END IF;
-                -- Under the lock, the room again: another publisher may have taken it.
-                UPDATE "procbus_topic_shards" AS s
-                SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
-                WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
-                  AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
-                IF FOUND THEN
-                    RETURN "candidate";
-                END IF;
-            END LOOP;
+        -- The shards with room whose lock is free, the caller's own first.
+        FOR "candidate" IN
+            SELECT c."shard" FROM "procbus_topic_shards" AS c
+            WHERE c."topic" = "p_topic"
+              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+            ORDER BY c."shard" < "p_shard", c."shard"
+        LOOP
+            CONTINUE WHEN NOT pg_try_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+            -- Under the lock, the room again: another publisher may have taken it.
+            UPDATE "procbus_topic_shards" AS s
+            SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+            WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+              AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+            IF FOUND THEN
+                RETURN "candidate";
+            END IF;
         END LOOP;
         IF "attempt" = 1 THEN
             PERFORM "procbus_topic_reclaim"("p_topic");
         END IF;
+    END LOOP;
+    -- Every shard with room is busy: wait for them in turn, briefly, until one serves or none
+    -- has room left.
+    "caller_lock_timeout" := current_setting('lock_timeout');
+    LOOP
+        "any_room" := false;
+        FOR "candidate" IN
+            SELECT c."shard" FROM "procbus_topic_shards" AS c
+            WHERE c."topic" = "p_topic"
+              AND c."entries" + 1 <= c."max_entries" AND c."bytes" + "p_bytes" <= c."max_bytes"
+            ORDER BY c."shard" < "p_shard", c."shard"
+        LOOP
+            "any_room" := true;
+            BEGIN
+                PERFORM set_config('lock_timeout', "procbus_topic_shard_wait"(), true);
+                PERFORM pg_advisory_xact_lock("procbus_topic_shard_lock"("p_topic", "candidate"));
+                "locked" := true;
+            EXCEPTION WHEN lock_not_available THEN
+                "locked" := false;
+            END;
+            PERFORM set_config('lock_timeout', "caller_lock_timeout", true);
+            CONTINUE WHEN NOT "locked";
+            UPDATE "procbus_topic_shards" AS s
+            SET "entries" = s."entries" + 1, "bytes" = s."bytes" + "p_bytes"
+            WHERE s."topic" = "p_topic" AND s."shard" = "candidate"
+              AND s."entries" + 1 <= s."max_entries" AND s."bytes" + "p_bytes" <= s."max_bytes";
+            IF FOUND THEN
+                RETURN "candidate";
+            END IF;
+        END LOOP;
+        EXIT WHEN NOT "any_room";
     END LOOP;
     RETURN NULL;
 END
@@ -939,6 +968,14 @@ CREATE TABLE public.procbus_locks (
     granted_at timestamp with time zone,
     lease_expires_at timestamp with time zone NOT NULL,
     CONSTRAINT procbus_locks_mode_check CHECK ((mode = ANY (ARRAY['IS'::text, 'IX'::text, 'S'::text, 'SIX'::text, 'X'::text])))
+);
+CREATE TABLE public.procbus_namespace_acl (
+    principal text NOT NULL,
+    namespace text NOT NULL,
+    permission text NOT NULL,
+    granted_by text NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT procbus_namespace_acl_permission_check CHECK ((permission = ANY (ARRAY['read'::text, 'write'::text, 'admin'::text])))
 );
 CREATE TABLE public.procbus_namespaces (
     name text NOT NULL,
@@ -1230,6 +1267,8 @@ ALTER TABLE ONLY public.procbus_lock_resources
     ADD CONSTRAINT procbus_lock_resources_pkey PRIMARY KEY (resource);
 ALTER TABLE ONLY public.procbus_locks
     ADD CONSTRAINT procbus_locks_pkey PRIMARY KEY (resource, holder);
+ALTER TABLE ONLY public.procbus_namespace_acl
+    ADD CONSTRAINT procbus_namespace_acl_pkey PRIMARY KEY (principal, namespace, permission);
 ALTER TABLE ONLY public.procbus_namespaces
     ADD CONSTRAINT procbus_namespaces_pkey PRIMARY KEY (name);
 ALTER TABLE ONLY public.procbus_outbox
@@ -1293,6 +1332,8 @@ ALTER TABLE ONLY public.procbus_acl
     ADD CONSTRAINT procbus_acl_namespace_table_name_fkey FOREIGN KEY (namespace, table_name) REFERENCES public.procbus_tables(namespace, name) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_captures
     ADD CONSTRAINT procbus_captures_topic_fkey FOREIGN KEY (topic) REFERENCES public.procbus_topics(name);
+ALTER TABLE ONLY public.procbus_namespace_acl
+    ADD CONSTRAINT procbus_namespace_acl_namespace_fkey FOREIGN KEY (namespace) REFERENCES public.procbus_namespaces(name) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_pipeline_batches
     ADD CONSTRAINT procbus_pipeline_batches_topic_fkey FOREIGN KEY (topic) REFERENCES public.procbus_pipelines(topic) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_pipelines

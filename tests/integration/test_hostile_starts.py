@@ -161,6 +161,13 @@ async def test_inherited_locks_from_a_client_are_refused(
             },
         },
         {"kind": "evict_descriptor", "qualified_name": "sales.orders"},
+        {
+            "kind": "reset_namespace_grants",
+            "namespace": "sales",
+            "grants": [
+                {"principal": "mallory", "namespace": "sales", "table": "*", "permission": "admin"}
+            ],
+        },
     ],
 )
 async def test_a_broadcast_on_its_own_may_only_read(

@@ -128,22 +128,22 @@ async def test_an_edited_applied_migration_is_refused(database_url: str) -> None
 async def test_a_table_change_after_the_baseline_then_the_functions_that_use_it(
     database_url: str,
 ) -> None:
-    """A numbered migration after the baseline (0002_...) runs before the functions files, so a
+    """A numbered migration after the shipped ones runs before the functions files, so a
     changed file's function may read the column it adds; unchanged files are not run again."""
     shipped = discover_migrations()
     table_change = Migration(
         len(shipped) + 1,
-        "namespace_acl",
-        'CREATE TABLE "procbus_namespace_acl" ("principal" text NOT NULL, '
+        "namespace_readers",
+        'CREATE TABLE "procbus_namespace_readers" ("principal" text NOT NULL, '
         '"namespace" text NOT NULL REFERENCES "procbus_namespaces" ("name"), '
         'PRIMARY KEY ("principal", "namespace"));\n'
-        'ALTER TABLE "procbus_namespace_acl" ADD COLUMN "permission" text NOT NULL;',
+        'ALTER TABLE "procbus_namespace_readers" ADD COLUMN "permission" text NOT NULL;',
     )
     # A LANGUAGE sql function is checked as it is made: the column must exist by then.
     added_function = (
         '\nCREATE OR REPLACE FUNCTION "procbus_namespace_readers"("p_namespace" text) '
         "RETURNS bigint LANGUAGE sql STABLE AS $$\n"
-        '    SELECT count(*) FROM "procbus_namespace_acl" AS a\n'
+        '    SELECT count(*) FROM "procbus_namespace_readers" AS a\n'
         '    WHERE a."namespace" = "p_namespace" AND a."permission" = \'read\'\n$$;\n'
     )
     functions = [
@@ -155,7 +155,7 @@ async def test_a_table_change_after_the_baseline_then_the_functions_that_use_it(
         applied = await migrate(connection, [*shipped, table_change], functions)
         await connection.execute(
             'INSERT INTO "procbus_namespaces" ("name", "created_by") VALUES (\'sales\', \'t\');'
-            'INSERT INTO "procbus_namespace_acl" ("principal", "namespace", "permission") '
+            'INSERT INTO "procbus_namespace_readers" ("principal", "namespace", "permission") '
             "VALUES ('alice', 'sales', 'read'), ('bob', 'sales', 'write')"
         )
         readers = await connection.fetchval('SELECT "procbus_namespace_readers"($1)', "sales")
@@ -165,7 +165,7 @@ async def test_a_table_change_after_the_baseline_then_the_functions_that_use_it(
         )
     finally:
         await connection.close()
-    assert [m.name for m in applied.migrations] == ["namespace_acl"]
+    assert [m.name for m in applied.migrations] == ["namespace_readers"]
     assert [f.name for f in applied.functions] == ["procbus/topics/functions.sql"]
     assert readers == 1
     assert (again.migrations, again.functions) == ([], [])

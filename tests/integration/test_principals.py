@@ -1,6 +1,6 @@
 """Principals are who they say they are: a start's principal is a token signed with the
 workers' key, for that workflow only, verified before any lock or step; data changes need write,
-grants need admin (docs/security.md)."""
+grants need admin, on the table or on its namespace (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from procbus.auth.policy import WorkerAuth
 from procbus.auth.tokens import TOKEN_HEADER, sign
+from procbus.bus.outcomes import MemberOutcome
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput, LoadTableInput
@@ -34,12 +35,16 @@ from procbus.lakehouse.models import (
     AccessEntry,
     ChangeAccessInput,
     CreateTableInput,
+    DeleteNamespaceInput,
     DeleteTableInput,
+    NamespaceDescriptor,
     Permission,
 )
-from procbus.procedures import ProcedureState
+from procbus.lakehouse.names import ALL_TABLES
+from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.schedules import procedure_schedule
 from procbus.stack.temporal_server import temporal_binary
+from procbus.temporal import connect_client
 from procbus.temporal.auth import Signer
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import TEST_KEY, run_command, signed_as
@@ -47,7 +52,7 @@ from worker import build_worker
 from worker.main import bus_member
 from workflows.access import ChangeAccess
 from workflows.data import CompactTable, LoadTable
-from workflows.tables import CreateTable, DeleteTable
+from workflows.tables import CreateTable, DeleteNamespace, DeleteTable
 
 # A production worker: it verifies tokens, names an operator, runs no unauthenticated start.
 PRODUCTION = WorkerAuth(key=TEST_KEY, operator_principal="root")
@@ -68,7 +73,8 @@ async def production_worker(
             client, pool, task_queue, tables=DescriptorCache(), access=access, timeout_seconds=3
         ),
     ):
-        await create_namespace(client, task_queue)  # not a table's data: no principal needed
+        # The operator's: it gets no grants of its own (it may do everything already).
+        await create_namespace(signed_as(client, "root"), task_queue)
         await signed_as(client, "owner").execute_workflow(
             CreateTable.run,
             CreateTableInput(table=TABLE, columns="id:bigint,amount:double"),
@@ -91,6 +97,7 @@ async def start_with_cli(
     payload: dict[str, Any],
     workflow_id: str,
     header: str | None = None,
+    fails: bool = True,
 ) -> None:
     """`temporal workflow execute`: it cannot sign, but it can send any header it is given."""
     headers = ["--headers", f"{TOKEN_HEADER}={header}"] if header is not None else []
@@ -111,7 +118,7 @@ async def start_with_cli(
         *headers,
         timeout=60,
     )
-    assert returncode != 0, stdout + stderr
+    assert (returncode != 0) == fails, stdout + stderr
 
 
 async def refused_before_any_step(client: Client, workflow_id: str, says: str) -> None:
@@ -140,10 +147,19 @@ CHANGES = [
         "ChangeAccess",
         {"action": "grant", "principal": "mallory", "table": TABLE, "permission": "write"},
     ),
+    (
+        "ChangeAccess",
+        {"action": "grant", "principal": "mallory", "table": "sales.*", "permission": "admin"},
+    ),
+    ("CreateNamespace", {"namespace": "mine"}),  # its creator would get admin on it
 ]
 
 
-@pytest.mark.parametrize(("workflow_type", "payload"), CHANGES, ids=[c[0] for c in CHANGES])
+@pytest.mark.parametrize(
+    ("workflow_type", "payload"),
+    CHANGES,
+    ids=["DeleteTable", "LoadTable", "CompactTable", "grant", "grant-namespace", "CreateNamespace"],
+)
 async def test_an_unauthenticated_change_is_refused_before_any_step(
     client: Client,
     production_worker: AccessCache,
@@ -270,7 +286,7 @@ async def test_only_an_admin_grants_and_the_steps_see_the_verified_principal(
         assert statuses[procedure_id].state is ProcedureState.ROLLED_BACK
         assert statuses[procedure_id].error == (
             f"AccessDenied: {who!r} may not grant or revoke on 'sales.orders': that needs admin "
-            "on the table (its creator has it) or the operator"
+            "on the table (its creator has it) or on its namespace, or the operator"
         )
     assert statuses[by_owner].state is ProcedureState.SUCCEEDED
     assert statuses[deleted].state is ProcedureState.SUCCEEDED
@@ -391,3 +407,225 @@ async def test_a_token_starts_one_run_and_a_copy_from_its_history_starts_nothing
     )
     await refused_before_any_step(client, procedure_id, "the principal token was used already")
     assert not await Catalog(pool).has_permission(entry("mallory", Permission.ADMIN))
+
+
+# ---- grants on a namespace: every table in it, now and later ----
+
+
+def on_namespace(principal: str, permission: Permission, namespace: str = "sales") -> AccessEntry:
+    return AccessEntry(
+        principal=principal, namespace=namespace, table=ALL_TABLES, permission=permission
+    )
+
+
+def on_table(principal: str, permission: Permission, table: str) -> AccessEntry:
+    namespace, name = table.split(".")
+    return AccessEntry(principal=principal, namespace=namespace, table=name, permission=permission)
+
+
+async def change(
+    client: Client,
+    task_queue: str,
+    who: str,
+    action: str,
+    principal: str,
+    target: str,
+    permission: str,
+) -> ProcedureStatus:
+    """ChangeAccess signed as `who`, to its end."""
+    request = ChangeAccessInput.model_validate(
+        {"action": action, "principal": principal, "table": target, "permission": permission}
+    )
+    return await status_of(client, await run_as(client, who, task_queue, ChangeAccess.run, request))
+
+
+async def create_table_as(client: Client, who: str, task_queue: str, table: str) -> None:
+    await signed_as(client, who).execute_workflow(
+        CreateTable.run,
+        CreateTableInput(table=table, columns="id:bigint"),
+        id=new_id("create"),
+        task_queue=task_queue,
+    )
+
+
+def needs_admin(who: str, target: str) -> str:
+    if target.endswith(".*"):
+        needs = "admin on the namespace (its creator has it) or the operator"
+    else:
+        needs = "admin on the table (its creator has it) or on its namespace, or the operator"
+    return f"AccessDenied: {who!r} may not grant or revoke on {target!r}: that needs {needs}"
+
+
+async def test_an_admin_of_the_namespace_grants_on_its_tables_an_admin_of_another_table_not(
+    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    await create_table_as(client, "other", task_queue, "sales.items")  # admin of that one only
+    made_admin = await change(client, task_queue, "root", "grant", "lead", "sales.*", "admin")
+    lead_on_table = await change(client, task_queue, "lead", "grant", "etl", TABLE, "write")
+    lead_on_namespace = await change(client, task_queue, "lead", "grant", "ana", "sales.*", "read")
+    other_on_table = await change(client, task_queue, "other", "grant", "other", TABLE, "write")
+    other_on_namespace = await change(
+        client, task_queue, "other", "grant", "other", "sales.*", "write"
+    )
+    owner_on_namespace = await change(
+        client, task_queue, "owner", "grant", "owner", "sales.*", "write"
+    )
+    for status in (made_admin, lead_on_table, lead_on_namespace):
+        assert status.state is ProcedureState.SUCCEEDED, status
+    for status, who, target in (
+        (other_on_table, "other", TABLE),
+        (other_on_namespace, "other", "sales.*"),
+        (owner_on_namespace, "owner", "sales.*"),  # admin of a table, not of its namespace
+    ):
+        assert status.state is ProcedureState.ROLLED_BACK, status
+        assert (status.failed_step, status.error) == ("preflight", needs_admin(who, target))
+    assert await Catalog(pool).list_access() == [
+        on_namespace("ana", Permission.READ),
+        on_namespace("lead", Permission.ADMIN),
+        on_table("other", Permission.ADMIN, "sales.items"),
+        on_table("other", Permission.WRITE, "sales.items"),
+        entry("etl", Permission.WRITE),
+        entry("owner", Permission.ADMIN),
+        entry("owner", Permission.WRITE),
+    ]
+    # The worker's cache: ana's read on the namespace counts for its tables, not for others'.
+    assert production_worker.allows(entry("ana", Permission.READ))
+    assert production_worker.allows(on_table("ana", Permission.READ, "sales.items"))
+    assert not production_worker.allows(on_table("ana", Permission.READ, "other.items"))
+    assert not production_worker.allows(entry("ana", Permission.WRITE))
+
+
+async def test_write_on_the_namespace_deletes_its_tables_until_revoked_on_every_worker(
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+    warehouse: Path,
+) -> None:
+    # A second worker, with its own bus member and cache (and client: one worker per client
+    # and task queue).
+    second, second_client = AccessCache(), await connect_client(temporal_address, "default")
+    async with (
+        build_worker(
+            second_client,
+            pool,
+            task_queue,
+            warehouse_root=warehouse,
+            access=second,
+            auth=PRODUCTION,
+        ),
+        bus_member(
+            second_client,
+            pool,
+            task_queue,
+            tables=DescriptorCache(),
+            access=second,
+            member_id="second",
+            timeout_seconds=3,
+        ),
+    ):
+        granted = await change(client, task_queue, "root", "grant", "etl", "sales.*", "write")
+        await create_table_as(client, "owner", task_queue, "sales.later")  # after the grant
+        caches = (production_worker, second)
+        tables = (TABLE, "sales.later")
+        before = [
+            cache.allows(on_table("etl", Permission.WRITE, t)) for cache in caches for t in tables
+        ]
+        deleted = await run_as(
+            client, "etl", task_queue, DeleteTable.run, DeleteTableInput(table=TABLE)
+        )
+        revoked = await change(client, task_queue, "root", "revoke", "etl", "sales.*", "write")
+        after = [
+            cache.allows(on_table("etl", Permission.WRITE, t)) for cache in caches for t in tables
+        ]
+        refused = await run_as(
+            client, "etl", task_queue, DeleteTable.run, DeleteTableInput(table="sales.later")
+        )
+    for status in (granted, revoked):
+        assert status.state is ProcedureState.SUCCEEDED, status
+        members = status.broadcasts["commit_on_workers"].members
+        assert len(members) == 2
+        assert {m.outcome for m in members} == {MemberOutcome.COMMITTED}
+    assert before == [True] * 4
+    assert after == [False] * 4
+    assert (await status_of(client, deleted)).state is ProcedureState.SUCCEEDED
+    refusal = await status_of(client, refused)
+    assert refusal.state is ProcedureState.ROLLED_BACK
+    assert refusal.error == "AccessDenied: 'etl' may not write 'sales.later'"
+    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == ["sales.later"]
+
+
+async def test_the_creator_of_a_namespace_may_grant_on_it_and_its_grants_go_with_it(
+    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    catalog = Catalog(pool)
+    await create_namespace(signed_as(client, "lead"), task_queue, "ops")
+    creator_cached = production_worker.allows(on_namespace("lead", Permission.ADMIN, "ops"))
+    granted = await change(client, task_queue, "lead", "grant", "etl", "ops.*", "write")
+    listed = [e for e in await catalog.list_access() if e.namespace == "ops"]
+    await client.execute_workflow(  # not a table's data: no principal needed
+        DeleteNamespace.run,
+        DeleteNamespaceInput(namespace="ops"),
+        id=new_id("delete-ns"),
+        task_queue=task_queue,
+    )
+    after_delete = [e for e in await catalog.list_access() if e.namespace == "ops"]
+    await create_namespace(signed_as(client, "root"), task_queue, "ops")  # made again
+    cached_again = [e for e in production_worker.entries() if e.namespace == "ops"]
+    assert creator_cached
+    assert granted.state is ProcedureState.SUCCEEDED, granted
+    assert listed == [
+        on_namespace("etl", Permission.WRITE, "ops"),
+        on_namespace("lead", Permission.ADMIN, "ops"),
+    ]
+    assert after_delete == []
+    assert cached_again == []  # a namespace made again has none of the old one's grants
+    # A CreateNamespace undone: removing the namespace it made removes its creator's grant too.
+    grant = on_namespace("lead", Permission.ADMIN, "tmp")
+    await catalog.create_namespace(NamespaceDescriptor(name="tmp", created_by="p"), grants=[grant])
+    assert await catalog.has_permission(grant)
+    await catalog.remove_namespace_created_by("tmp", "p")
+    assert not await catalog.has_permission(grant)
+
+
+async def test_a_grant_on_a_namespace_from_the_temporal_cli(
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+) -> None:
+    """Plain JSON: a bad target fails at once; a good one (with a token) locks the namespace."""
+    for target in ("sales", "*.orders"):
+        workflow_id = new_id("bad-target")
+        payload = {"action": "grant", "principal": "etl", "table": target, "permission": "write"}
+        await start_with_cli(temporal_address, task_queue, "ChangeAccess", payload, workflow_id)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await client.get_workflow_handle(workflow_id).result()
+        cause = failure.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "InvalidProcedureInput"
+        assert cause.message == (
+            "expected NAMESPACE.TABLE, or NAMESPACE.* for every table in the namespace, "
+            f"got {target!r}"
+        )
+    workflow_id = new_id("cli-grant")
+    expires_at = datetime.now(UTC) + timedelta(seconds=300)
+    header = sign(TEST_KEY, "root", workflow_id, "ChangeAccess", expires_at)
+    payload = {"action": "grant", "principal": "etl", "table": "sales.*", "permission": "write"}
+    await start_with_cli(
+        temporal_address, task_queue, "ChangeAccess", payload, workflow_id, header, fails=False
+    )
+    assert (await status_of(client, workflow_id)).state is ProcedureState.SUCCEEDED
+    assert await Catalog(pool).has_permission(entry("etl", Permission.WRITE))
+    assert production_worker.allows(entry("etl", Permission.WRITE))
+    # Its catalog write carried the fence of an X lock on the namespace, not on a table.
+    handle = client.get_workflow_handle(workflow_id)
+    fences = [
+        json.loads(event.activity_task_scheduled_event_attributes.input.payloads[0].data)["fence"]
+        async for event in handle.fetch_history_events()
+        if event.event_type is EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name
+        == "record_access_change"
+    ]
+    assert [fence["resource"] for fence in fences] == ["sales"]

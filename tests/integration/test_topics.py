@@ -182,6 +182,30 @@ async def test_the_bound_holds_exactly_under_concurrent_publishers(
     assert await capacity(pool, topic) == (200, 200 * len('{"x":1}'))
 
 
+async def test_publishers_racing_for_the_last_room_never_deadlock(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    """Near full, publishers hold the locks of shards they found full and wait for others: on
+    lists read before they waited, two waited for each other's (deadlock detected, about one
+    round in five). Each round fills a topic from 8 writers at once; none may fail but full."""
+    accepted = 0
+
+    async def writer(topic: str) -> None:
+        nonlocal accepted
+        while True:
+            try:
+                await topics.publish(topic, Event(payload={"x": 1}))
+            except QueueFull:
+                return
+            accepted += 1
+
+    for _ in range(30):
+        topic = await make(topics, max_entries=64)
+        accepted = 0
+        await asyncio.gather(*(writer(topic) for _ in range(8)))
+        assert accepted == 64 == (await topics.stats(topic)).depth
+
+
 async def test_a_publisher_whose_shard_is_held_takes_another_at_once_and_moves_there(
     topics: Topics, pool: asyncpg.Pool
 ) -> None:

@@ -15,6 +15,7 @@ from procbus.bus.models import (
     EvictDescriptor,
     PutDescriptor,
     ReportState,
+    ResetNamespaceGrants,
 )
 from procbus.errors import AccessDenied, InvalidRequest, MemberNotCurrent
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
@@ -109,6 +110,40 @@ def test_a_new_table_drops_grants_left_from_an_earlier_table_of_that_name() -> N
     assert not bus.access.allows(ETL_WRITE)
     bus.abort(put(new_table=True))
     assert bus.access.allows(ETL_WRITE)
+
+
+def test_a_grant_on_the_namespace_allows_it_on_every_table_in_it() -> None:
+    cache = AccessCache()
+    cache.grant(ETL_WRITE.on_namespace())
+    assert cache.allows(ETL_WRITE)
+    assert cache.allows(ETL_WRITE.model_copy(update={"table": "later"}))
+    assert not cache.allows(ETL_WRITE.model_copy(update={"namespace": "hr"}))
+    assert not cache.allows(ETL_WRITE.model_copy(update={"permission": Permission.ADMIN}))
+    cache.revoke(ETL_WRITE.on_namespace())
+    assert not cache.allows(ETL_WRITE)
+
+
+def test_a_new_namespace_drops_grants_left_from_an_earlier_one_and_abort_puts_them_back() -> None:
+    bus = member()
+    old, table_grant = ETL_WRITE.on_namespace(), ETL_WRITE
+    creator = AccessEntry(
+        principal="lead", namespace="sales", table="*", permission=Permission.ADMIN
+    )
+    bus.access.grant(old)
+    bus.access.grant(table_grant)  # a table's own grants are not the namespace's
+    reset = BusMessage(
+        operation_id="n/refresh_cache",
+        operation=ResetNamespaceGrants(namespace="sales", grants=[creator]),
+    )
+    bus.apply(reset)
+    assert bus.access.entries() == [table_grant, creator]
+    bus.abort(reset)
+    assert bus.access.entries() == [old, table_grant]
+
+
+def test_a_namespace_reset_holds_only_grants_on_that_namespace() -> None:
+    with pytest.raises(ValueError, match="is not a grant on namespace 'sales'"):
+        ResetNamespaceGrants(namespace="sales", grants=[ETL_WRITE])
 
 
 def test_report_is_read_only() -> None:
