@@ -20,6 +20,7 @@ from temporalio import activity
 
 from procbus.auth.policy import WorkerAuth
 from procbus.bus.membership import default_member_id
+from procbus.core.names import LOAD_FOLDER
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
 from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.catalog import Catalog
@@ -35,7 +36,6 @@ from procbus.lakehouse.data import (
     partition_matches,
 )
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import LOAD_FOLDER
 from procbus.lakehouse.warehouse import owned_table_folder
 from procbus.spark import staging
 from procbus.spark.backends import (

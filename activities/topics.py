@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 from temporalio import activity
 
+from procbus.core.endpoints import Endpoint, EndpointKind, endpoint_refused, parse_endpoint
 from procbus.core.metrics import TopicMetrics
 from procbus.delivery.clients import EndpointClient
 from procbus.delivery.dispatch import deliver_round
-from procbus.delivery.endpoints import Endpoint, EndpointKind, endpoint_refused, parse_endpoint
 from procbus.delivery.factory import client_for
 from procbus.delivery.models import DeliveryRequest, DeliveryResult
 from procbus.errors import AttemptFencedOut, InvalidRequest

@@ -38,7 +38,7 @@ from procbus.delivery.owner import ensure_delivery
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
-from procbus.lakehouse.names import parse_columns
+from procbus.lakehouse.schemas import parse_columns
 from procbus.pipeline import Pipelines
 from procbus.spark import spark_session
 from procbus.spark.backends import LocalBackend

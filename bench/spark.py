@@ -42,7 +42,7 @@ from procbus.lakehouse.data import (
     SnapshotOperation,
 )
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
-from procbus.lakehouse.names import parse_columns
+from procbus.lakehouse.schemas import parse_columns
 from procbus.spark import jobs, spark_session, staging
 from procbus.spark.backends import LocalBackend
 from procbus.spark.ledger import Attempt, JobLedger, JobState

@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio.client import Client
 
 # --8<-- [start:grant]
-from procbus.bus.outcomes import MemberOutcome
+from procbus.core.outcomes import MemberOutcome
 from procbus.lakehouse.models import ChangeAccessInput
 from workflows.access import ChangeAccess
 

@@ -9,9 +9,10 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from procbus.core.endpoints import parse_allowlist
 from procbus.core.faults import parse_faults
-from procbus.core.names import check_member_id
-from procbus.errors import ConfigError
+from procbus.core.names import check_member_id, check_principal
+from procbus.errors import ConfigError, InvalidRequest
 
 ENV_PREFIX = "PROCBUS_"
 
@@ -177,9 +178,6 @@ class Settings(BaseSettings):
     @field_validator("principal", "unauthenticated_principal", "operator_principal")
     @classmethod
     def _principal(cls, value: str | None) -> str | None:
-        from procbus.auth.names import check_principal
-        from procbus.errors import InvalidRequest
-
         try:
             return check_principal(value) if value else None
         except InvalidRequest as error:
@@ -188,8 +186,6 @@ class Settings(BaseSettings):
     @field_validator("endpoint_allowlist")
     @classmethod
     def _endpoint_allowlist(cls, value: str | None) -> str | None:
-        from procbus.delivery.endpoints import parse_allowlist
-
         return value if parse_allowlist(value) else None
 
     @field_validator("temporal_address")

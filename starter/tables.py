@@ -153,8 +153,8 @@ def table_describe(
         from rich.table import Table
         from rich.text import Text
 
+        from procbus.core.names import parse_table_name
         from procbus.errors import ProcbusError
-        from procbus.lakehouse.names import parse_table_name
 
         namespace, table_name = parse_table_name(name)
         async with catalog() as tables:
@@ -281,7 +281,7 @@ def table_read(
     async def run() -> int:
         from rich.table import Table
 
-        from procbus.lakehouse.names import parse_table_name
+        from procbus.core.names import parse_table_name
         from procbus.lakehouse.reader import read_snapshot_rows
 
         namespace, table_name = parse_table_name(name)
@@ -321,7 +321,7 @@ def table_snapshots(
     async def run() -> int:
         from rich.table import Table
 
-        from procbus.lakehouse.names import parse_table_name
+        from procbus.core.names import parse_table_name
 
         namespace, table_name = parse_table_name(name)
         async with catalog() as tables:

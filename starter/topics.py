@@ -32,8 +32,8 @@ def _run(coroutine: Coroutine[Any, Any, None]) -> None:
 async def _topics() -> AsyncIterator[Topics]:
     """Topics on the configured (or running) stack's database."""
     from procbus.config import load_settings
+    from procbus.core.endpoints import parse_allowlist
     from procbus.db import create_pool
-    from procbus.delivery.endpoints import parse_allowlist
     from procbus.delivery.sync import send_now
     from procbus.stack.addresses import resolve_addresses
     from procbus.topics.queue import Topics
@@ -62,7 +62,7 @@ async def _start_delivery(topic: str) -> str | None:
 
 def _masked(url: str) -> str:
     """The URL with its password replaced by ***."""
-    from procbus.delivery.endpoints import masked
+    from procbus.core.endpoints import masked
 
     return masked(url)
 

@@ -69,7 +69,7 @@ def workers_inspect(json_output: bool = JSON_OPTION) -> None:
 
     async def run() -> int:
         from procbus.bus.models import BroadcastInput, ReportState
-        from procbus.bus.outcomes import BroadcastResult
+        from procbus.core.outcomes import BroadcastResult
         from starter.scripts import connect
 
         client, services = await connect()

@@ -37,10 +37,10 @@ from procbus.bus.membership import (
     member_task_queue,
 )
 from procbus.config import Settings
+from procbus.core.endpoints import parse_allowlist
 from procbus.core.faults import Fault, parse_faults
 from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
-from procbus.delivery.endpoints import parse_allowlist
 from procbus.delivery.owner import keep_owners
 from procbus.errors import MemberNotCurrent
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule

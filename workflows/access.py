@@ -18,8 +18,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.tables import TableActivities
     from procbus.bus.models import ChangeAccessOperation
+    from procbus.core.names import grant_resource
     from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
-    from procbus.lakehouse.names import grant_resource
 
 from workflows.procedure import Procedure
 from workflows.tables import checked

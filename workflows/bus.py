@@ -30,8 +30,8 @@ with workflow.unsafe.imports_passed_through():
         MemberList,
         MemberReply,
     )
-    from procbus.bus.outcomes import BroadcastResult, MemberOutcome, MemberResult
     from procbus.core.ids import StepActivityId, member_activity_id
+    from procbus.core.outcomes import BroadcastResult, MemberOutcome, MemberResult
     from procbus.errors import ErrorType
     from procbus.temporal.errors import failure_text
 

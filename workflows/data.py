@@ -26,6 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 with workflow.unsafe.imports_passed_through():
     from activities.spark import SparkActivities
     from procbus.core.fences import Fence
+    from procbus.core.names import table_resource
     from procbus.errors import ErrorType
     from procbus.lakehouse.data import (
         CommitStep,
@@ -40,7 +41,6 @@ with workflow.unsafe.imports_passed_through():
         split_partition,
     )
     from procbus.lakehouse.models import TableDescriptor
-    from procbus.lakehouse.names import table_resource
 
 from workflows.procedure import Procedure
 from workflows.tables import checked

@@ -45,11 +45,11 @@ with workflow.unsafe.imports_passed_through():
 
     from procbus.auth.tokens import TOKEN_HEADER, input_digest
     from procbus.bus.models import BusMessage, Operation
-    from procbus.bus.outcomes import BroadcastResult
     from procbus.core.authentication import Authentication, AuthRequest
     from procbus.core.fences import Fence, LockMode
     from procbus.core.ids import StepActivityId, check_step_name
     from procbus.core.metrics import PROCEDURE_STATES
+    from procbus.core.outcomes import BroadcastResult
     from procbus.core.search_attributes import (
         PROCEDURE_STATE,
         PROCEDURE_TARGET,

@@ -25,6 +25,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.tables import TableActivities
     from procbus.bus.models import EvictDescriptor, PutDescriptor, ResetNamespaceGrants
+    from procbus.core.names import namespace_resource, table_resource
     from procbus.errors import InvalidRequest
     from procbus.lakehouse.models import (
         CreateNamespaceInput,
@@ -42,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
         creator_grants,
         namespace_creator_grants,
     )
-    from procbus.lakehouse.names import namespace_resource, table_resource
 
 from workflows.procedure import Procedure, invalid_input
 

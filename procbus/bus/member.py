@@ -28,7 +28,7 @@ from procbus.bus.models import (
     ReportState,
     ResetNamespaceGrants,
 )
-from procbus.bus.outcomes import MemberReport
+from procbus.core.outcomes import MemberReport
 from procbus.errors import InvalidRequest, MemberNotCurrent
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog

@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from procbus.bus.outcomes import MemberReport
+from procbus.core.inputs import WorkflowInput
+from procbus.core.outcomes import MemberReport
 from procbus.lakehouse.models import AccessEntry, TableDescriptor
-from procbus.temporal.payloads import WorkflowInput
 
 # ---- operations a member applies ----
 

@@ -18,8 +18,9 @@ from aiormq.connection import TransportFactory
 from aiormq.exceptions import AMQPConnectionError
 from yarl import URL
 
+from procbus.core.endpoints import Endpoint
 from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
-from procbus.delivery.endpoints import Endpoint, checked_addresses
+from procbus.delivery.resolution import checked_addresses
 
 CONFIRM_TIMEOUT_SECONDS = 10.0
 ERROR_TEXT_LIMIT = 200

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from procbus.core.endpoints import Endpoint, EndpointKind
 from procbus.delivery.clients import EndpointClient
-from procbus.delivery.endpoints import Endpoint, EndpointKind
 from procbus.delivery.webhook import WebhookClient
 from procbus.errors import InvalidRequest
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from procbus.core.endpoints import parse_endpoint
 from procbus.delivery.clients import Outcome, message
-from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.factory import client_for
 from procbus.errors import InvalidRequest
 from procbus.topics.models import Entry, Event, Published, Topic

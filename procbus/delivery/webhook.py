@@ -19,8 +19,9 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from standardwebhooks.webhooks import Webhook
 
+from procbus.core.endpoints import Endpoint
 from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
-from procbus.delivery.endpoints import Endpoint, refused_resolution
+from procbus.delivery.resolution import refused_resolution
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 USER_AGENT = "procbus-webhooks/0.1"

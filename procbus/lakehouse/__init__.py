@@ -1,8 +1,9 @@
 """A small lakehouse control plane: namespaces hold tables, tables hold Parquet files.
 
-names: names and schemas, checked (pure); models: catalog objects and the table procedures'
-inputs (pure); catalog: the catalog in PostgreSQL; warehouse: table folders on disk; cache: a
-worker's table-descriptor cache.
+schemas: columns and types, checked (pure; the names are procbus.core.names); models: catalog
+objects and the table procedures' inputs (pure); catalog: the catalog in PostgreSQL; warehouse:
+table folders on disk; cache: a worker's table-descriptor and ACL caches; data: snapshots and data
+files; reader: one snapshot read whole.
 """
 
 from procbus.lakehouse.cache import DescriptorCache
@@ -17,15 +18,7 @@ from procbus.lakehouse.models import (
     TableDescriptor,
     TableResult,
 )
-from procbus.lakehouse.names import (
-    Column,
-    namespace_resource,
-    parse_columns,
-    parse_table_name,
-    table_resource,
-    validate_name,
-    validate_partitioning,
-)
+from procbus.lakehouse.schemas import Column, parse_columns, validate_partitioning
 
 __all__ = [
     "Catalog",
@@ -39,10 +32,6 @@ __all__ = [
     "NamespaceResult",
     "TableDescriptor",
     "TableResult",
-    "namespace_resource",
     "parse_columns",
-    "parse_table_name",
-    "table_resource",
-    "validate_name",
     "validate_partitioning",
 ]

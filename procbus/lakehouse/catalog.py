@@ -12,12 +12,12 @@ from typing import Any, Literal
 
 import asyncpg
 
+from procbus.core.fences import Fence
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
-from procbus.lakehouse.names import Column
-from procbus.locks.models import Fence
+from procbus.lakehouse.schemas import Column
 from procbus.locks.table import check_fence
 from procbus.topics.publishing import publish_in_transaction
 

@@ -14,19 +14,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from procbus.auth.names import check_principal
-from procbus.bus.outcomes import MemberResult
-from procbus.errors import InvalidRequest
-from procbus.lakehouse.names import (
+from procbus.core.fences import Fence
+from procbus.core.names import (
     ALL_TABLES,
-    Column,
-    parse_columns,
+    check_principal,
     parse_grant_target,
     parse_table_name,
     validate_name,
-    validate_partitioning,
 )
-from procbus.locks.models import Fence
+from procbus.core.outcomes import MemberResult
+from procbus.errors import InvalidRequest
+from procbus.lakehouse.schemas import Column, parse_columns, validate_partitioning
 from procbus.procedures.models import ProcedureInput
 
 

@@ -13,9 +13,9 @@ import os
 import shutil
 from pathlib import Path
 
+from procbus.core.names import validate_name
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import validate_name
 
 MARKER = "_procbus_table.json"
 DATA_FOLDER = "data"

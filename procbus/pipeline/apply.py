@@ -40,14 +40,14 @@ from typing import Any
 import asyncpg
 
 from procbus.capture import Captures, pipeline_principal
+from procbus.core.endpoints import Endpoint
 from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
-from procbus.delivery.endpoints import Endpoint
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import Column
+from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
 from procbus.pipeline.schema import ChangeMisfit, added_columns, explain_type_misfit

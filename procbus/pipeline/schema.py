@@ -22,9 +22,10 @@ import re
 from typing import Any
 
 from procbus.capture import Captures, SourceColumn
+from procbus.core.names import validate_name
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import Column, validate_name
+from procbus.lakehouse.schemas import Column
 from procbus.topics.models import Entry
 
 # PostgreSQL types (format_type without modifiers) and the lake column type their to_jsonb

@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from procbus.bus.outcomes import BroadcastResult
 from procbus.core.authentication import Authentication
 from procbus.core.fences import LockGrant
 from procbus.core.inputs import WorkflowInput
+from procbus.core.outcomes import BroadcastResult
 from procbus.locks.models import DEFAULT_LEASE_SECONDS
 
 

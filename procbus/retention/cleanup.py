@@ -20,9 +20,9 @@ from pathlib import Path
 import asyncpg
 
 from procbus.core.fences import Fence, LockMode
+from procbus.core.names import table_resource
 from procbus.db.queries import load_queries
 from procbus.errors import LockTimeout
-from procbus.lakehouse.names import table_resource
 from procbus.lakehouse.warehouse import OutsideTableFolder, owned_table_folder
 from procbus.locks.table import LockTable, check_fence, fence_of
 from procbus.retention.models import KindResult, RetentionKind, RetentionRequest

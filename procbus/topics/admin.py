@@ -7,7 +7,7 @@ from datetime import datetime
 
 import asyncpg
 
-from procbus.delivery.endpoints import EndpointKind, masked, parse_endpoint
+from procbus.core.endpoints import EndpointKind, masked, parse_endpoint
 from procbus.errors import InvalidRequest
 from procbus.topics.leases import lease_setting
 from procbus.topics.models import (

@@ -18,7 +18,7 @@ from pydantic import TypeAdapter
 
 from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches
-from procbus.delivery.endpoints import EndpointKind
+from procbus.core.endpoints import EndpointKind
 from procbus.errors import InvalidRequest
 from procbus.topics.models import (
     Claim,

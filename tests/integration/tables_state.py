@@ -7,9 +7,9 @@ from pathlib import Path
 
 import asyncpg
 
+from procbus.core.names import LOAD_FOLDER
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.names import LOAD_FOLDER
 
 
 @dataclass(frozen=True)

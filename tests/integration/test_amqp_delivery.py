@@ -19,9 +19,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from procbus.core.endpoints import parse_endpoint
 from procbus.delivery.amqp import AmqpClient
 from procbus.delivery.clients import Message, Outcome
-from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, TopicStats

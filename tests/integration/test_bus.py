@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from procbus.bus.membership import LEASE_SHARE, MemberLease, Membership
 from procbus.bus.models import BroadcastInput, ReportState
-from procbus.bus.outcomes import BroadcastResult, MemberOutcome
+from procbus.core.outcomes import BroadcastResult, MemberOutcome
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
     AccessResult,

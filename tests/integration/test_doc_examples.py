@@ -23,8 +23,8 @@ from examples.table_data import first_rows, load_then_compact
 from examples.topics import alert, create_and_publish, mark_paid, mark_shipped, transfer
 from examples.topics import write_then_publish as write_then_publish
 from procbus.auth.tokens import TOKEN_HEADER
-from procbus.bus.outcomes import MemberOutcome
 from procbus.core.faults import parse_faults
+from procbus.core.outcomes import MemberOutcome
 from procbus.hooks.outbox import OutboxRelay
 from procbus.temporal.auth import Signer
 from procbus.temporal.faults import FaultInterceptor

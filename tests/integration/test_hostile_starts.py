@@ -18,10 +18,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from procbus.core.names import namespace_resource
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.hooks.outbox import OutboxRelay
-from procbus.lakehouse.names import namespace_resource
 from procbus.stack.temporal_server import temporal_binary
 from tests.services import run_command
 

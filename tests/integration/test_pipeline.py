@@ -20,18 +20,18 @@ import pytest
 from temporalio.client import Client
 
 from procbus.capture import Captures, pipeline_principal
+from procbus.core.endpoints import parse_endpoint
 from procbus.core.faults import parse_faults
 from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.dispatch import deliver_round
-from procbus.delivery.endpoints import parse_endpoint
 from procbus.delivery.owner import ensure_delivery
 from procbus.errors import AttemptFencedOut, InvalidRequest
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, Permission, TableDescriptor
-from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
+from procbus.lakehouse.schemas import parse_columns
 from procbus.pipeline import Pipelines, PipelineStatus, TableApplier
 from procbus.pipeline import apply as apply_module
 from procbus.spark.backends import LocalBackend

@@ -27,7 +27,8 @@ from temporalio.exceptions import ApplicationError
 
 from procbus.auth.policy import WorkerAuth
 from procbus.auth.tokens import TOKEN_HEADER, sign
-from procbus.bus.outcomes import MemberOutcome
+from procbus.core.names import ALL_TABLES
+from procbus.core.outcomes import MemberOutcome
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput, LoadTableInput
@@ -40,7 +41,6 @@ from procbus.lakehouse.models import (
     NamespaceDescriptor,
     Permission,
 )
-from procbus.lakehouse.names import ALL_TABLES
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.schedules import procedure_schedule
 from procbus.stack.temporal_server import temporal_binary

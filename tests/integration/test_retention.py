@@ -26,8 +26,8 @@ from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DataFile, SnapshotOperation
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
-from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
+from procbus.lakehouse.schemas import parse_columns
 from procbus.locks.table import LockTable
 from procbus.topics import Event, Topics
 from procbus.topics.models import TopicSettings

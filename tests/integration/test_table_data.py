@@ -36,8 +36,8 @@ from procbus.lakehouse.data import (
     TableFiles,
 )
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor, TableStep
-from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot
+from procbus.lakehouse.schemas import parse_columns
 from procbus.lakehouse.warehouse import OutsideTableFolder
 from procbus.procedures import ProcedureState
 from procbus.spark import frames

@@ -20,7 +20,7 @@ from procbus.bus.models import (
 from procbus.errors import AccessDenied, InvalidRequest, MemberNotCurrent
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
-from procbus.lakehouse.names import Column
+from procbus.lakehouse.schemas import Column
 
 ORDERS = TableDescriptor(
     namespace="sales", name="orders", columns=[Column(name="id", type="bigint")]

@@ -16,9 +16,10 @@ from aiormq.connection import SSLContextProvider
 from aiormq.exceptions import AMQPConnectionError
 from yarl import URL
 
+from procbus.core.endpoints import parse_endpoint
 from procbus.delivery import webhook
 from procbus.delivery.amqp import PinnedTransport
-from procbus.delivery.endpoints import checked_addresses, parse_endpoint, refused_resolution
+from procbus.delivery.resolution import checked_addresses, refused_resolution
 from procbus.errors import InvalidRequest
 from procbus.stack.processes import LOOPBACK
 

@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from procbus.capture import SourceColumn
-from procbus.delivery.endpoints import parse_endpoint
+from procbus.core.endpoints import parse_endpoint
 from procbus.lakehouse.data import DELETED_COLUMN
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import Column, parse_columns
+from procbus.lakehouse.schemas import Column, parse_columns
 from procbus.pipeline.apply import ChangeMisfit, plan_batch, value_fits
 from procbus.pipeline.schema import lake_type
 from procbus.spark.changes import SEQUENCE_COLUMN

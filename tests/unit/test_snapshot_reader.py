@@ -10,8 +10,8 @@ import pyarrow.parquet as parquet
 
 from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, TableFiles
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import parse_columns
 from procbus.lakehouse.reader import read_snapshot, read_snapshot_rows
+from procbus.lakehouse.schemas import parse_columns
 
 
 def write_file(folder: Path, relative: str, columns: dict[str, list[object]]) -> DataFile:

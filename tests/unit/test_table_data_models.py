@@ -16,7 +16,7 @@ from procbus.lakehouse.data import (
     partition_resource,
 )
 from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.names import parse_columns
+from procbus.lakehouse.schemas import parse_columns
 from procbus.procedures.schedules import procedure_schedule
 
 TABLE = TableDescriptor(

@@ -11,18 +11,20 @@ endpoint. Link-local and cloud metadata addresses are refused always: an endpoin
 reach the machine's own credentials. An IPv6 address that carries an IPv4 one (IPv4-mapped
 ::ffff:a.b.c.d, IPv4-compatible ::a.b.c.d, 6to4 2002::/16, NAT64 64:ff9b::/96) is checked as
 the IPv4 address it reaches, written in the URL or resolved from a name.
+
+Checked here, where a topic is created, the settings are read and the pipeline is planned; a
+delivery client checks what a name resolves to when it connects (procbus.delivery.resolution).
 """
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import socket
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeAlias
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from procbus.core.names import validate_name
 from procbus.errors import InvalidRequest
 
 MAX_ENDPOINT_LENGTH = 2048
@@ -104,7 +106,7 @@ def embedded_ipv4(address: IPAddress) -> IPAddress:
     return address
 
 
-def _address(host: str) -> IPAddress | None:
+def literal_address(host: str) -> IPAddress | None:
     """The address a literal host reaches (an embedded IPv4 address unwrapped); None for a
     name."""
     try:
@@ -131,46 +133,17 @@ def refused_address(host: str) -> str | None:
     return None
 
 
-def refused_resolution(host: str, addresses: list[str]) -> str | None:
-    """Why a name must not be connected to now, or None: it was checked when its topic was
-    created, but DNS may since point it at a link-local or metadata address."""
-    for address in addresses:
-        refusal = refused_address(address.split("%", 1)[0])  # fe80::1%eth0
-        if refusal is not None:
-            return f"{host} resolves to {address}: refused, {refusal}"
-    return None
-
-
-async def checked_addresses(host: str, port: int | None) -> list[str]:
-    """The addresses `host` resolves to now, checked: connect to one of these, not to the name
-    (resolved again, it may answer otherwise). OSError when it resolves to a refused address
-    (for clients that cannot plug in a resolver of their own)."""
-    if _address(host) is not None:
-        refusal = refused_address(host)
-        if refusal is not None:
-            raise OSError(f"{host}: refused, {refusal}")
-        return [host]
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-    refusal = refused_resolution(host, addresses)
-    if refusal is not None:
-        raise OSError(refusal)
-    if not addresses:
-        raise OSError(f"{host} resolves to no address")
-    return addresses
-
-
 def allowed(host: str, allowlist: list[str]) -> bool:
     if not allowlist:
         return True
-    address = _address(host)
+    address = literal_address(host)
     for entry in allowlist:
         if "/" in entry:
             if address is not None and address in ipaddress.ip_network(entry, strict=False):
                 return True
         elif address is not None:
             # An address matches the same address written otherwise (::ffff:10.0.0.5, 10.0.0.5).
-            if _address(entry) == address:
+            if literal_address(entry) == address:
                 return True
         elif host == entry or host.endswith("." + entry):
             return True
@@ -230,8 +203,6 @@ def endpoint_refused(topic: str, refusal: InvalidRequest) -> str:
 
 def _table_endpoint(url: str, target: str, rest: str) -> Endpoint:
     """table://NS (each source table to the lake table of its name in NS) or table://NS.TABLE."""
-    from procbus.lakehouse.names import validate_name
-
     if rest.strip("/"):
         raise InvalidRequest(f"endpoint {url!r}: expected table://NAMESPACE or table://NS.TABLE")
     namespace, dot, table = target.partition(".")
