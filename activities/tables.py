@@ -30,6 +30,7 @@ from procbus.lakehouse.models import (
     TableDescriptor,
     TableStep,
 )
+from procbus.lakehouse.names import ALL_TABLES
 
 
 class TableActivities:
@@ -71,6 +72,18 @@ class TableActivities:
         namespace = await self.catalog.get_namespace(ref.namespace)
         if namespace is None:
             raise InvalidRequest(f"namespace {ref.namespace!r} does not exist")
+        # The catalog, not the cache: under the namespace's X lock it is the truth about admins.
+        who = ref.requested_by
+        if who is None:  # the engine refuses such a start before any step
+            raise AccessDenied(f"no principal to check for admin on namespace {ref.namespace!r}")
+        admin = AccessEntry(
+            principal=who, namespace=ref.namespace, table=ALL_TABLES, permission=Permission.ADMIN
+        )
+        if not self.auth.is_operator(who) and not await self.catalog.has_permission(admin):
+            raise AccessDenied(
+                f"{who!r} may not delete namespace {ref.namespace!r}: that needs admin on the "
+                "namespace (its creator has it) or the operator"
+            )
         tables = await self.catalog.count_tables(ref.namespace)
         if tables:
             raise InvalidRequest(

@@ -93,15 +93,17 @@ def namespace_create(
 @namespace_app.command("delete")
 def namespace_delete(
     name: str,
+    principal: str | None = AS_OPTION,
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
 ) -> None:
-    """Start a DeleteNamespace procedure (refused while the namespace holds tables)."""
+    """Start a DeleteNamespace procedure (refused while the namespace holds tables, or unless
+    the principal is an admin of the namespace)."""
     from procbus.lakehouse.models import DeleteNamespaceInput
 
     request = DeleteNamespaceInput(namespace=name)
-    start_checked("DeleteNamespace", name, request, procedure_id, wait, json_output)
+    start_checked("DeleteNamespace", name, request, procedure_id, wait, json_output, principal)
 
 
 # ---- tables ----

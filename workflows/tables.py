@@ -124,6 +124,10 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
 
 @workflow.defn(name="DeleteNamespace")
 class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
+    # Only its admin (or the operator): else anyone could delete an empty namespace and create
+    # it again, becoming the admin of every table made in it later.
+    authenticates = True
+
     @workflow.run
     async def run(self, request: DeleteNamespaceInput) -> NamespaceResult:
         return await self.execute(request)
@@ -140,7 +144,12 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
     async def steps(self, request: DeleteNamespaceInput) -> NamespaceResult:
         procedure_id = workflow.info().workflow_id
         fence = self.fence(namespace_resource(request.namespace))
-        ref = NamespaceRef(procedure_id=procedure_id, namespace=request.namespace, fence=fence)
+        ref = NamespaceRef(
+            procedure_id=procedure_id,
+            namespace=request.namespace,
+            fence=fence,
+            requested_by=self.principal,
+        )
         namespace = await self.step("preflight", TableActivities.preflight_delete_namespace, ref)
         await self.step(
             "delete_namespace",

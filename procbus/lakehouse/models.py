@@ -128,6 +128,7 @@ class NamespaceRef(BaseModel):
     procedure_id: str
     namespace: str
     fence: Fence | None = None
+    requested_by: str | None = None  # who asks: its verified principal, an admin to delete it
 
 
 class TableStep(BaseModel):

@@ -557,19 +557,27 @@ async def test_write_on_the_namespace_deletes_its_tables_until_revoked_on_every_
 
 
 async def test_the_creator_of_a_namespace_may_grant_on_it_and_its_grants_go_with_it(
-    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
+    client: Client,
+    production_worker: AccessCache,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
 ) -> None:
     catalog = Catalog(pool)
     await create_namespace(signed_as(client, "lead"), task_queue, "ops")
     creator_cached = production_worker.allows(on_namespace("lead", Permission.ADMIN, "ops"))
     granted = await change(client, task_queue, "lead", "grant", "etl", "ops.*", "write")
     listed = [e for e in await catalog.list_access() if e.namespace == "ops"]
-    await client.execute_workflow(  # not a table's data: no principal needed
-        DeleteNamespace.run,
-        DeleteNamespaceInput(namespace="ops"),
-        id=new_id("delete-ns"),
-        task_queue=task_queue,
+    # Only its admin deletes it: else anyone could delete it and make it again as its admin.
+    delete = DeleteNamespaceInput(namespace="ops")
+    by_etl = await run_as(client, "etl", task_queue, DeleteNamespace.run, delete)
+    refused = await status_of(client, by_etl)
+    unsigned = new_id("unsigned-delete-ns")
+    await start_with_cli(
+        temporal_address, task_queue, "DeleteNamespace", {"namespace": "ops"}, unsigned
     )
+    await refused_before_any_step(client, unsigned, "this worker runs no unauthenticated starts")
+    by_lead = await run_as(client, "lead", task_queue, DeleteNamespace.run, delete)
     after_delete = [e for e in await catalog.list_access() if e.namespace == "ops"]
     await create_namespace(signed_as(client, "root"), task_queue, "ops")  # made again
     cached_again = [e for e in production_worker.entries() if e.namespace == "ops"]
@@ -579,6 +587,12 @@ async def test_the_creator_of_a_namespace_may_grant_on_it_and_its_grants_go_with
         on_namespace("etl", Permission.WRITE, "ops"),
         on_namespace("lead", Permission.ADMIN, "ops"),
     ]
+    assert refused.state is ProcedureState.ROLLED_BACK and refused.failed_step == "preflight"
+    assert refused.error == (
+        "AccessDenied: 'etl' may not delete namespace 'ops': that needs admin on the namespace "
+        "(its creator has it) or the operator"
+    )
+    assert (await status_of(client, by_lead)).state is ProcedureState.SUCCEEDED
     assert after_delete == []
     assert cached_again == []  # a namespace made again has none of the old one's grants
     # A CreateNamespace undone: removing the namespace it made removes its creator's grant too.
