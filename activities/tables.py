@@ -15,6 +15,7 @@ import asyncpg
 from temporalio import activity
 
 from procbus.auth.policy import WorkerAuth
+from procbus.core.names import ALL_TABLES
 from procbus.errors import AccessDenied, InvalidRequest
 from procbus.lakehouse import warehouse
 from procbus.lakehouse.cache import AccessCache
@@ -30,7 +31,6 @@ from procbus.lakehouse.models import (
     TableDescriptor,
     TableStep,
 )
-from procbus.lakehouse.names import ALL_TABLES
 
 
 class TableActivities:
