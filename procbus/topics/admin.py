@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 import asyncpg
@@ -91,6 +92,12 @@ class TopicAdministration(TopicStore):
         """Delete a topic, its queue and dead letters; refused while entries wait unless
         `force`. Returns how many waiting entries went with it."""
         async with self.pool.acquire() as connection, connection.transaction():
+            # The claim's row first, as a settlement locks it before the topic's row (the other
+            # order deadlocked with a settling delivery round); its attempt settles nothing more.
+            try:
+                await connection.execute(self.queries["hold_claim"], name, uuid.uuid4(), None)
+            except asyncpg.PostgresError as error:
+                raise topic_error(error) from None
             if await connection.fetchval(self.queries["lock_topic_for_delete"], name) is None:
                 raise TopicNotFound(f"no topic named {name!r}")
             captured = await connection.fetchval(self.queries["captures_into"], name)
