@@ -11,6 +11,7 @@ import pydantic
 
 class WorkflowInput(pydantic.BaseModel):
     """Base of every procbus workflow's input: unknown fields are refused (a typo must not be
-    ignored), and input that does not validate fails the workflow at once."""
+    ignored), as are NaN and infinity (no bound or timeout can be either), and input that does
+    not validate fails the workflow at once."""
 
-    model_config = pydantic.ConfigDict(extra="forbid")
+    model_config = pydantic.ConfigDict(extra="forbid", allow_inf_nan=False)

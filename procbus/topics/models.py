@@ -11,7 +11,14 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from procbus.errors import InvalidRequest, validation_findings
 
@@ -43,6 +50,8 @@ def check_topic_name(name: str) -> str:
 
 class TopicSettings(BaseModel):
     """What `procbus topic create` sets; every bound more than 0."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # a NaN or infinite wait is no setting
 
     endpoint: str = Field(description="http(s):// webhook or amqp(s):// broker URL")
     sync: bool = Field(default=False, description="deliver inside the publishing call, no queue")
