@@ -45,13 +45,20 @@ def arrow_type(spark_type: str) -> pyarrow.DataType:
 
 def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[str, Any]]:
     """The snapshot's rows (the first `limit`), columns in the table's order."""
+    return list(read_snapshot_table(snapshot, limit).to_pylist())
+
+
+def read_snapshot_table(snapshot: TableFiles, limit: int | None = None) -> pyarrow.Table:
+    """The same rows as an Arrow table: many rows compared or counted without a Python object
+    each."""
     import pyarrow
     import pyarrow.dataset
 
     table = snapshot.table
     folder = Path(table.location)
+    schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
     if not snapshot.files:
-        return []
+        return schema.empty_table()
     missing = [file.path for file in snapshot.files if not (folder / file.path).exists()]
     if missing:
         raise InvalidRequest(
@@ -59,7 +66,6 @@ def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[s
             f"files that are gone (first: {missing[0]}): a later compaction replaced and "
             "deleted them; read a later snapshot"
         )
-    schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
     partition_schema = pyarrow.schema([schema.field(name) for name in table.partition_by])
     dataset = pyarrow.dataset.dataset(
         [str(folder / file.path) for file in snapshot.files],
@@ -72,10 +78,17 @@ def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[s
     )
     if not table.key_columns and all(f.kind is FileKind.DATA for f in snapshot.files):
         rows = dataset.head(limit) if limit is not None else dataset.to_table()
-        rows = rows.select([column.name for column in table.columns])
-        return list(rows.to_pylist())
+        return rows.select([column.name for column in table.columns])
     merged = merge_on_read(folder, snapshot, schema)
-    return list((merged if limit is None else merged.slice(0, limit)).to_pylist())
+    return merged if limit is None else merged.slice(0, limit)
+
+
+def same_rows(first: pyarrow.Table, second: pyarrow.Table) -> bool:
+    """Whether two tables hold the same rows (as many times each), in any order."""
+    if first.schema != second.schema:
+        return False
+    order = [(name, "ascending") for name in first.column_names]
+    return bool(first.sort_by(order).equals(second.sort_by(order)))
 
 
 def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) -> pyarrow.Table:
