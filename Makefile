@@ -56,7 +56,7 @@ demo: install check-java
 	$(BIN)/procbus demo
 
 test: install check-java check-chromium check-rabbitmq
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 dev: install check-java
 	$(BIN)/procbus dev

@@ -40,7 +40,7 @@ from procbus.lakehouse.models import (
     DeleteNamespaceInput,
     DeleteTableInput,
 )
-from procbus.lakehouse.reader import read_snapshot
+from procbus.lakehouse.reader import read_snapshot, read_snapshot_table, same_rows
 from procbus.locks import LockTable
 from procbus.pipeline import Pipelines
 from procbus.procedures import ProcedureState, ProcedureStatus
@@ -803,11 +803,13 @@ class Demo:
             )
         catalog = Catalog(self.pool)
         before = await catalog.table_files(namespace, "orders")
-        rows_before = await asyncio.to_thread(read_snapshot, before)
+        # As Arrow tables: every loaded row compared, without a Python object for each.
+        rows_before = await asyncio.to_thread(read_snapshot_table, before)
+        first_row = rows_before.slice(0, 1).to_pylist()[0]
         self.say(
-            f"   read snapshot {before.snapshot_id}: {len(rows_before)} rows in "
+            f"   read snapshot {before.snapshot_id}: {rows_before.num_rows} rows in "
             f"{len(before.files)} files; first row "
-            + ", ".join(f"{name}={value}" for name, value in rows_before[0].items())
+            + ", ".join(f"{name}={value}" for name, value in first_row.items())
         )
         compaction_id = f"demo-compact-{self.run_id}"
         handle = await self.client.start_workflow(
@@ -834,14 +836,12 @@ class Demo:
         if not seen:
             raise ProcbusError("demo: the compaction's progress was never seen")
         after = await catalog.table_files(namespace, "orders")
-        rows_after = await asyncio.to_thread(read_snapshot, after)
-        same = sorted(map(tuple, map(dict.values, rows_after))) == sorted(
-            map(tuple, map(dict.values, rows_before))
-        )
+        rows_after = await asyncio.to_thread(read_snapshot_table, after)
+        same = await asyncio.to_thread(same_rows, rows_after, rows_before)
         if not same or compacted.snapshot_id != after.snapshot_id:
             raise ProcbusError("demo: the compaction changed the table's rows")
         self.say(
-            f"   read snapshot {after.snapshot_id}: the same {len(rows_after)} rows, now in "
+            f"   read snapshot {after.snapshot_id}: the same {rows_after.num_rows} rows, now in "
             f"{len(after.files)} files ({compacted.files_removed} replaced files deleted)"
         )
         snapshots = [
@@ -878,7 +878,7 @@ class Demo:
         return DemoTableData(
             table=table,
             load_ids=load_ids,
-            rows=len(rows_after),
+            rows=rows_after.num_rows,
             files_before=len(before.files),
             compaction_id=compaction_id,
             progress_seen=seen,

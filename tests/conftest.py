@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from tests.services import (
     drop_test_database,
 )
 from worker import build_worker
+from worker.main import WORKFLOWS
 
 _exit_status: list[int] = []
 
@@ -95,12 +96,28 @@ def warehouse(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def worker_workflows() -> Sequence[type]:
+    """The workflows of the `worker` and `start_worker` fixtures: all of procbus's, unless a
+    module names the few its tests run (checking each in the sandbox takes ~15 ms a worker)."""
+    return WORKFLOWS
+
+
+@pytest.fixture
 async def worker(
-    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    worker_workflows: Sequence[type],
 ) -> AsyncIterator[Worker]:
-    """Every procbus workflow and activity, polling this test's own task queue."""
+    """The workflows and every activity of procbus, polling this test's own task queue."""
     async with build_worker(
-        client, pool, task_queue, warehouse_root=warehouse, auth=TEST_AUTH
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        auth=TEST_AUTH,
+        workflows=worker_workflows,
     ) as running:
         yield running
 
@@ -128,7 +145,13 @@ def state_dir() -> Iterator[Path]:
 
 
 @pytest.fixture
-def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path) -> Any:
+def start_worker(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    worker_workflows: Sequence[type],
+) -> Any:
     """A worker with fault rules (PROCBUS_FAULTS syntax) on this test's queue, and a bus member
     of this process whose descriptor cache is `cache`; use `async with`."""
     from procbus.core.faults import parse_faults
@@ -148,6 +171,7 @@ def start_worker(client: Client, pool: asyncpg.Pool, task_queue: str, warehouse:
                 faults=rules,
                 access=access,
                 auth=TEST_AUTH,
+                workflows=worker_workflows,
             ),
             bus_member(
                 client,

@@ -134,8 +134,10 @@ def build_worker(
     outbox_workflow_types: frozenset[str] | None = None,
     load_roots: Sequence[Path] | None = None,
     auth: WorkerAuth | None = None,
+    workflows: Sequence[type] = WORKFLOWS,
 ) -> Worker:
-    """A worker with every procbus workflow and activity, its activities on `pool`; its table
+    """A worker with every procbus workflow (only `workflows` when given: each costs a sandbox
+    check when the worker is built) and activity, its activities on `pool`; its table
     activities check principals against `access`, the ACL cache of this process's bus member.
     `auth` says which principal tokens it trusts and who runs unauthenticated starts (none
     unless given: the production default). Spark starts on `spark_master` when the first Spark
@@ -159,7 +161,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=list(WORKFLOWS),
+        workflows=list(workflows),
         activities=activities_for(
             pool,
             task_queue,

@@ -65,14 +65,35 @@ def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[s
 
 def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> SnapshotRows:
     """The snapshot's first `limit` rows (None: all), with the snapshot's row count."""
+    rows, row_count = _read(snapshot, limit)
+    return SnapshotRows(rows=list(rows.to_pylist()), row_count=row_count)
+
+
+def read_snapshot_table(snapshot: TableFiles, limit: int | None = None) -> pyarrow.Table:
+    """The same rows as an Arrow table: many rows compared or counted without a Python object
+    each."""
+    return _read(snapshot, limit)[0]
+
+
+def same_rows(first: pyarrow.Table, second: pyarrow.Table) -> bool:
+    """Whether two tables hold the same rows (as many times each), in any order."""
+    if first.schema != second.schema:
+        return False
+    order = [(name, "ascending") for name in first.column_names]
+    return bool(first.sort_by(order).equals(second.sort_by(order)))
+
+
+def _read(snapshot: TableFiles, limit: int | None) -> tuple[pyarrow.Table, int]:
+    """The snapshot's first `limit` rows as Arrow, and how many rows it holds in all."""
     # pyarrow loads only where table files are read: importing this module stays cheap.
     import pyarrow
     import pyarrow.dataset
 
     table = snapshot.table
     folder = Path(table.location)
+    schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
     if not snapshot.files:
-        return SnapshotRows(rows=[], row_count=0)
+        return schema.empty_table(), 0
     missing = [file.path for file in snapshot.files if not (folder / file.path).exists()]
     if missing:
         raise InvalidRequest(
@@ -80,7 +101,6 @@ def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> Snapsh
             f"files that are gone (first: {missing[0]}): a later compaction replaced and "
             "deleted them; read a later snapshot"
         )
-    schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
     partition_schema = pyarrow.schema([schema.field(name) for name in table.partition_by])
     dataset = pyarrow.dataset.dataset(
         [str(folder / file.path) for file in snapshot.files],
@@ -95,10 +115,10 @@ def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> Snapsh
         rows = dataset.head(limit) if limit is not None else dataset.to_table()
         rows = rows.select([column.name for column in table.columns])
         # From the files' footers: what the snapshot holds, not what the catalog once recorded.
-        return SnapshotRows(rows=list(rows.to_pylist()), row_count=dataset.count_rows())
+        row_count = rows.num_rows if limit is None else dataset.count_rows()
+        return rows, row_count
     merged = merge_on_read(folder, snapshot, schema)
-    page = merged if limit is None else merged.slice(0, limit)
-    return SnapshotRows(rows=list(page.to_pylist()), row_count=merged.num_rows)
+    return (merged if limit is None else merged.slice(0, limit)), merged.num_rows
 
 
 def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) -> pyarrow.Table:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from procbus.stack.ephemeral import service_dir
 from procbus.stack.processes import free_port
 from tests.services import subprocess_environment
 
@@ -96,8 +98,8 @@ class DevStack:
             self.signal(signal.SIGTERM)
 
 
-@pytest.fixture
-def dev_env(state_dir: Path) -> dict[str, str]:
+def dev_environment(state_dir: Path) -> dict[str, str]:
+    """The environment of a `procbus dev` on `state_dir` and free ports of its own."""
     return subprocess_environment(
         state_dir,
         dev_temporal_port=str(free_port()),
@@ -107,9 +109,31 @@ def dev_env(state_dir: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def dev_env(state_dir: Path) -> dict[str, str]:
+    return dev_environment(state_dir)
+
+
+@pytest.fixture
 def dev_stack(dev_env: dict[str, str], state_dir: Path) -> Iterator[DevStack]:
+    """A stack of the test's own, not started yet: for a test that stops or kills it."""
     stack = DevStack(dev_env, state_dir)
     try:
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="module")
+def module_dev_stack() -> Iterator[DevStack]:
+    """One running stack for the tests of a module that neither stop nor kill it (a start costs
+    several seconds); each test works in names of its own."""
+    root = service_dir("procbus-state-")
+    state_dir = root / "state"
+    state_dir.mkdir()
+    stack = DevStack(dev_environment(state_dir), state_dir)
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+        shutil.rmtree(root, ignore_errors=True)

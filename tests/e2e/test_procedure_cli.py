@@ -29,8 +29,14 @@ def tables(stack: DevStack) -> list[str]:
     ]
 
 
-def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
-    dev_stack.start()
+def test_table_lifecycle_and_bad_input(module_dev_stack: DevStack) -> None:
+    dev_stack = module_dev_stack
+    # The module's stack: what the other tests on it made is there before, and stays as it is.
+    others = tables(dev_stack)
+    earlier = {
+        p["procedure_id"]
+        for p in json.loads(ok(dev_stack, "proc", "list", "--type", "DeleteTable", "--json"))
+    }
     created = json.loads(ok(dev_stack, "namespace", "create", "sales", "--wait", "--json"))
     assert created["state"] == "SUCCEEDED"
     status = json.loads(
@@ -71,7 +77,7 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
         assert result.returncode == 1, (args, result.stdout)
         assert says in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert tables(dev_stack) == ["sales.orders"]
+    assert tables(dev_stack) == sorted([*others, "sales.orders"])
 
     # What contradicts the catalog is the procedure's preflight to refuse: the same error a
     # `temporal` CLI user gets, and nothing is left behind.
@@ -90,7 +96,7 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
         assert refused["steps_done"] == [] and refused["failed_step"] == "preflight"
         shown = procbus(dev_stack.env, *args, "--wait")  # and as a person reads it
         assert shown.returncode == 1 and "error: InvalidRequest: " in shown.stdout
-    assert tables(dev_stack) == ["sales.orders"]
+    assert tables(dev_stack) == sorted([*others, "sales.orders"])
 
     for script in (
         ["starter.start_create_table", "sales.items", "id:int,sku:string"],
@@ -105,19 +111,19 @@ def test_table_lifecycle_and_bad_input(dev_stack: DevStack) -> None:
         )
         assert ran.returncode == 0, ran.stderr
         assert json.loads(ran.stdout)["table"]["name"] == "items"
-    assert tables(dev_stack) == ["sales.orders"]
+    assert tables(dev_stack) == sorted([*others, "sales.orders"])
 
     procedure_id = ok(dev_stack, "table", "delete", "sales.orders").strip()
     waited = json.loads(ok(dev_stack, "proc", "wait", procedure_id, "--timeout", "60", "--json"))
     assert waited["state"] == "SUCCEEDED"
     assert waited["pivot_step"] == "remove_from_catalog"
-    assert tables(dev_stack) == []
+    assert tables(dev_stack) == others
     assert not Path(described["location"]).exists()
 
     deadline = time.monotonic() + 30  # the list comes from visibility, a moment behind
     while True:
         listed = json.loads(ok(dev_stack, "proc", "list", "--type", "DeleteTable", "--json"))
-        states = {entry["procedure_id"]: entry["state"] for entry in listed}
+        states = {p["procedure_id"]: p["state"] for p in listed if p["procedure_id"] not in earlier}
         if states.get(procedure_id) == "SUCCEEDED" or time.monotonic() > deadline:
             break
         time.sleep(0.3)
@@ -167,24 +173,26 @@ def test_a_stuck_procedure_waits_for_an_operator(
         stack.stop()
 
 
-def test_acl_and_workers_from_the_cli(dev_stack: DevStack) -> None:
-    dev_stack.start()
-    ok(dev_stack, "namespace", "create", "sales", "--wait")
-    ok(dev_stack, "table", "create", "sales.orders", "--schema", "id:bigint", "--wait")
+def test_acl_and_workers_from_the_cli(module_dev_stack: DevStack) -> None:
+    dev_stack = module_dev_stack
+    # The module's stack, shared: a namespace of its own; the others' tables are there too.
+    others = tables(dev_stack)
+    ok(dev_stack, "namespace", "create", "crm", "--wait")
+    ok(dev_stack, "table", "create", "crm.orders", "--schema", "id:bigint", "--wait")
     workers = json.loads(ok(dev_stack, "workers", "list", "--json"))
     assert len(workers) == 1  # the dev stack's worker
     assert workers[0]["live"] and workers[0]["pid"] > 0
     worker_id = workers[0]["member_id"]
 
     granted = json.loads(
-        ok(dev_stack, "acl", "grant", "etl", "sales.orders", "write", "--wait", "--json")
+        ok(dev_stack, "acl", "grant", "etl", "crm.orders", "write", "--wait", "--json")
     )
     assert granted["state"] == "SUCCEEDED"
     assert granted["broadcasts"]["commit_on_workers"]["members"][0]["outcome"] == "committed"
     assert json.loads(ok(dev_stack, "acl", "list", "--json")) == [
         {
             "principal": "etl",
-            "namespace": "sales",
+            "namespace": "crm",
             "table": "orders",
             "permission": "write",
             "scope": "table",
@@ -193,43 +201,43 @@ def test_acl_and_workers_from_the_cli(dev_stack: DevStack) -> None:
     inspected = json.loads(ok(dev_stack, "workers", "inspect", "--json"))
     [member] = inspected["members"]
     assert member["member_id"] == worker_id
-    assert member["report"]["tables"] == ["sales.orders"]
+    assert member["report"]["tables"] == sorted([*others, "crm.orders"])
     assert [g["principal"] for g in member["report"]["access"]] == ["etl"]
 
-    revoked = procbus(dev_stack.env, "acl", "revoke", "etl", "sales.orders", "write", "--wait")
+    revoked = procbus(dev_stack.env, "acl", "revoke", "etl", "crm.orders", "write", "--wait")
     assert revoked.returncode == 0, revoked.stderr
     assert "commit_on_workers on workers" in revoked.stdout
     assert f"{worker_id} committed" in revoked.stdout
     assert json.loads(ok(dev_stack, "acl", "list", "--json")) == []
 
-    # On the namespace: every table in it ('sales.*', its procedure ID without the '*').
+    # On the namespace: every table in it ('crm.*', its procedure ID without the '*').
     on_namespace = json.loads(
-        ok(dev_stack, "acl", "grant", "ana", "sales.*", "read", "--wait", "--json")
+        ok(dev_stack, "acl", "grant", "ana", "crm.*", "read", "--wait", "--json")
     )
     assert on_namespace["state"] == "SUCCEEDED"
     assert "*" not in on_namespace["procedure_id"]
     assert json.loads(ok(dev_stack, "acl", "list", "--json")) == [
         {
             "principal": "ana",
-            "namespace": "sales",
+            "namespace": "crm",
             "table": "*",
             "permission": "read",
             "scope": "namespace",
         }
     ]
-    assert "sales.*" in ok(dev_stack, "acl", "list")
+    assert "crm.*" in ok(dev_stack, "acl", "list")
 
     for args, says in [
-        (["acl", "grant", "etl", "sales.orders", "delete"], "unknown permission 'delete'"),
-        (["acl", "grant", "bad principal", "sales.orders", "read"], "bad principal"),
+        (["acl", "grant", "etl", "crm.orders", "delete"], "unknown permission 'delete'"),
+        (["acl", "grant", "bad principal", "crm.orders", "read"], "bad principal"),
         (["acl", "grant", "etl", "orders", "read"], "NAMESPACE.TABLE, or NAMESPACE.*"),
     ]:
         refused = procbus(dev_stack.env, *args)
         assert refused.returncode == 1, args
         assert says in refused.stderr
-    missing = procbus(dev_stack.env, "acl", "grant", "etl", "sales.nope", "read", "--wait")
+    missing = procbus(dev_stack.env, "acl", "grant", "etl", "crm.nope", "read", "--wait")
     assert missing.returncode == 1
-    assert "table 'sales.nope' does not exist" in missing.stdout
+    assert "table 'crm.nope' does not exist" in missing.stdout
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,12 @@ from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.services import RabbitMQ
+from workflows.topics import TopicDelivery
+
+
+@pytest.fixture
+def worker_workflows() -> Sequence[type]:
+    return [TopicDelivery]  # the `worker` of these tests delivers topics, nothing else
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import logging
 import random
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,13 @@ from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
 from procbus.topics.publishing import publish_in_transaction
 from tests.integration.test_topic_delivery import settled
 from tests.integration.webhook_receiver import WebhookReceiver
+from workflows.topics import TopicDelivery
+
+
+@pytest.fixture
+def worker_workflows() -> Sequence[type]:
+    return [TopicDelivery]  # the `worker` of these tests delivers topics, nothing else
+
 
 ACCOUNTS = 20
 OPENING_BALANCE = 1_000

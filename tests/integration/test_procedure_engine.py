@@ -83,12 +83,15 @@ async def wait_for(
             await asyncio.sleep(0.1)
 
 
-def entries(*names: str, slow: str | None = None, fail: str | None = None) -> list[Entry]:
+def entries(
+    *names: str, slow: str | None = None, fail: str | None = None, slow_seconds: float = 10.0
+) -> list[Entry]:
+    """Entries written at once but `slow` (which takes `slow_seconds`), and `fail` failing."""
     return [
         Entry(
             key=name,
             entry=f"entry {name}",
-            seconds=10.0 if name == slow else 0.0,
+            seconds=slow_seconds if name == slow else 0.0,
             fail=name == fail,
         )
         for name in names
@@ -396,7 +399,8 @@ async def test_submitting_the_same_id_twice_returns_the_same_procedure(
     client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
 ) -> None:
     procedure_id = new_id()
-    request = LedgerInput(entries=entries("a", "b", slow="b"))
+    # Slow enough to be running still when the second start arrives; the test waits it out.
+    request = LedgerInput(entries=entries("a", "b", slow="b", slow_seconds=2))
     first = await client.start_workflow(
         Ledger.run,
         request,
@@ -501,7 +505,8 @@ async def test_retry_and_skip_are_refused_unless_stuck(
     procedure_id = new_id()
     handle = await client.start_workflow(
         Ledger.run,
-        LedgerInput(entries=entries("a", slow="a")),
+        # Running while the update is refused; the test waits it out.
+        LedgerInput(entries=entries("a", slow="a", slow_seconds=3)),
         id=procedure_id,
         task_queue=task_queue,
     )

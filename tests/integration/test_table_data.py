@@ -128,6 +128,7 @@ async def spark_worker(
         spark_progress_seconds=0.2,
         load_roots=[warehouse.parent, *load_roots],
         auth=TEST_AUTH,
+        workflows=[LoadTable, CompactTable],  # the procedures these tests run
     ):
         yield
 

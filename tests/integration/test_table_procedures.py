@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,11 @@ from procbus.stack.temporal_server import temporal_binary
 from tests.integration.tables_state import snapshot
 from tests.services import run_command
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+
+
+@pytest.fixture
+def worker_workflows() -> Sequence[type]:
+    return [CreateNamespace, CreateTable, DeleteNamespace, DeleteTable]  # what these tests run
 
 
 def new_id(kind: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_AUTH, subprocess_environment, worker_process
 from worker import build_worker
+from workflows.topics import TopicDelivery
+
+
+@pytest.fixture
+def worker_workflows() -> Sequence[type]:
+    return [TopicDelivery]  # the `worker` of these tests delivers topics, nothing else
 
 
 async def delivering(
