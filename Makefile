@@ -55,8 +55,13 @@ check-rabbitmq:
 demo: install check-java
 	$(BIN)/procbus demo
 
+# TEST_WORKERS processes (pytest-xdist) on one PostgreSQL and one Temporal server; a test file
+# runs whole in one of them, and the tests of the in-process Spark session all in one
+# (tests/conftest.py names the groups).
+TEST_WORKERS ?= 3
+
 test: install check-java check-chromium check-rabbitmq
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 dev: install check-java
 	$(BIN)/procbus dev

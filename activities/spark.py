@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 from temporalio import activity
@@ -56,6 +57,8 @@ from procbus.spark.standalone import StandaloneBackend
 SMALL_FILE_SHARE = 0.75
 # Under the warehouse: where a worker loads inputs from unless PROCBUS_LOAD_ROOTS says more.
 INCOMING = LOAD_FOLDER
+
+T = TypeVar("T")
 
 
 def allowed_source(source: str, roots: Sequence[Path]) -> Path:
@@ -231,12 +234,10 @@ class SparkActivities:
     async def _run_job(
         self, step: SparkJobStep, make_job: Callable[[Path], SparkJob]
     ) -> StagedOutput:
-        # Seen at once in the UI, while Spark may still be starting.
-        activity.heartbeat(
-            JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED).model_dump(mode="json")
-        )
+        submitted = JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED)
+        activity.heartbeat(submitted.model_dump(mode="json"))  # seen at once in the UI
         folder = self._folder(step.table)
-        backend = await self.backend()
+        backend = await self._heartbeating(self.backend(), submitted)
         handle = await backend.reattach(step.job_key)
         if handle is not None and not await self.ledger.is_current(
             step.job_key, handle.attempt_token
@@ -264,6 +265,19 @@ class SparkActivities:
                 step.job_key, make_job(staging.staging_folder(folder, token)), token
             )
         return await self._finish(backend, handle, step, folder)
+
+    async def _heartbeating(self, starting: Awaitable[T], progress: JobProgress) -> T:
+        """`starting`'s result, heartbeating meanwhile: a Spark session that takes longer than
+        the job's heartbeat timeout to start (a loaded machine, a cold JVM) is not a dead worker."""
+        waiting = asyncio.ensure_future(starting)
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiting}, timeout=self.progress_every_seconds)
+                if done:
+                    return waiting.result()
+                activity.heartbeat(progress.model_dump(mode="json"))
+        finally:
+            waiting.cancel()
 
     async def _finish(
         self, backend: SparkBackend, handle: JobHandle, step: SparkJobStep, folder: Path

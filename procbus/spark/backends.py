@@ -181,6 +181,10 @@ class LocalBackend:
         return run
 
     async def progress(self, handle: JobHandle) -> JobProgress:
+        # Each tracker call is a py4j round trip, slow while the JVM is busy: off the loop.
+        return await asyncio.to_thread(self._progress_now, handle)
+
+    def _progress_now(self, handle: JobHandle) -> JobProgress:
         run = self._run_of(handle)
         tracker = self.session.sparkContext.statusTracker()
         progress = JobProgress(job_key=handle.job_key, phase=JobPhase.SUBMITTED)
@@ -262,17 +266,27 @@ async def watch(
     every_seconds: float = 2.0,
 ) -> Any:
     """Wait for a submitted job's result, reporting its progress every `every_seconds` (an
-    activity hands in its heartbeat). If the caller is cancelled (the workflow was), the Spark
-    job is cancelled and waited for."""
+    activity hands in its heartbeat). A progress answer slower than that (a busy driver, a
+    JVM in a long GC pause) never holds a report back: the last progress is reported again
+    meanwhile, so a heartbeat lapses only when this process does. If the caller is cancelled
+    (the workflow was), the Spark job is cancelled and waited for."""
     waiting = asyncio.ensure_future(backend.result(handle))
+    asking = asyncio.ensure_future(backend.progress(handle))
+    latest = JobProgress(job_key=handle.job_key, phase=JobPhase.SUBMITTED)
     try:
-        report(await backend.progress(handle))  # at once: a watcher sees the job from its start
-        while True:
-            done, _ = await asyncio.wait({waiting}, timeout=every_seconds)
-            report(await backend.progress(handle))
-            if done:
-                return waiting.result()
+        # At once, unless the backend is slow to answer: a watcher sees the job from its start.
+        await asyncio.wait({asking}, timeout=every_seconds)
+        while not waiting.done():
+            if asking.done():
+                latest = asking.result()
+                asking = asyncio.ensure_future(backend.progress(handle))
+            report(latest)
+            await asyncio.wait({waiting}, timeout=every_seconds)
+        report(await backend.progress(handle))  # how the job ended, as its backend tells it
+        return waiting.result()
     except asyncio.CancelledError:
         waiting.cancel()
         await backend.cancel(handle)
         raise
+    finally:
+        asking.cancel()

@@ -23,6 +23,8 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
 ]
 UI_TIMEOUT_MS = 30_000
+# For `expect` too (its own default is 5 s): on 2 busy cores a page can take longer to fill.
+expect.set_options(timeout=UI_TIMEOUT_MS)
 
 
 def chromium_path() -> str:

@@ -291,8 +291,9 @@ async def test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_t
 async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
     client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
 ) -> None:
-    # The catalog write (the decision) is slow, so w2 can be restarted while it runs.
-    slow_decision = "ChangeAccess.record_in_catalog:delay=4"
+    # The catalog write (the decision) is slow, so w2 can be restarted while it runs: long
+    # enough for a `procbus worker` to start and join on 2 busy cores.
+    slow_decision = "ChangeAccess.record_in_catalog:delay=10"
     with start_members(w1=slow_decision, w3=slow_decision):
         with start_members(w2=slow_decision) as first_w2:
             await wait_for_members(pool, "w1", "w2", "w3")
@@ -305,7 +306,7 @@ async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
                     principal="etl",
                     table="sales.orders",
                     permission="write",
-                    step_timeout_seconds=10,
+                    step_timeout_seconds=20,
                 ),
                 id=procedure_id,
                 task_queue=task_queue,

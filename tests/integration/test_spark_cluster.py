@@ -152,7 +152,7 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_i
     )
     source = write_csv(tmp_path / "a.csv", 0, 200)
     with worker_process(env) as doomed:
-        handle = await start_load(client, task_queue, source, job_heartbeat_timeout_seconds=5)
+        handle = await start_load(client, task_queue, source, job_heartbeat_timeout_seconds=10)
         procedure_id = handle.id
         submission_id = await submission_of(pool, f"{procedure_id}:write")
         os.kill(doomed.pid, signal.SIGKILL)

@@ -410,7 +410,7 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
         load_roots=str(big_csv.parent),
     )
     with worker_process(env) as doomed:
-        handle = await start_load(client, task_queue, big_csv, job_heartbeat_timeout_seconds=5)
+        handle = await start_load(client, task_queue, big_csv, job_heartbeat_timeout_seconds=10)
         procedure_id = handle.id
         await wait_for_running_job(client, handle.id)
         os.kill(doomed.pid, signal.SIGKILL)
