@@ -34,6 +34,17 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return found
 
 
+def wait_for_step(env: dict[str, str], procedure_id: str, step: str) -> None:
+    """Until the procedure runs `step` (a procedure runs its steps with its locks held)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = procbus(env, "proc", "status", procedure_id, "--json")
+        if status.returncode == 0 and json.loads(status.stdout).get("step_running") == step:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{procedure_id} did not reach {step}")
+
+
 def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
     port = free_port()
     env = subprocess_environment(
@@ -42,7 +53,7 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         dev_ui_port=str(free_port()),
         metrics_port=str(port),
         # CreateTable slow enough that a DeleteNamespace of its namespace waits for its lock.
-        faults="CreateTable.create_layout:delay=2",
+        faults="CreateTable.create_layout:delay=6",
     )
     stack = DevStack(env, state_dir)
     try:
@@ -58,10 +69,10 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
             assert published.returncode == 0, published.stderr
         assert procbus(env, "namespace", "create", "sales", "--wait").returncode == 0
         creating = procbus(env, "table", "create", "sales.orders", "--schema", "id:int")
-        time.sleep(0.5)  # CreateTable holds IX on sales now
+        table_id = creating.stdout.split()[0]
+        wait_for_step(env, table_id, "create_layout")  # CreateTable holds IX on sales now
         deleting = procbus(env, "namespace", "delete", "sales", "--wait")
         assert deleting.returncode == 1  # waited, then refused: the namespace holds the table
-        table_id = creating.stdout.split()[0]
         assert procbus(env, "proc", "wait", table_id).returncode == 0
 
         text = ""
