@@ -45,11 +45,16 @@ class SlowToAnswer:
         return "done"
 
 
+def watched(backend: SlowToAnswer, reports: list[JobProgress]) -> asyncio.Task[Any]:
+    """The backend's job, watched with a report every 0.05 s into `reports`."""
+    handle = JobHandle(job_key="job", attempt_token="t", group="g")
+    return asyncio.create_task(watch(backend, handle, reports.append, every_seconds=0.05))
+
+
 async def test_a_slow_progress_answer_does_not_hold_the_reports_back() -> None:
     backend = SlowToAnswer(delay=1.0)
-    handle = await backend.submit("job", lambda session: None)
     reports: list[JobProgress] = []
-    watching = asyncio.create_task(watch(backend, handle, reports.append, every_seconds=0.05))
+    watching = watched(backend, reports)
     await asyncio.sleep(1.5)
     # Within 1.5 s: a report every 0.05 s, though each answer takes 1 s (the old watch, which
     # waited for each answer before it reported, made one).
@@ -64,9 +69,8 @@ async def test_a_slow_progress_answer_does_not_hold_the_reports_back() -> None:
 
 async def test_a_quick_backend_is_reported_at_once_and_its_end_last() -> None:
     backend = SlowToAnswer(delay=0.0)
-    handle = await backend.submit("job", lambda session: None)
     reports: list[JobProgress] = []
-    watching = asyncio.create_task(watch(backend, handle, reports.append, every_seconds=0.05))
+    watching = watched(backend, reports)
     await asyncio.sleep(0.01)
     assert [r.phase for r in reports] == [JobPhase.RUNNING]  # its first answer, at once
     await asyncio.sleep(0.3)
