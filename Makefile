@@ -55,8 +55,8 @@ check-rabbitmq:
 demo: install check-java
 	$(BIN)/procbus demo
 
-# TEST_WORKERS processes (pytest-xdist) on one PostgreSQL and one Temporal server; a test file
-# runs whole in one of them, and the tests of the in-process Spark session all in one
+# TEST_WORKERS processes (pytest-xdist), each with its own PostgreSQL and Temporal server; a
+# test file runs whole in one of them, and the tests of the in-process Spark session all in one
 # (tests/conftest.py names the groups).
 TEST_WORKERS ?= 3
 

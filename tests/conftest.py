@@ -17,11 +17,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.db import create_pool
-from procbus.stack.ephemeral import ephemeral_services
+from procbus.stack.ephemeral import EphemeralServices, ephemeral_services
 from procbus.temporal import connect_client
 from tests.services import (
     TEST_AUTH,
-    SessionServices,
     create_template,
     create_test_database,
     drop_test_database,
@@ -35,22 +34,6 @@ for _terminal_size in ("COLUMNS", "LINES"):
     os.environ.pop(_terminal_size, None)
 
 _exit_status: list[int] = []
-
-
-_shared_services = contextlib.ExitStack()
-
-
-def _distributing(config: pytest.Config) -> bool:
-    """This is a pytest-xdist controller: its workers run the tests."""
-    return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # One Temporal server and one PostgreSQL for all of xdist's workers, started before them:
-    # every test has its own task queue and database, and each server more costs a core's tenth.
-    if _distributing(config):
-        started = _shared_services.enter_context(ephemeral_services("procbus-test-"))
-        SessionServices(started.temporal.address, started.postgres.url()).to_environment()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,7 +53,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _shared_services.close()
     # temporalio sdk-python #300: the interpreter can abort while shutting down after a client
     # or worker was used; leave with the session's real status instead.
     if _exit_status and not hasattr(config, "workerinput"):
@@ -80,24 +62,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def services() -> Iterator[SessionServices]:
-    shared = SessionServices.from_environment()
-    if shared is not None:
-        yield shared
-        return
+def services() -> Iterator[EphemeralServices]:
+    # Each xdist worker has its own: Schedules and some workflows have fixed IDs, so two
+    # processes' tests would meet in one Temporal namespace.
     with ephemeral_services("procbus-test-") as started:
-        yield SessionServices(started.temporal.address, started.postgres.url())
+        yield started
 
 
 @pytest.fixture(scope="session")
-async def postgres_url(services: SessionServices) -> str:
-    await create_template(services.postgres_url)
-    return services.postgres_url
+async def postgres_url(services: EphemeralServices) -> str:
+    url = services.postgres.url()
+    await create_template(url)
+    return url
 
 
 @pytest.fixture(scope="session")
-def temporal_address(services: SessionServices) -> str:
-    return services.temporal_address
+def temporal_address(services: EphemeralServices) -> str:
+    return services.temporal.address
 
 
 @pytest.fixture(scope="session")

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -21,40 +18,18 @@ from procbus.db import connect
 from procbus.db.migrate import migrate
 from procbus.temporal.auth import Signer, signed_client
 
-# Set by a pytest-xdist controller for its workers: the services it started, which they share.
-SHARED_SERVICES = "PROCBUS_TEST_SHARED_SERVICES"
-
-
-@dataclass(frozen=True)
-class SessionServices:
-    """The Temporal server and PostgreSQL server of a test session."""
-
-    temporal_address: str
-    postgres_url: str
-
-    def to_environment(self) -> None:
-        os.environ[SHARED_SERVICES] = json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_environment(cls) -> SessionServices | None:
-        shared = os.environ.get(SHARED_SERVICES)
-        return cls(**json.loads(shared)) if shared else None
-
-
-def template_database() -> str:
-    """This test process's template: xdist workers on one server each have their own."""
-    return f"procbus_test_template_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+TEMPLATE_DATABASE = "procbus_test_template"
 
 
 async def create_template(server_url: str) -> None:
     """One migrated database that every test's fresh database is copied from."""
     admin = await connect(server_url)
     try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{template_database()}"')
-        await admin.execute(f'CREATE DATABASE "{template_database()}"')
+        await admin.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE_DATABASE}"')
+        await admin.execute(f'CREATE DATABASE "{TEMPLATE_DATABASE}"')
     finally:
         await admin.close()
-    template = await connect(_with_database(server_url, template_database()))
+    template = await connect(_with_database(server_url, TEMPLATE_DATABASE))
     try:
         await migrate(template)
     finally:
@@ -65,7 +40,7 @@ async def create_test_database(server_url: str, *, migrated: bool = True) -> str
     name = f"test_{uuid.uuid4().hex[:12]}"
     admin = await connect(server_url)
     try:
-        template = f' TEMPLATE "{template_database()}"' if migrated else ""
+        template = f' TEMPLATE "{TEMPLATE_DATABASE}"' if migrated else ""
         await admin.execute(f'CREATE DATABASE "{name}"{template}')
     finally:
         await admin.close()

