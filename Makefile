@@ -55,10 +55,11 @@ check-rabbitmq:
 demo: install check-java
 	$(BIN)/procbus demo
 
-# TEST_WORKERS processes (pytest-xdist), each with its own PostgreSQL and Temporal server; a
-# test file runs whole in one of them, and the tests of the in-process Spark session all in one
-# (tests/conftest.py names the groups).
-TEST_WORKERS ?= 3
+# `make test TEST_WORKERS=3` runs the suite in 3 processes (pytest-xdist), each with its own
+# PostgreSQL and Temporal server; a test file runs whole in one of them, and the tests of the
+# in-process Spark session all in one (tests/conftest.py names the groups). One process by
+# default until the timing tests that still race under that load are made deterministic.
+TEST_WORKERS ?= 0
 
 test: install check-java check-chromium check-rabbitmq
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
