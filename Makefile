@@ -58,7 +58,7 @@ demo: install check-java
 # `make test TEST_WORKERS=3` runs the suite in 3 processes (pytest-xdist), each with its own
 # PostgreSQL and Temporal server; a test file runs whole in one of them, and the tests of the
 # in-process Spark session all in one (tests/conftest.py names the groups). One process by
-# default until the timing tests that still race under that load are made deterministic.
+# default until test_worker_crash, which still races under that load, is made deterministic.
 TEST_WORKERS ?= 0
 
 test: install check-java check-chromium check-rabbitmq
