@@ -22,6 +22,7 @@ from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
@@ -281,7 +282,8 @@ async def ensure_sweep_schedule(
 ) -> None:
     """The Temporal Schedule that starts OutboxSweep every `every`: created once, kept; one
     made with another interval (procbus used to sweep every minute) or for another task queue
-    (the workers moved to a new one) is brought up to date."""
+    (the workers moved to a new one) is brought up to date, and a sweep it left open on the old
+    queue is ended."""
     spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
@@ -312,3 +314,13 @@ async def ensure_sweep_schedule(
         return ScheduleUpdate(schedule=current.description.schedule)
 
     await handle.update(brought_up_to_date)
+    if not same_queue:
+        # A sweep the schedule started on the old queue may never run there, and with SKIP an
+        # open run skips every later one; sweeps are idempotent, so the next does its work.
+        for running in existing.info.running_actions:
+            if not isinstance(running, ScheduleActionExecutionStartWorkflow):
+                continue
+            with contextlib.suppress(RPCError):  # it ended meanwhile
+                await client.get_workflow_handle(running.workflow_id).terminate(
+                    f"the outbox sweep schedule moved to task queue {task_queue!r}"
+                )

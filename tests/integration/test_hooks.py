@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import sys
 import uuid
@@ -359,10 +358,6 @@ async def test_a_process_killed_after_commit_loses_nothing(
     # The periodic sweep (a Temporal Schedule starting OutboxSweep) performs it later.
     await ensure_sweep_schedule(client, task_queue, every=timedelta(hours=1))
     schedule = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
-    # An earlier test's worker made the schedule for its own queue; if it fired at the top of
-    # the hour, that sweep run is still open on a queue nobody polls, and SKIP would skip ours.
-    with contextlib.suppress(RPCError):
-        await client.get_workflow_handle("procbus-outbox-sweep-run").terminate("left by a test")
     try:
         await schedule.trigger()
         async with asyncio.timeout(30):
@@ -423,3 +418,20 @@ async def test_a_thousand_transactions_from_eight_writers(
     assert len(runs) == len(set(runs)), "a workflow started twice"
     assert set(started) == set(committed)
     assert await names(pool) == sorted(committed)
+
+
+async def test_a_sweep_left_open_on_the_old_queue_does_not_block_the_schedule_moved_off_it(
+    database_url: str, pool: asyncpg.Pool, client: Client, worker: Worker, task_queue: str
+) -> None:
+    """Workers moved to a new task queue while a sweep the schedule started waits on the old
+    one (no worker polls it): with SKIP that open run would skip every later sweep."""
+    await ensure_sweep_schedule(client, f"{task_queue}-old", every=timedelta(hours=1))
+    schedule = client.get_schedule_handle(SWEEP_SCHEDULE_ID)
+    await schedule.trigger()
+    async with asyncio.timeout(30):
+        while not (await schedule.describe()).info.running_actions:
+            await asyncio.sleep(0.2)
+    # The sweep then performs a committed row on the new queue, as after any crash.
+    await test_a_process_killed_after_commit_loses_nothing(
+        database_url, pool, client, worker, task_queue
+    )
