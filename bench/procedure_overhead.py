@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from procbus.procedures import ProcedureInput
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
+from workflows.runner import workflow_runner
 
 COUNT = int(os.environ.get("BENCH_COUNT", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))
@@ -47,6 +48,7 @@ async def main() -> dict[str, float | int]:
             client,
             task_queue=queue,
             workflows=[Plain, FiveSteps],
+            workflow_runner=workflow_runner(),
             activities=[noop, undo_noop],
             max_concurrent_workflow_tasks=CONCURRENCY,
             max_concurrent_activities=CONCURRENCY,

@@ -59,6 +59,7 @@ from workflows.bus import Broadcast
 from workflows.data import CompactTable, LoadTable
 from workflows.outbox import OutboxSweep
 from workflows.retention import Retention
+from workflows.runner import workflow_runner
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 from workflows.topics import TopicDelivery
@@ -162,6 +163,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
+        workflow_runner=workflow_runner(),
         activities=activities_for(
             pool,
             task_queue,

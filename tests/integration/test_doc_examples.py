@@ -33,6 +33,7 @@ from tests.integration.test_table_data import make_table, spark_worker, write_cs
 from tests.integration.test_table_procedures import new_id
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_KEY
+from workflows.runner import workflow_runner
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -49,6 +50,7 @@ async def test_grant_access_is_all_or_nothing(client: Client, task_queue: str, f
     async with Worker(
         client,
         task_queue=task_queue,
+        workflow_runner=workflow_runner(),
         workflows=[GrantAccess],
         activities=[
             access.create_account,
@@ -86,6 +88,7 @@ async def test_the_locks_example_fences_its_write_and_releases(
     async with Worker(
         client,
         task_queue=task_queue,
+        workflow_runner=workflow_runner(),
         workflows=[RewritePartition],
         activities=[jobs.write_partition, jobs.forget_partition, *LockActivities(pool).all()],
     ):
@@ -124,6 +127,7 @@ async def test_the_hooks_example_sends_the_receipt_and_starts_the_grant_once(
     async with Worker(
         client,
         task_queue=task_queue,
+        workflow_runner=workflow_runner(),
         workflows=[GrantAccess],
         activities=[
             access.create_account,

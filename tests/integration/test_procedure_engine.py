@@ -30,6 +30,7 @@ from tests.integration.ledger_procedures import (
     RollForwardLedger,
     ShortHistoryLedger,
 )
+from workflows.runner import workflow_runner
 
 
 @pytest.fixture
@@ -45,6 +46,7 @@ def ledger_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any:
         return Worker(
             client,
             task_queue=task_queue,
+            workflow_runner=workflow_runner(),
             workflows=[Ledger, ShortHistoryLedger, RollForwardLedger],
             activities=[
                 LedgerActivities(ledger).write,

@@ -38,6 +38,7 @@ from tests.integration.ledger_procedures import (
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
 from tests.services import subprocess_environment, worker_process
+from workflows.runner import workflow_runner
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 
 
@@ -60,6 +61,7 @@ def locking_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any
         return Worker(
             client,
             task_queue=task_queue,
+            workflow_runner=workflow_runner(),
             workflows=[Ledger, ShortHistoryLedger],
             activities=[
                 activities.write,

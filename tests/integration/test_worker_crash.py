@@ -38,6 +38,10 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
         warehouse=str(warehouse),
         # The doomed worker hangs in step 3, so the kill lands mid-procedure.
         faults="CreateTable.refresh_cache.apply:delay=600",
+        # Its bus membership runs out well within the broadcast's five 3 s sends: with the
+        # default 15 s the two were equal, and a busy machine ran out of sends first (FAILED, so
+        # the step was sent again to the new worker alone, "applied").
+        member_timeout_seconds="4",
     )
     with worker_process(env) as doomed:
         await client.execute_workflow(
