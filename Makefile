@@ -55,11 +55,10 @@ check-rabbitmq:
 demo: install check-java
 	$(BIN)/procbus demo
 
-# `make test TEST_WORKERS=3` runs the suite in 3 processes (pytest-xdist), each with its own
-# PostgreSQL and Temporal server; a test file runs whole in one of them, and the tests of the
-# in-process Spark session all in one (tests/conftest.py names the groups). One process by
-# default until test_worker_crash, which still races under that load, is made deterministic.
-TEST_WORKERS ?= 0
+# The suite runs in 3 processes (pytest-xdist), each with its own PostgreSQL and Temporal
+# server; a test file runs whole in one of them, and the tests of the in-process Spark session
+# all in one (tests/conftest.py names the groups). `make test TEST_WORKERS=0`: one process.
+TEST_WORKERS ?= 3
 
 test: install check-java check-chromium check-rabbitmq
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup

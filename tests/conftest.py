@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -17,6 +18,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from procbus.db import create_pool
+from procbus.errors import SparkUnavailable
 from procbus.stack.ephemeral import EphemeralServices, ephemeral_services
 from procbus.temporal import connect_client
 from tests.services import (
@@ -25,6 +27,7 @@ from tests.services import (
     create_test_database,
     drop_test_database,
 )
+from tests.spark_classes import archive_path, jvm_options, start_building, stop_building
 from worker import build_worker
 from worker.main import WORKFLOWS
 
@@ -34,6 +37,39 @@ for _terminal_size in ("COLUMNS", "LINES"):
     os.environ.pop(_terminal_size, None)
 
 _exit_status: list[int] = []
+# The caller's own JVM options, kept under the run's (tests/spark_classes.py).
+_CALLER_JVM_OPTIONS = os.environ.get("JAVA_TOOL_OPTIONS", "")
+_spark_archive: list[Path] = []
+_archive_build: list[subprocess.Popen[bytes]] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The Spark class archive in pytest's cache: the first process (xdist's controller, or the
+    only one) builds it in the background if missing; every process's JVMs map it once built."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:  # with -p no:cacheprovider there is no place to keep it
+        try:
+            _spark_archive.append(archive_path(cache.mkdir("spark-classes")))
+        except (OSError, SparkUnavailable) as error:  # no java: the Spark tests say so
+            print(f"no Spark class archive: {error}", file=sys.stderr)
+    if _spark_archive and not hasattr(config, "workerinput"):
+        building = start_building(_spark_archive[0])
+        if building is not None:
+            _archive_build.append(building)
+    _set_jvm_options()
+
+
+def _set_jvm_options() -> None:
+    os.environ["JAVA_TOOL_OPTIONS"] = jvm_options(
+        _spark_archive[0] if _spark_archive else None, _CALLER_JVM_OPTIONS
+    )
+
+
+@pytest.fixture(autouse=True)
+def _run_jvm_options() -> None:
+    """Every JVM a test starts, in this process or in its subprocesses, with the run's options
+    (set again each test: the archive appears partway through the first run)."""
+    _set_jvm_options()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,6 +89,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    for building in _archive_build:
+        stop_building(building, _spark_archive[0])
     # temporalio sdk-python #300: the interpreter can abort while shutting down after a client
     # or worker was used; leave with the session's real status instead.
     if _exit_status and not hasattr(config, "workerinput"):

@@ -80,21 +80,10 @@ def signed_as(client: Client, principal: str) -> Client:
     return signed_client(client, Signer(TEST_KEY, principal))
 
 
-# A test's JVMs live seconds (a subprocess's local Spark, a cluster's drivers and executors):
-# without the C2 compiler and with one GC thread each they start and run their first jobs in
-# about half the time on 2 cores.
-SHORT_LIVED_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
-def short_lived_jvm_options() -> str:
-    """JAVA_TOOL_OPTIONS for a test's subprocess: the caller's own, then ours."""
-    return f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} {SHORT_LIVED_JVM_OPTIONS}".strip()
-
-
 def subprocess_environment(state_dir: Path, **settings: str) -> dict[str, str]:
     """The environment for a procbus subprocess: only its own state, no inherited PROCBUS_."""
+    # JAVA_TOOL_OPTIONS comes along: the run's JVM options (tests/conftest.py sets them).
     env = {key: value for key, value in os.environ.items() if not key.startswith("PROCBUS_")}
-    env["JAVA_TOOL_OPTIONS"] = short_lived_jvm_options()
     env["PROCBUS_STATE_DIR"] = str(state_dir)
     env.update({f"PROCBUS_{key.upper()}": value for key, value in settings.items()})
     return env
@@ -238,7 +227,6 @@ class SparkCluster:
             **os.environ,
             "SPARK_HOME": str(self.spark_home),
             "SPARK_LOCAL_IP": "127.0.0.1",
-            "JAVA_TOOL_OPTIONS": short_lived_jvm_options(),
         }
         log = (self.folder / f"{name}.log").open("wb")
         self.processes.append(
