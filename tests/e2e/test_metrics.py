@@ -52,8 +52,9 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         dev_temporal_port=str(free_port()),
         dev_ui_port=str(free_port()),
         metrics_port=str(port),
-        # CreateTable slow enough that a DeleteNamespace of its namespace waits for its lock.
-        faults="CreateTable.create_layout:delay=6",
+        # CreateTable slow enough that a DeleteNamespace of its namespace waits for its lock:
+        # on a loaded machine, seeing the step and starting the delete took over 6 s.
+        faults="CreateTable.create_layout:delay=20",
     )
     stack = DevStack(env, state_dir)
     try:
