@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test dev lint bench docs install check-java check-chromium check-rabbitmq clean
+.PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,12 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# procbus's own packages compiled ahead: an editable install leaves them uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set every process (each CLI call, each worker) would compile them
+# again (a worker's start: 2.4 -> 2.0 s). Only what changed is compiled again.
+bytecode: install
+	$(BIN)/python -m compileall -q procbus workflows activities worker starter tests >/dev/null
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -52,7 +58,7 @@ check-rabbitmq:
 	    exit 1; \
 	  fi; }
 
-demo: install check-java
+demo: bytecode check-java
 	$(BIN)/procbus demo
 
 # The suite runs in 3 processes (pytest-xdist), each with its own PostgreSQL and Temporal
@@ -60,7 +66,7 @@ demo: install check-java
 # all in one (tests/conftest.py names the groups). `make test TEST_WORKERS=0`: one process.
 TEST_WORKERS ?= 3
 
-test: install check-java check-chromium check-rabbitmq
+test: bytecode check-java check-chromium check-rabbitmq
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 dev: install check-java
