@@ -46,6 +46,13 @@ _archive_build: list[subprocess.Popen[bytes]] = []
 def pytest_configure(config: pytest.Config) -> None:
     """The Spark class archive in pytest's cache: the first process (xdist's controller, or the
     only one) builds it in the background if missing; every process's JVMs map it once built."""
+    if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
+        # Its test IDs ignore the groups xdist writes into them: the tests of a file would
+        # spread over the processes, each starting the file's broker, cluster or stack.
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} breaks --dist loadgroup (pytest-dev/pytest-xdist#1386):"
+            " `make install` installs the pytest that pyproject.toml names"
+        )
     cache = getattr(config, "cache", None)
     if cache is not None:  # with -p no:cacheprovider there is no place to keep it
         try:
@@ -72,7 +79,8 @@ def _run_jvm_options() -> None:
     _set_jvm_options()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)  # markers first: xdist's own hook reads them
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """For `--dist loadgroup`: a test file runs whole in one xdist worker (its module-scoped
     stack, broker or cluster starts once), and every test of the in-process Spark session in
     one worker, so one Spark JVM starts instead of one a worker."""
@@ -80,6 +88,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         group = "spark-session" if "spark" in fixtures else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+    yield  # xdist's own hook writes each test's group into its ID, which its scheduler reads
 
 
 @pytest.hookimpl(trylast=True)
