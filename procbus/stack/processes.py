@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import random
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -20,7 +23,11 @@ from procbus.errors import StackError
 LOOPBACK = "127.0.0.1"
 # Ports handed to servers are drawn from here up to the kernel's ephemeral range.
 FIXED_PORTS_FROM = 20000
-_handed_out: set[int] = set()
+# Each port handed out, with the lock that reserves it from every other procbus process on this
+# machine until this one ends: two processes drawing at random would otherwise hand one port to
+# two servers (a test's `procbus dev` found its metrics port taken so).
+_handed_out: dict[int, IO[str]] = {}
+_RESERVATIONS_KEPT = 200
 _PR_SET_PDEATHSIG = 1
 
 
@@ -33,15 +40,37 @@ def free_port(host: str = LOOPBACK) -> int:
         port = random.randrange(FIXED_PORTS_FROM, below) if below > FIXED_PORTS_FROM else 0
         if port in _handed_out:
             continue  # free again, but handed to a server that may not have started yet
+        reservation = _reserve(port) if port else None
+        if port and reservation is None:
+            continue  # another process handed it out
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind((host, port))
             except OSError:
+                if reservation is not None:
+                    reservation.close()
                 continue
             port = int(probe.getsockname()[1])
-        _handed_out.add(port)
+        if reservation is not None:
+            _handed_out[port] = reservation
+            if len(_handed_out) > _RESERVATIONS_KEPT:  # its server has long bound it
+                _handed_out.pop(next(iter(_handed_out))).close()
         return port
     raise StackError(f"no free port on {host} in {FIXED_PORTS_FROM}-{below - 1}")
+
+
+def _reserve(port: int) -> IO[str] | None:
+    """The open lock file reserving `port` for this process, or None when another holds it;
+    the lock goes with the process however it ends."""
+    folder = Path(tempfile.gettempdir()) / f"procbus-ports-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    handle = (folder / str(port)).open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        return None
+    return handle
 
 
 def _ephemeral_ports_from() -> int:
