@@ -37,23 +37,11 @@ if TYPE_CHECKING:
         wait_for_procedure,
     )
 
+
 # The client's names load with the client (temporalio's, ~0.4 s): a command that only reads the
 # catalog, or a module that only needs the models, does not pay for them.
-_CLIENT_NAMES = {
-    "ProcedureSummary",
-    "abort_procedure",
-    "list_procedures",
-    "new_procedure_id",
-    "procedure_status",
-    "retry_procedure",
-    "skip_compensation",
-    "start_procedure",
-    "wait_for_procedure",
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _CLIENT_NAMES:
+    if name in __all__:  # a name of __all__ not defined here is the client's
         from procbus.procedures import client
 
         return getattr(client, name)
