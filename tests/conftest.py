@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +38,8 @@ for _terminal_size in ("COLUMNS", "LINES"):
     os.environ.pop(_terminal_size, None)
 
 _exit_status: list[int] = []
+# Seconds each test group took in a full run on 2 cores (`--write-group-seconds` rewrites it).
+GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
 # The caller's own JVM options, kept under the run's (tests/spark_classes.py).
 _CALLER_JVM_OPTIONS = os.environ.get("JAVA_TOOL_OPTIONS", "")
 _spark_archive: list[Path] = []
@@ -53,6 +56,8 @@ def pytest_configure(config: pytest.Config) -> None:
             f"pytest {pytest.__version__} breaks --dist loadgroup (pytest-dev/pytest-xdist#1386):"
             " `make install` installs the pytest that pyproject.toml names"
         )
+    # xdist would hand out the groups with the most tests first; ours go longest first.
+    config.option.loadscopereorder = False
     cache = getattr(config, "cache", None)
     if cache is not None:  # with -p no:cacheprovider there is no place to keep it
         try:
@@ -79,21 +84,60 @@ def _run_jvm_options() -> None:
     _set_jvm_options()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--write-group-seconds",
+        action="store_true",
+        help=f"write how long each test group took to {GROUP_SECONDS.name}"
+        " (run with -n 3 --dist loadgroup; it orders later runs)",
+    )
+
+
 @pytest.hookimpl(wrapper=True)  # markers first: xdist's own hook reads them
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     """For `--dist loadgroup`: a test file runs whole in one xdist worker (its module-scoped
     stack, broker or cluster starts once), and every test of the in-process Spark session in
-    one worker, so one Spark JVM starts instead of one a worker."""
+    one worker, so one Spark JVM starts instead of one a worker. The longest groups go first:
+    xdist hands groups out in collection order, and a long one handed out last would run on
+    alone at the end while the other processes stand idle."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         group = "spark-session" if "spark" in fixtures else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+    seconds = expected_group_seconds()
+    items.sort(key=lambda item: -seconds.get(group_of(item), 0.0))  # stable: files stay whole
     yield  # xdist's own hook writes each test's group into its ID, which its scheduler reads
+
+
+def group_of(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker is not None else item.nodeid.split("::")[0]
+
+
+def expected_group_seconds() -> dict[str, float]:
+    try:
+        return {str(group): float(s) for group, s in json.loads(GROUP_SECONDS.read_text()).items()}
+    except (OSError, ValueError, AttributeError) as error:  # only the order suffers
+        print(f"no test group durations ({error}): groups run in file order", file=sys.stderr)
+        return {}
+
+
+_group_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under xdist the controller sees every report; a test's ID ends in `@group`."""
+    if "@" in report.nodeid:
+        group = report.nodeid.rsplit("@", 1)[1]
+        _group_seconds[group] = _group_seconds.get(group, 0.0) + report.duration
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _exit_status.append(int(exitstatus))
+    if session.config.getoption("write_group_seconds") and _group_seconds:
+        rounded = {group: round(s, 1) for group, s in sorted(_group_seconds.items())}
+        GROUP_SECONDS.write_text(json.dumps(rounded, indent=1) + "\n")
 
 
 @pytest.hookimpl(trylast=True)
