@@ -45,7 +45,7 @@ class LockActivities:
 
     @activity.defn(name="release_locks")
     async def release_locks(self, request: ReleaseRequest) -> ReleaseResult:
-        woken = await self.table.release(request.holder)
+        woken = await self.table.release(request.holder, request.execution)
         released = self._released.get(request.holder)
         if released is not None:  # its lease keeper runs in this process: stop it now
             released.set()

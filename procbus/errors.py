@@ -33,6 +33,7 @@ class ErrorType(StrEnum):
     ATTEMPT_FENCED_OUT = "AttemptFencedOut"  # a newer attempt of the same job took over
     SNAPSHOT_CONFLICT = "SnapshotConflict"  # a file a commit replaces is no longer live
     MEMBER_NOT_CURRENT = "MemberNotCurrent"  # this worker's bus caches may be stale: ask again
+    LOCKS_RELEASED = "LocksReleased"  # a late lock request of an execution that released its own
 
     @property
     def retryable(self) -> bool:
@@ -105,6 +106,13 @@ class LockLost(ProcbusError):
     """A granted lock's lease ran out and another holder may have it now."""
 
     error_type = ErrorType.LOCK_LOST
+
+
+class LocksReleased(ProcbusError):
+    """A lock request of an execution that had released its locks (a worker that resumed an old
+    workflow task of a procedure that already ended): it takes none."""
+
+    error_type = ErrorType.LOCKS_RELEASED
 
 
 class StaleFencingToken(ProcbusError):

@@ -87,6 +87,8 @@ class ProcedureLocks:
                 locks=own,
                 family=list(request.lock_family),
                 lease_seconds=request.lock_lease_seconds,
+                # A worker resuming an old task of this procedure after it ended takes nothing.
+                execution=workflow.info().first_execution_run_id,
             )
 
     def fence(self, resource: str) -> Fence | None:
@@ -210,7 +212,9 @@ class ProcedureLocks:
         await self._before_local_activity()
         await workflow.execute_local_activity(
             "release_locks",
-            ReleaseRequest(holder=self._status.procedure_id),
+            ReleaseRequest(
+                holder=self._status.procedure_id, execution=workflow.info().first_execution_run_id
+            ),
             start_to_close_timeout=LOCK_CALL_TIMEOUT,
             summary="release the locks",
         )

@@ -6,7 +6,7 @@ grants and fences every writer carries are procbus.core.fences.
 """
 
 from procbus.core.fences import Fence, LockGrant, LockMode
-from procbus.errors import LockError, LockLost, LockTimeout, StaleFencingToken
+from procbus.errors import LockError, LockLost, LocksReleased, LockTimeout, StaleFencingToken
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,
     LOCKS_CHANGED_SIGNAL,
@@ -47,6 +47,7 @@ __all__ = [
     "LockTable",
     "LockTimeout",
     "LockWait",
+    "LocksReleased",
     "ReleaseRequest",
     "ReleaseResult",
     "ResourceLocks",

@@ -171,7 +171,8 @@ CREATE OR REPLACE FUNCTION "procbus_lock_acquire"(
     "p_family" text[],
     "p_resources" text[],
     "p_modes" text[],
-    "p_lease_seconds" double precision
+    "p_lease_seconds" double precision,
+    "p_execution" text
 ) RETURNS TABLE (
     "resource" text,
     "mode" text,
@@ -199,6 +200,15 @@ BEGIN
     "lease" := clock_timestamp() + make_interval(secs => "p_lease_seconds");
     PERFORM pg_advisory_xact_lock("procbus_lock_key"(sorted.r))
     FROM (SELECT DISTINCT r FROM unnest("p_resources") AS r ORDER BY r) AS sorted;
+    -- Read under the resources' advisory locks: a release of them commits before this looks.
+    IF "p_execution" IS NOT NULL AND EXISTS (
+        SELECT FROM "procbus_lock_releases" AS d
+        WHERE d."holder" = "p_holder" AND d."execution" = "p_execution"
+    ) THEN
+        RAISE EXCEPTION 'the locks of % were released when its execution % ended: a late request '
+            '(a resumed worker running an old workflow task) takes none', "p_holder", "p_execution"
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
     -- Granted at once when no request of this holder is queued on these resources yet and
     -- nothing there conflicts (granted or queued, its family's locks aside).
     RETURN QUERY
@@ -228,9 +238,11 @@ BEGIN
 END
 $$;
 
--- Release every lock and queue place of a holder, then grant what that frees.
+-- Release every lock and queue place of a holder, then grant what that frees; with the
+-- execution, its later requests are refused (procbus_lock_releases).
 -- Returns the other holders that got a grant, so they can be told at once.
-CREATE OR REPLACE FUNCTION "procbus_lock_release"("p_holder" text) RETURNS SETOF text
+CREATE OR REPLACE FUNCTION "procbus_lock_release"("p_holder" text, "p_execution" text)
+RETURNS SETOF text
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
@@ -240,6 +252,10 @@ DECLARE
     "held" text[];
     "others_wait" boolean;
 BEGIN
+    IF "p_execution" IS NOT NULL THEN
+        INSERT INTO "procbus_lock_releases" ("holder", "execution")
+        VALUES ("p_holder", "p_execution") ON CONFLICT DO NOTHING;
+    END IF;
     -- Each resource's queue is serialised (in one order) as it is read.
     SELECT array_agg(held_resource.r) INTO "held"
     FROM (

@@ -50,6 +50,11 @@ class LockSetRequest(BaseModel):
         default_factory=list, description="ancestor procedures whose locks this one inherits"
     )
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    execution: str | None = Field(
+        default=None,
+        description="the holder's execution (a procedure's first run ID): once it released,"
+        " a late request of it takes nothing",
+    )
 
     @field_validator("lease_seconds")
     @classmethod
@@ -101,6 +106,9 @@ class HoldResult(BaseModel):
 
 class ReleaseRequest(BaseModel):
     holder: str
+    execution: str | None = Field(
+        default=None, description="recorded: a later request of this execution is refused"
+    )
 
 
 class ReleaseResult(BaseModel):

@@ -1,9 +1,13 @@
 -- name: acquire_locks
 SELECT "resource", "mode", "token", "lease_expires_at", "blockers", "woken"
-FROM "procbus_lock_acquire"($1, $2, $3, $4, $5);
+FROM "procbus_lock_acquire"($1, $2, $3, $4, $5, $6);
 
 -- name: release_locks
-SELECT "procbus_lock_release" AS "woken" FROM "procbus_lock_release"($1);
+SELECT "procbus_lock_release" AS "woken" FROM "procbus_lock_release"($1, $2);
+
+-- name: forget_lock_releases
+-- Long after its end no worker still holds an old workflow task of the execution.
+DELETE FROM "procbus_lock_releases" WHERE "released_at" < now() - make_interval(secs => $1);
 
 -- name: renew_locks
 -- Only granted locks: a waiting request renews its place by asking again (acquire_locks).

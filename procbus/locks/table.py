@@ -22,7 +22,7 @@ import asyncpg
 
 from procbus.core.fences import Fence, LockGrant, LockMode
 from procbus.db.queries import load_queries
-from procbus.errors import LockError, LockLost, LockTimeout, StaleFencingToken
+from procbus.errors import LockError, LockLost, LocksReleased, LockTimeout, StaleFencingToken
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,
     Blocker,
@@ -36,6 +36,9 @@ from procbus.locks.models import (
 from procbus.locks.modes import expand
 
 QUERIES = "procbus.locks"
+# How long an execution's release is remembered (its late requests refused): a worker resuming
+# an old workflow task after longer than this is not expected.
+RELEASES_KEPT_SECONDS = 7 * 24 * 3600.0
 
 
 def lock_set(
@@ -104,9 +107,12 @@ class LockTable:
                 [lock.resource for lock in request.locks],
                 [lock.mode.value for lock in request.locks],
                 request.lease_seconds,
+                request.execution,
             )
         except asyncpg.InvalidParameterValueError as error:
             raise LockError(str(error)) from None
+        except asyncpg.ObjectNotInPrerequisiteStateError as error:
+            raise LocksReleased(str(error)) from None
         grants: list[LockGrant] = []
         waiting: list[LockWait] = []
         for row in rows:
@@ -128,9 +134,17 @@ class LockTable:
             woken=list(first["woken"]) if first else [],
         )
 
-    async def release(self, holder: str) -> list[str]:
-        """Release every lock and queue place of `holder`; returns the holders it unblocked."""
-        rows = await self.pool.fetch(self.queries["release_locks"], holder)
+    async def release(self, holder: str, execution: str | None = None) -> list[str]:
+        """Release every lock and queue place of `holder`; returns the holders it unblocked.
+        With its `execution`, a later request of that execution takes nothing (LocksReleased)."""
+        if execution is None:
+            rows = await self.pool.fetch(self.queries["release_locks"], holder, None)
+        else:
+            async with self.pool.acquire() as connection, connection.transaction():
+                await connection.execute(
+                    self.queries["forget_lock_releases"], RELEASES_KEPT_SECONDS
+                )
+                rows = await connection.fetch(self.queries["release_locks"], holder, execution)
         return [row["woken"] for row in rows if row["woken"] != holder]
 
     async def renew(

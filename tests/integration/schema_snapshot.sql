@@ -126,7 +126,7 @@ BEGIN
         TG_TABLE_SCHEMA, TG_TABLE_NAME, quote_literal(TG_ARGV[0]) USING ERRCODE = 'PBC01';
 END
 $$;
-CREATE FUNCTION public.procbus_lock_acquire(p_holder text, p_family text[], p_resources text[], p_modes text[], p_lease_seconds double precision) RETURNS TABLE(resource text, mode text, token bigint, lease_expires_at timestamp with time zone, blockers jsonb, woken text[])
+CREATE FUNCTION public.procbus_lock_acquire(p_holder text, p_family text[], p_resources text[], p_modes text[], p_lease_seconds double precision, p_execution text) RETURNS TABLE(resource text, mode text, token bigint, lease_expires_at timestamp with time zone, blockers jsonb, woken text[])
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
@@ -146,6 +146,15 @@ BEGIN
     "lease" := clock_timestamp() + make_interval(secs => "p_lease_seconds");
     PERFORM pg_advisory_xact_lock("procbus_lock_key"(sorted.r))
     FROM (SELECT DISTINCT r FROM unnest("p_resources") AS r ORDER BY r) AS sorted;
+    -- Read under the resources' advisory locks: a release of them commits before this looks.
+    IF "p_execution" IS NOT NULL AND EXISTS (
+        SELECT FROM "procbus_lock_releases" AS d
+        WHERE d."holder" = "p_holder" AND d."execution" = "p_execution"
+    ) THEN
+        RAISE EXCEPTION 'the locks of % were released when its execution % ended: a late request '
+            '(a resumed worker running an old workflow task) takes none', "p_holder", "p_execution"
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
     -- Granted at once when no request of this holder is queued on these resources yet and
     -- nothing there conflicts (granted or queued, its family's locks aside).
     RETURN QUERY
@@ -303,7 +312,7 @@ CREATE FUNCTION public.procbus_lock_key(resource text) RETURNS bigint
     AS $$
     SELECT hashtextextended('procbus_lock:' || "resource", 0)
 $$;
-CREATE FUNCTION public.procbus_lock_release(p_holder text) RETURNS SETOF text
+CREATE FUNCTION public.procbus_lock_release(p_holder text, p_execution text) RETURNS SETOF text
     LANGUAGE plpgsql
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
@@ -313,6 +322,10 @@ DECLARE
     "held" text[];
     "others_wait" boolean;
 BEGIN
+    IF "p_execution" IS NOT NULL THEN
+        INSERT INTO "procbus_lock_releases" ("holder", "execution")
+        VALUES ("p_holder", "p_execution") ON CONFLICT DO NOTHING;
+    END IF;
     -- Each resource's queue is serialised (in one order) as it is read.
     SELECT array_agg(held_resource.r) INTO "held"
     FROM (
@@ -953,6 +966,11 @@ CREATE SEQUENCE public.procbus_lock_queue
     NO MINVALUE
     NO MAXVALUE
     CACHE 1;
+CREATE TABLE public.procbus_lock_releases (
+    holder text NOT NULL,
+    execution text NOT NULL,
+    released_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
 CREATE TABLE public.procbus_lock_resources (
     resource text NOT NULL,
     last_token bigint DEFAULT 0 NOT NULL
@@ -1263,6 +1281,8 @@ ALTER TABLE ONLY public.procbus_events
     ADD CONSTRAINT procbus_events_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY public.procbus_events
     ADD CONSTRAINT procbus_events_procedure_id_event_type_key UNIQUE (procedure_id, event_type);
+ALTER TABLE ONLY public.procbus_lock_releases
+    ADD CONSTRAINT procbus_lock_releases_pkey PRIMARY KEY (holder, execution);
 ALTER TABLE ONLY public.procbus_lock_resources
     ADD CONSTRAINT procbus_lock_resources_pkey PRIMARY KEY (resource);
 ALTER TABLE ONLY public.procbus_locks
@@ -1315,6 +1335,7 @@ ALTER TABLE ONLY public.procbus_topic_shards
     ADD CONSTRAINT procbus_topic_shards_pkey PRIMARY KEY (topic, shard);
 ALTER TABLE ONLY public.procbus_topics
     ADD CONSTRAINT procbus_topics_pkey PRIMARY KEY (name);
+CREATE INDEX procbus_lock_releases_released_at ON public.procbus_lock_releases USING btree (released_at);
 CREATE INDEX procbus_locks_holder ON public.procbus_locks USING btree (holder, resource);
 CREATE INDEX procbus_locks_waiting ON public.procbus_locks USING btree (resource, queue_position) WHERE (token IS NULL);
 CREATE INDEX procbus_outbox_pending ON public.procbus_outbox USING btree (id) WHERE (done_at IS NULL);

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from procbus.core.fences import Fence, LockMode
 from procbus.locks import (
     LockLost,
+    LocksReleased,
     LockTable,
     LockTimeout,
     StaleFencingToken,
@@ -52,6 +53,26 @@ async def test_a_lock_set_is_granted_with_intention_locks_and_growing_tokens(
     tokens = {g.resource: g.token for g in again.grants}
     assert tokens["sales/orders"] > fence_of(first.grants, "sales/orders").token
     assert tokens["sales"] > max(g.token for g in other.grants if g.resource == "sales")
+
+
+async def test_a_late_request_of_an_execution_that_released_takes_nothing(
+    locks: LockTable,
+) -> None:
+    """A worker that resumes an old workflow task of a procedure that has ended runs its first
+    acquire again: the execution released, so it takes nothing and the next holder goes at once
+    (it used to get the locks back, blocking everyone until their lease ran out)."""
+    first_run = lock_set("p1", [("sales/orders", "X")]).model_copy(update={"execution": "run-1"})
+    assert (await locks.acquire(first_run)).granted
+    await locks.release("p1", "run-1")
+    with pytest.raises(LocksReleased, match="p1 were released when its execution run-1 ended"):
+        await locks.acquire(first_run)
+    assert await locks.list_locks() == []
+    other = await locks.acquire(lock_set("p2", [("sales/orders", "X")]))
+    assert other.granted
+    await locks.release("p2")
+    # The same holder ID started again later is another execution: it takes its locks.
+    again = await locks.acquire(first_run.model_copy(update={"execution": "run-2"}))
+    assert again.granted
 
 
 async def test_whole_table_read_and_partition_write_conflict(locks: LockTable) -> None:

@@ -23,7 +23,7 @@ from procbus.core.faults import parse_faults
 from procbus.core.fences import LockGrant, LockMode
 from procbus.lakehouse.catalog import Catalog, TableDescriptor
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
-from procbus.locks import LockTable, StaleFencingToken, lock_set
+from procbus.locks import LocksReleased, LockTable, StaleFencingToken, lock_set
 from procbus.locks.models import fence_for
 from procbus.locks.modes import expand, lock_sets_conflict
 from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
@@ -439,3 +439,37 @@ async def test_locks_are_kept_across_continue_as_new_and_fence_every_write(
     assert status.state is ProcedureState.SUCCEEDED and status.runs > 1
     assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == len(names)
     assert await locks.list_locks() == []
+
+
+async def test_an_old_task_of_a_procedure_that_ended_takes_none_of_its_locks_again(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    """A worker paused while a workflow task was handed to it runs that task when it resumes,
+    the procedure's first acquire_locks included, though the procedure has ended (here after
+    continuing as new). The release is kept under the procedure's execution: the late request
+    takes nothing, and the next procedure on the table is not held up until the lease ends."""
+    procedure_id, next_one = new_id(), new_id()
+    names = [f"k{i:02d}" for i in range(12)]
+    async with locking_worker():
+        handle = await client.start_workflow(
+            ShortHistoryLedger.run,
+            ledger_input(*names, locks=["sales/orders:X"]),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await handle.result()
+        assert (await status_of(client, procedure_id)).runs > 1
+        # What the resumed task's acquire_locks sends: the first run's request.
+        late = lock_set(procedure_id, [("sales/orders", "X")]).model_copy(
+            update={"execution": handle.first_execution_run_id}
+        )
+        with pytest.raises(LocksReleased, match=f"locks of {procedure_id} were released"):
+            await locks.acquire(late)
+        assert await locks.list_locks() == []
+        await client.execute_workflow(
+            Ledger.run,
+            ledger_input("next", locks=["sales/orders:X"], lock_timeout_seconds=5),
+            id=next_one,
+            task_queue=task_queue,
+        )
+        assert (await status_of(client, next_one)).state is ProcedureState.SUCCEEDED
