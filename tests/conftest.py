@@ -8,12 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -28,7 +30,13 @@ from tests.services import (
     create_test_database,
     drop_test_database,
 )
-from tests.spark_classes import archive_path, jvm_options, start_building, stop_building
+from tests.spark_classes import (
+    BUILD_TIMEOUT_SECONDS,
+    archive_path,
+    jvm_options,
+    start_building,
+    stop_building,
+)
 from worker import build_worker
 from worker.main import WORKFLOWS
 
@@ -44,6 +52,9 @@ GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
 _CALLER_JVM_OPTIONS = os.environ.get("JAVA_TOOL_OPTIONS", "")
 _spark_archive: list[Path] = []
 _archive_build: list[subprocess.Popen[bytes]] = []
+# The process building the archive, for xdist's workers (they inherit the environment).
+_ARCHIVE_BUILDER = "PROCBUS_TEST_SPARK_CLASSES_BUILDER"
+_waited_for_archive: list[bool] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,6 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
         building = start_building(_spark_archive[0])
         if building is not None:
             _archive_build.append(building)
+            os.environ[_ARCHIVE_BUILDER] = str(building.pid)
     _set_jvm_options()
 
 
@@ -78,10 +90,29 @@ def _set_jvm_options() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _run_jvm_options() -> None:
-    """Every JVM a test starts, in this process or in its subprocesses, with the run's options
-    (set again each test: the archive appears partway through the first run)."""
+def _run_jvm_options(request: pytest.FixtureRequest) -> None:
+    """Every JVM a test starts, in this process or in its subprocesses, with the run's options.
+    A test that may start one waits for an archive still being built (a checkout's first run):
+    the longest groups go first and most start JVMs, which cost about twice the CPU without
+    it, beside the build."""
+    if "unit" not in request.node.path.parts:
+        _wait_for_archive()
     _set_jvm_options()
+
+
+def _wait_for_archive() -> None:
+    if _waited_for_archive or not _spark_archive:
+        return
+    _waited_for_archive.append(True)
+    builder = int(os.environ.get(_ARCHIVE_BUILDER) or 0)
+    deadline = time.monotonic() + BUILD_TIMEOUT_SECONDS
+    while builder and not _spark_archive[0].is_file() and time.monotonic() < deadline:
+        try:
+            if psutil.Process(builder).status() == psutil.STATUS_ZOMBIE:
+                return  # it ended without an archive: the JVMs go without
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.2)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -54,8 +54,8 @@ def jvm_options(archive: Path | None, caller_options: str = "") -> str:
 
 
 def start_building(archive: Path) -> subprocess.Popen[bytes] | None:
-    """Build `archive` in the background unless it exists: the run's first minute of JVMs goes
-    without it rather than waiting half a minute for it."""
+    """Build `archive` in the background unless it exists, while the run collects and starts
+    its services; a test that may start a JVM waits for it (tests/conftest.py)."""
     if archive.is_file():
         return None
     archive.parent.mkdir(parents=True, exist_ok=True)
