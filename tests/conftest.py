@@ -131,18 +131,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     one worker, so one Spark JVM starts instead of one a worker. The longest groups go first:
     xdist hands groups out in collection order, and a long one handed out last would run on
     alone at the end while the other processes stand idle."""
+    group_of: dict[str, str] = {}
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         group = "spark-session" if "spark" in fixtures else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
+        group_of[item.nodeid] = group
     seconds = expected_group_seconds()
-    items.sort(key=lambda item: -seconds.get(group_of(item), 0.0))  # stable: files stay whole
+    items.sort(
+        key=lambda item: -seconds.get(group_of[item.nodeid], 0.0)
+    )  # stable: files stay whole
     yield  # xdist's own hook writes each test's group into its ID, which its scheduler reads
-
-
-def group_of(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return str(marker.args[0]) if marker is not None else item.nodeid.split("::")[0]
 
 
 def expected_group_seconds() -> dict[str, float]:
