@@ -138,9 +138,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
         item.add_marker(pytest.mark.xdist_group(group))
         group_of[item.nodeid] = group
     seconds = expected_group_seconds()
-    items.sort(
-        key=lambda item: -seconds.get(group_of[item.nodeid], 0.0)
-    )  # stable: files stay whole
+    # A stable sort: each group's tests stay together, in file order.
+    items.sort(key=lambda item: -seconds.get(group_of[item.nodeid], 0.0))
     yield  # xdist's own hook writes each test's group into its ID, which its scheduler reads
 
 
