@@ -128,12 +128,13 @@ class StandaloneBackend:
         return JobHandle(job_key=job_key, attempt_token=token, group=submission_id)
 
     async def reattach(self, job_key: str) -> JobHandle | None:
-        """The job's current attempt if its driver still runs on the cluster."""
+        """The job's current attempt if its driver still runs on the cluster, or finished with
+        its output staged while no worker watched it (that work is committed, not run again)."""
         submission = await self.ledger.current_submission(job_key)
         if submission is None:
             return None
         state = await self._state(submission.submission_id)
-        if state not in _RUNNING:
+        if state not in _RUNNING and not (state == "FINISHED" and _succeeded(submission.output)):
             return None
         self._outputs[submission.submission_id] = submission.output
         return JobHandle(
@@ -205,7 +206,17 @@ class StandaloneBackend:
         output = self._outputs.get(handle.group)
         if output is None:
             raise ProcbusError(f"no output folder is known for submission {handle.group}")
-        found = outcome_file(output)
-        if not found.exists():
-            return None
-        return JobOutcome.model_validate(json.loads(found.read_text()))
+        return _read_outcome(output)
+
+
+def _read_outcome(output: str) -> JobOutcome | None:
+    """What the driver left beside its output; None while it left nothing."""
+    found = outcome_file(output)
+    if not found.exists():
+        return None
+    return JobOutcome.model_validate(json.loads(found.read_text()))
+
+
+def _succeeded(output: str) -> bool:
+    outcome = _read_outcome(output)
+    return outcome is not None and outcome.ok

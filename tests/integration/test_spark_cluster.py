@@ -74,7 +74,7 @@ async def submission_of(pool: asyncpg.Pool, job_key: str) -> str:
     return submission.submission_id
 
 
-async def test_a_load_runs_as_a_driver_on_the_cluster(
+async def test_a_load_runs_as_a_driver_on_the_cluster_and_its_progress_is_heartbeated(
     cluster: SparkCluster,
     client: Client,
     pool: asyncpg.Pool,
@@ -85,9 +85,12 @@ async def test_a_load_runs_as_a_driver_on_the_cluster(
     table = await make_table(pool, warehouse)
     bad = write_csv(tmp_path / "bad.csv", 0, 20, bad_amount_at=3)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
-        handle = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 50))
+        # Enough rows that the driver is seen running: its progress comes through the master.
+        source = write_csv(tmp_path / "a.csv", 0, 300_000)
+        handle = await start_load(client, task_queue, source)
         procedure_id = handle.id
         submission_id = await submission_of(pool, f"{procedure_id}:write")
+        progress: dict[str, Any] = await wait_for_running_job(client, handle.id)
         result = await handle.result()
         # Bad input on the cluster: the driver's own error, the column named, nothing committed.
         refusing = await start_load(client, task_queue, bad)
@@ -95,10 +98,11 @@ async def test_a_load_runs_as_a_driver_on_the_cluster(
             await refusing.result()
         refused = await status_of(client, refusing.id)
     assert submission_id.startswith("driver-")
+    assert progress["phase"] == "running" and progress["tasks_total"] > 0
     assert cluster.driver_state(submission_id) == "FINISHED"
-    assert result.records == 50
+    assert result.records == 300_000
     current = await Catalog(pool).table_files("sales", "orders")
-    assert rows_of(read_snapshot(current)) == expected_rows(0, 50)
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 300_000)
     assert refused.state is ProcedureState.ROLLED_BACK
     assert "column 'amount' of sales.orders is double" in (refused.error or ""), refused.error
     assert table_files_on_disk(table) == only_committed_files(table, current)
@@ -128,7 +132,7 @@ async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
     assert job is not None and job.state is JobState.CANCELLED
 
 
-async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_it(
+async def test_a_driver_outlives_its_killed_worker_and_the_retry_commits_its_output_once(
     cluster: SparkCluster,
     client: Client,
     pool: asyncpg.Pool,
@@ -157,10 +161,14 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_i
         submission_id = await submission_of(pool, f"{procedure_id}:write")
         os.kill(doomed.pid, signal.SIGKILL)
     assert cluster.driver_state(submission_id) in ("SUBMITTED", "RUNNING")  # still on the cluster
+    # It finishes with no worker watching it; the retry finds its output staged.
+    async with asyncio.timeout(120):
+        while cluster.driver_state(submission_id) != "FINISHED":
+            await asyncio.sleep(0.5)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
         result = await handle.result()
     job = await JobLedger(pool).get(f"{procedure_id}:write")
-    # The same attempt, reattached: no second driver was submitted.
+    # The same attempt, reattached: no second driver was submitted, nothing ran twice.
     assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 1)
     assert cluster.driver_state(submission_id) == "FINISHED"
     assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
@@ -168,20 +176,3 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_reattaches_to_i
     assert result.records == 200
     assert rows_of(read_snapshot(current)) == expected_rows(0, 200)
     assert table_files_on_disk(table) == only_committed_files(table, current)
-
-
-async def test_the_progress_of_a_driver_on_the_cluster_is_heartbeated(
-    cluster: SparkCluster,
-    client: Client,
-    pool: asyncpg.Pool,
-    task_queue: str,
-    warehouse: Path,
-    tmp_path: Path,
-) -> None:
-    await make_table(pool, warehouse)
-    source = write_csv(tmp_path / "a.csv", 0, 300_000)
-    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
-        handle = await start_load(client, task_queue, source)
-        progress: dict[str, Any] = await wait_for_running_job(client, handle.id)
-        await handle.result()
-    assert progress["phase"] == "running" and progress["tasks_total"] > 0
