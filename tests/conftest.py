@@ -92,10 +92,10 @@ def _set_jvm_options() -> None:
 @pytest.fixture(autouse=True)
 def _run_jvm_options(request: pytest.FixtureRequest) -> None:
     """Every JVM a test starts, in this process or in its subprocesses, with the run's options.
-    A test that may start one waits for an archive still being built (a checkout's first run):
-    the longest groups go first and most start JVMs, which cost about twice the CPU without
-    it, beside the build."""
-    if "unit" not in request.node.path.parts:
+    A test that starts one (marked spark, or using the shared session) waits for an archive
+    still being built (a checkout's first run): a JVM costs about twice the CPU without it,
+    beside the build. The others run meanwhile."""
+    if request.node.get_closest_marker("spark") or "spark" in request.fixturenames:
         _wait_for_archive()
     _set_jvm_options()
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from procbus.stack.processes import free_port
 from procbus.stack.temporal_server import temporal_binary
 from starter.demo import DEMO_STEPS
@@ -125,6 +127,7 @@ def test_commands_without_a_stack_say_how_to_start_one(state_dir: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.spark
 def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state_dir: Path) -> None:
     # As `make demo` runs it: the state folder named relative to the working folder.
     result = subprocess.run(

@@ -14,6 +14,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.conftest import DevStack, procbus
 
+pytestmark = pytest.mark.spark  # a load on the stack's worker
+
 # Flags for a closed network: no background connections, no first-run pages, no updates.
 CHROMIUM_FLAGS = [
     "--disable-gpu",
