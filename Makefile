@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq clean
+.PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq clean \
+	record-histories
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +69,28 @@ TEST_WORKERS ?= 3
 
 test: bytecode check-java check-chromium check-rabbitmq
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+
+# The tests whose workflows' histories tests/unit/test_histories.py replays against today's code:
+# each built-in procedure, and the engine's paths (rollback, STUCK then retry or skip, children,
+# continue-as-new, a lock wait, broadcasts, Spark job steps). Recorded anew into tests/histories/
+# only when a change is meant to change what procedures do (docs/how-to/upgrading.md).
+HISTORY_TESTS := \
+	tests/integration/test_stack_check.py::test_stack_check_writes_to_postgresql_and_reads_back \
+	tests/integration/test_table_procedures.py::test_create_table_does_every_step \
+	tests/integration/test_table_procedures.py::test_create_table_fault_at_any_step_leaves_no_residue \
+	tests/integration/test_table_procedures.py::test_delete_table_rolls_back_before_the_pivot_and_forward_after \
+	tests/integration/test_table_procedures.py::test_delete_namespace_is_refused_while_it_holds_tables \
+	tests/integration/test_procedure_engine.py::test_a_compensation_that_always_fails_is_stuck_until_an_operator_skips_it \
+	tests/integration/test_procedure_engine.py::test_retry_runs_a_stuck_compensation_again \
+	tests/integration/test_procedure_engine.py::test_a_step_past_the_pivot_that_keeps_failing_is_stuck_then_retried \
+	tests/integration/test_procedure_engine.py::test_parallel_children_one_failing \
+	tests/integration/test_procedure_engine.py::test_continue_as_new_carries_the_undo_stack \
+	tests/integration/test_procedure_locks.py::test_a_procedure_waits_behind_the_holder_and_says_whom_it_waits_for \
+	tests/integration/test_bus.py::test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_the_catalog \
+	tests/integration/test_table_data.py::test_loads_and_a_compaction_keep_every_row_in_whole_snapshots
+
+record-histories: bytecode check-java
+	$(BIN)/python -m pytest -q -p tests.histories.recorder $(HISTORY_TESTS)
 
 dev: install check-java
 	$(BIN)/procbus dev
