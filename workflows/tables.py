@@ -122,6 +122,10 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
         return NamespaceResult(namespace=step.namespace)
 
 
+# workflow.patched ID of DeleteNamespace's refresh_cache step (docs/how-to/upgrading.md).
+DELETE_NAMESPACE_RESETS_GRANTS = "procbus-delete-namespace-resets-grants"
+
+
 @workflow.defn(name="DeleteNamespace")
 class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
     # Only its admin (or the operator): else anyone could delete an empty namespace and create
@@ -160,6 +164,12 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
             pivot=True,
             summary=f"remove namespace {request.namespace} from the catalog (point of no return)",
         )
+        # --8<-- [start:delete-namespace-patch]
+        # Every worker's ACL cache drops the namespace's grants, as the catalog just did. Runs
+        # begun before this step existed go on without it (their histories have no such step).
+        if workflow.patched(DELETE_NAMESPACE_RESETS_GRANTS):
+            await self.broadcast("refresh_cache", ResetNamespaceGrants(namespace=request.namespace))
+        # --8<-- [end:delete-namespace-patch]
         await self.step(
             "record_event",
             TableActivities.record_event,

@@ -579,6 +579,7 @@ async def test_the_creator_of_a_namespace_may_grant_on_it_and_its_grants_go_with
     await refused_before_any_step(client, unsigned, "this worker runs no unauthenticated starts")
     by_lead = await run_as(client, "lead", task_queue, DeleteNamespace.run, delete)
     after_delete = [e for e in await catalog.list_access() if e.namespace == "ops"]
+    cached_after_delete = [e for e in production_worker.entries() if e.namespace == "ops"]
     await create_namespace(signed_as(client, "root"), task_queue, "ops")  # made again
     cached_again = [e for e in production_worker.entries() if e.namespace == "ops"]
     assert creator_cached
@@ -594,6 +595,7 @@ async def test_the_creator_of_a_namespace_may_grant_on_it_and_its_grants_go_with
     )
     assert (await status_of(client, by_lead)).state is ProcedureState.SUCCEEDED
     assert after_delete == []
+    assert cached_after_delete == []  # every worker's cache dropped them with the namespace
     assert cached_again == []  # a namespace made again has none of the old one's grants
     # A CreateNamespace undone: removing the namespace it made removes its creator's grant too.
     grant = on_namespace("lead", Permission.ADMIN, "tmp")
