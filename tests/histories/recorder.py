@@ -3,7 +3,7 @@ each test it runs, saves the history of every workflow that test started and tha
 
 `make record-histories` runs the tests it lists with `-p tests.histories.recorder`: run it when a
 change to a procedure is meant to change what it does, after making the change replay-safe for
-procedures in flight (docs/guides/upgrades.md). Each test's histories go to a folder of its own
+procedures in flight (docs/how-to/upgrading.md). Each test's histories go to a folder of its own
 under tests/histories/, replacing what was there.
 """
 

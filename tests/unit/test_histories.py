@@ -4,7 +4,7 @@
 A procedure can wait STUCK for an operator for days; the worker that picks it up again may run
 newer code, which must make the same decisions for the events already in its history. A change
 that would not (a step renamed, added or moved without `workflow.patched`) fails here; see
-docs/guides/upgrades.md for how to make it safely.
+docs/how-to/upgrading.md for how to make it safely.
 """
 
 from __future__ import annotations
