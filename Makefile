@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # The build backend (pyproject.toml's [build-system]) goes into the venv once and builds
 # procbus there: pip's isolated build environment would install it afresh on every install
-# (resolving and installing took 46 s with it, 37 s without).
+# (a fresh `make install`: 57 s with it, 52 s without; resolving alone: 37 s and 12 s).
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=68'
 	$(BIN)/pip install --quiet --no-build-isolation -e '.[dev]'
