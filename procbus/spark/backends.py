@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 
 # A function of the session (run in this process only), or a job spec (run anywhere).
 SparkJob = Callable[["SparkSession"], Any] | LoadJob | CompactJob
+
+
+# Spark's job statuses that the tracker shows before it has heard of the job's end.
+_UNSETTLED = frozenset({"RUNNING", "UNKNOWN"})
 
 
 class JobPhase(StrEnum):
@@ -131,6 +136,9 @@ class _LocalRun:
 class LocalBackend:
     """Jobs in this process's Spark session, one thread each, named by a job group."""
 
+    # How long a finished run waits for the status tracker to hear of its end.
+    tracker_settle_seconds = 2.0
+
     def __init__(self, session: SparkSession) -> None:
         self.session = session
         self._runs: dict[str, _LocalRun] = {}
@@ -163,11 +171,25 @@ class LocalBackend:
         try:
             if isinstance(job, LoadJob | CompactJob):
                 run_spec(self.session, job)
-                run.future.set_result(None)
+                value = None
             else:
-                run.future.set_result(job(self.session))
+                value = job(self.session)
         except BaseException as error:  # handed to whoever waits for the result
             run.future.set_exception(error)
+            return
+        self._wait_for_tracker(run.handle.group)
+        run.future.set_result(value)
+
+    def _wait_for_tracker(self, group: str) -> None:
+        """Spark's action returns before its listener bus has told the status tracker that
+        the job ended: wait (bounded) so the last progress shows Spark's final counts."""
+        tracker = self.session.sparkContext.statusTracker()
+        deadline = time.monotonic() + self.tracker_settle_seconds
+        while time.monotonic() < deadline:
+            infos = [tracker.getJobInfo(job_id) for job_id in tracker.getJobIdsForGroup(group)]
+            if all(info is None or info.status not in _UNSETTLED for info in infos):
+                return
+            time.sleep(0.02)
 
     async def reattach(self, job_key: str) -> JobHandle | None:
         with self._lock:
@@ -186,6 +208,9 @@ class LocalBackend:
 
     def _progress_now(self, handle: JobHandle) -> JobProgress:
         run = self._run_of(handle)
+        # Read before the tracker: a run that had ended has no Spark job still running.
+        ended = run.future.done()
+        succeeded = ended and not run.cancelled and run.future.exception() is None
         tracker = self.session.sparkContext.statusTracker()
         progress = JobProgress(job_key=handle.job_key, phase=JobPhase.SUBMITTED)
         for job_id in tracker.getJobIdsForGroup(handle.group):
@@ -193,7 +218,10 @@ class LocalBackend:
             if info is None:
                 continue
             progress.jobs_total += 1
-            progress.jobs_done += info.status == "SUCCEEDED"
+            # A job still "running" in a tracker that lags behind a run that succeeded is done.
+            progress.jobs_done += info.status == "SUCCEEDED" or (
+                succeeded and info.status in _UNSETTLED
+            )
             for stage_id in info.stageIds:
                 stage = tracker.getStageInfo(stage_id)
                 if stage is None:  # planned, not started (or skipped)
@@ -204,7 +232,7 @@ class LocalBackend:
                 progress.tasks_done += stage.numCompletedTasks
         if progress.jobs_total:
             progress.phase = JobPhase.RUNNING
-        if run.future.done():
+        if ended:
             error = run.future.exception()
             if run.cancelled:
                 progress.phase = JobPhase.CANCELLED
