@@ -8,9 +8,11 @@ from collections.abc import Callable
 from temporalio import activity
 
 from procbus.procedures.history import child_undo_stack
-from procbus.procedures.models import ChildCompensations, ChildUndoRequest
-
-CHILD_UNDO_STACK_ACTIVITY = "child_undo_stack"
+from procbus.procedures.models import (
+    CHILD_UNDO_STACK_ACTIVITY,
+    ChildCompensations,
+    ChildUndoRequest,
+)
 
 
 class ProcedureActivities:

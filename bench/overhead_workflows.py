@@ -10,7 +10,7 @@ from temporalio import activity, workflow
 with workflow.unsafe.imports_passed_through():
     from procbus.procedures import ProcedureInput
 
-from workflows.procedure import Procedure
+from procbus.engine.procedure import Procedure
 
 STEPS = 5
 

@@ -18,10 +18,10 @@ from collections.abc import Awaitable, Callable
 from overhead_workflows import FiveSteps, Plain, PlainInput, noop, undo_noop
 from temporalio.worker import Worker
 
+from procbus.engine.runner import workflow_runner
 from procbus.procedures import ProcedureInput
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
-from workflows.runner import workflow_runner
 
 COUNT = int(os.environ.get("BENCH_COUNT", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))

@@ -5,10 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity, workflow
 
-with workflow.unsafe.imports_passed_through():
-    from procbus.procedures import ProcedureInput, step_key
-
-from workflows.procedure import Procedure, invalid_input
+from procbus import Procedure, ProcedureInput, invalid_input, step_key
 
 
 class GrantAccessInput(ProcedureInput):

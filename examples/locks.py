@@ -12,9 +12,8 @@ with workflow.unsafe.imports_passed_through():
 
     from procbus.core.fences import Fence
     from procbus.locks import check_fence
-    from procbus.procedures import ProcedureInput
 
-from workflows.procedure import Procedure
+from procbus import Procedure, ProcedureInput
 
 
 class RewriteInput(ProcedureInput):

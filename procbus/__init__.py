@@ -1,8 +1,45 @@
 """procbus: safe multi-step, multi-system operations for data platforms, on Temporal.
 
+What a user's own code needs is imported from here:
+
+    from procbus import Procedure, ProcedureInput, invalid_input, step_key
+
+with the step helpers in their mechanisms (`procbus.locks`, `procbus.topics`, `procbus.spark`).
+
 One package per mechanism, in layers (docs/internals/layout.md; import-linter keeps them): core
 and errors at the bottom; the mechanisms (db, batching, locks, topics, procedures, lakehouse,
 auth, bus, spark) above them; the integrations (capture, delivery, pipeline, retention, hooks)
-above those; the settings (config), the Temporal adapter (temporal) and the embedded stack
-(stack) on top. Nothing is imported here, so each command pays only for what it uses.
+above those; the settings (config), the Temporal adapter (temporal), the procedure engine
+(engine) and the embedded stack (stack) on top. The names below load on first use, so each
+command pays only for what it uses.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from procbus.engine.procedure import Procedure as Procedure
+    from procbus.engine.procedure import invalid_input as invalid_input
+    from procbus.engine.runner import workflow_runner as workflow_runner
+    from procbus.procedures import ProcedureInput as ProcedureInput
+    from procbus.procedures import step_key as step_key
+
+# Public name -> the module that defines it.
+_PUBLIC = {
+    "Procedure": "procbus.engine.procedure",
+    "invalid_input": "procbus.engine.procedure",
+    "workflow_runner": "procbus.engine.runner",
+    "step_key": "procbus.procedures",
+    "ProcedureInput": "procbus.procedures",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'procbus' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -42,6 +42,7 @@ from procbus.core.faults import Fault, parse_faults
 from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
 from procbus.delivery.owner import keep_owners
+from procbus.engine.runner import workflow_runner
 from procbus.errors import MemberNotCurrent
 from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
@@ -59,7 +60,6 @@ from workflows.bus import Broadcast
 from workflows.data import CompactTable, LoadTable
 from workflows.outbox import OutboxSweep
 from workflows.retention import Retention
-from workflows.runner import workflow_runner
 from workflows.stack_check import StackCheck
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 from workflows.topics import TopicDelivery

@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.core.names import grant_resource
     from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
 
-from workflows.procedure import Procedure
+from procbus.engine.procedure import Procedure
 from workflows.tables import checked
 
 

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from procbus.lakehouse.models import TableDescriptor
 
-from workflows.procedure import Procedure
+from procbus.engine.procedure import Procedure
 from workflows.tables import checked
 
 # A compaction whose commit finds the table changed since its plan plans again, this often.

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         namespace_creator_grants,
     )
 
-from workflows.procedure import Procedure, invalid_input
+from procbus.engine.procedure import Procedure, invalid_input
 
 T = TypeVar("T")
 

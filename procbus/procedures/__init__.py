@@ -3,7 +3,7 @@
 models: state, status and undo stack (pure, safe in the workflow sandbox); client: start, status,
 list, wait, abort, retry and skip from outside; history: a finished child's undo stack; schedules:
 a procedure on a Temporal Schedule. The activity IDs of steps and undos are procbus.core.ids. The
-engine itself is a workflow: workflows/procedure.py.
+engine itself is workflow code: procbus/engine/.
 """
 
 from __future__ import annotations

@@ -91,6 +91,8 @@ class SkipRequest(BaseModel):
 
 # A succeeded child's last act: its undo stack, signalled to its parent (and so in its history).
 CHILD_COMPENSATIONS_SIGNAL = "procbus_child_compensations"
+# The activity a parent runs to read a finished child's undo stack from its history.
+CHILD_UNDO_STACK_ACTIVITY = "child_undo_stack"
 
 
 class ChildCompensations(BaseModel):

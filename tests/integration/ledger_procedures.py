@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
         LedgerResult,
     )
 
-from workflows.procedure import Procedure
+from procbus.engine.procedure import Procedure
 
 __all__ = [
     "LEDGER_TABLE",

@@ -25,6 +25,7 @@ from examples.topics import write_then_publish as write_then_publish
 from procbus.auth.tokens import TOKEN_HEADER
 from procbus.core.faults import parse_faults
 from procbus.core.outcomes import MemberOutcome
+from procbus.engine.runner import workflow_runner
 from procbus.hooks.outbox import OutboxRelay
 from procbus.temporal.auth import Signer
 from procbus.temporal.faults import FaultInterceptor
@@ -33,7 +34,6 @@ from tests.integration.test_table_data import make_table, spark_worker, write_cs
 from tests.integration.test_table_procedures import new_id
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_KEY
-from workflows.runner import workflow_runner
 
 PROJECT = Path(__file__).resolve().parents[2]
 

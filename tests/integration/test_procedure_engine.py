@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 from activities.locks import LockActivities
 from activities.procedures import ProcedureActivities
 from procbus.core.faults import parse_faults
+from procbus.engine.runner import workflow_runner
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
 from tests.integration.ledger_procedures import (
@@ -30,7 +31,6 @@ from tests.integration.ledger_procedures import (
     RollForwardLedger,
     ShortHistoryLedger,
 )
-from workflows.runner import workflow_runner
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from activities.locks import LockActivities
 from activities.procedures import ProcedureActivities
 from procbus.core.faults import parse_faults
 from procbus.core.fences import LockGrant, LockMode
+from procbus.engine.runner import workflow_runner
 from procbus.lakehouse.catalog import Catalog, TableDescriptor
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteNamespaceInput
 from procbus.locks import LocksReleased, LockTable, StaleFencingToken, lock_set
@@ -38,7 +39,6 @@ from tests.integration.ledger_procedures import (
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
 from tests.services import subprocess_environment, worker_process
-from workflows.runner import workflow_runner
 from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 
 

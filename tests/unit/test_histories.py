@@ -17,10 +17,10 @@ from typing import Any
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from procbus.engine.runner import workflow_runner
 from procbus.temporal.payloads import procbus_data_converter
 from tests.integration.ledger_procedures import Ledger, RollForwardLedger, ShortHistoryLedger
 from worker.main import WORKFLOWS, worker_interceptors
-from workflows.runner import workflow_runner
 
 HISTORIES = Path(__file__).parents[1] / "histories"
 RECORDED = sorted(HISTORIES.glob("*/*.json"))

@@ -15,7 +15,7 @@ def test_the_import_contracts_are_kept() -> None:
         [str(BIN / "lint-imports")], cwd=PROJECT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
 
 def test_help_imports_neither_temporal_nor_the_database_driver() -> None:
@@ -32,3 +32,26 @@ def test_help_imports_neither_temporal_nor_the_database_driver() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_a_user_imports_everything_from_procbus_and_pays_only_for_what_it_uses() -> None:
+    probe = (
+        "import sys\n"
+        "import procbus\n"
+        "assert 'temporalio' not in sys.modules, 'import procbus loaded Temporal'\n"
+        "from procbus import Procedure, ProcedureInput, invalid_input, step_key, workflow_runner\n"
+        "from procbus.engine.procedure import Procedure as engine_procedure\n"
+        "assert Procedure is engine_procedure\n"
+        "print(sorted(procbus.__all__))\n"
+        "try:\n"
+        "    procbus.Procedures\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=PROJECT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    names, missing = result.stdout.splitlines()
+    assert "'Procedure'" in names and "'step_key'" in names
+    assert missing == "module 'procbus' has no attribute 'Procedures'"

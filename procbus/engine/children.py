@@ -17,10 +17,10 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.procedures import CHILD_UNDO_STACK_ACTIVITY
     from procbus.core.fences import LockGrant
     from procbus.procedures.models import (
         CHILD_COMPENSATIONS_SIGNAL,
+        CHILD_UNDO_STACK_ACTIVITY,
         ChildCompensations,
         ChildUndoRequest,
         Compensation,

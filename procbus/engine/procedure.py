@@ -19,8 +19,9 @@ A procedure is a Temporal workflow class that derives from `Procedure`:
 
 Everything the procedure must remember sits in one model (`ProcedureCarry`: its status, step
 results, undo stack, deadline, lease expiry), handed whole to the next run when it continues as
-new. Locks are kept by `ProcedureLocks` (workflows/locks.py), children run by `ChildProcedures`
-(workflows/children.py). Workflow code only: deterministic, no I/O.
+new. Locks are kept by `ProcedureLocks` (engine/locks.py), children run by `ChildProcedures`
+(engine/children.py), broadcasts by `Broadcaster` (engine/broadcast.py). Workflow code only:
+deterministic, no I/O.
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from procbus.temporal.errors import application_error, failure_text
 
-from workflows.bus import Broadcaster, BroadcastFailed, Phase, broadcast_failure
-from workflows.children import ChildProcedures
-from workflows.locks import ProcedureLocks
+from procbus.engine.broadcast import Broadcaster, BroadcastFailed, Phase, broadcast_failure
+from procbus.engine.children import ChildProcedures
+from procbus.engine.locks import ProcedureLocks
 
 InputT = TypeVar("InputT", bound=ProcedureInput)
 ResultT = TypeVar("ResultT")

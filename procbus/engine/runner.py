@@ -1,0 +1,23 @@
+"""The workflow sandbox procbus's workers run in: Temporal's, with procbus passed through.
+
+The sandbox imports a workflow's module afresh for every run, and with it every module that
+module imports unless it is passed through. Without this, each procedure run executed the
+engine (procbus/engine/, 1,500 lines) again: about half of a worker's CPU in the engine's own
+tests. procbus is library code, deterministic to import and tested as such, so it is imported
+once, as Temporal's sandbox guide advises for such modules (a user's `from procbus import
+Procedure` included); a procedure's own module (its steps) still runs in the sandbox with its
+restrictions.
+"""
+
+from __future__ import annotations
+
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+PASSED_THROUGH = ("procbus",)  # the package and every module under it
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """Temporal's sandbox, with its default restrictions, and procbus imported once."""
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
+    )
