@@ -25,10 +25,10 @@ import asyncpg
 from overhead_workflows import LockedFiveSteps, LockedInput, UnlockedFiveSteps, noop, undo_noop
 from temporalio.worker import Worker
 
-from activities.locks import LockActivities
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.locks import LockTable, lock_set
+from procbus.plugin.locks import LockActivities
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 

@@ -2,7 +2,7 @@
 
 What a user's own code needs is imported from here:
 
-    from procbus import Procedure, ProcedureInput, invalid_input, step_key
+    from procbus import Procedure, ProcbusPlugin, ProcedureInput, invalid_input, step_key
 
 with the step helpers in their mechanisms (`procbus.locks`, `procbus.topics`, `procbus.spark`).
 
@@ -10,8 +10,8 @@ One package per mechanism, in layers (docs/internals/layout.md; import-linter ke
 and errors at the bottom; the mechanisms (db, batching, locks, topics, procedures, lakehouse,
 auth, bus, spark) above them; the integrations (capture, delivery, pipeline, retention, hooks)
 above those; the settings (config), the Temporal adapter (temporal), the procedure engine
-(engine) and the embedded stack (stack) on top. The names below load on first use, so each
-command pays only for what it uses.
+(engine) and the embedded stack (stack) on top, and the Temporal plugin (plugin) above all.
+The names below load on first use, so each command pays only for what it uses.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from procbus.engine.procedure import Procedure as Procedure
     from procbus.engine.procedure import invalid_input as invalid_input
     from procbus.engine.runner import workflow_runner as workflow_runner
+    from procbus.plugin.extension import ProcbusPlugin as ProcbusPlugin
     from procbus.procedures import ProcedureInput as ProcedureInput
     from procbus.procedures import step_key as step_key
 
@@ -31,6 +32,7 @@ _PUBLIC = {
     "Procedure": "procbus.engine.procedure",
     "invalid_input": "procbus.engine.procedure",
     "workflow_runner": "procbus.engine.runner",
+    "ProcbusPlugin": "procbus.plugin.extension",
     "step_key": "procbus.procedures",
     "ProcedureInput": "procbus.procedures",
 }

@@ -105,11 +105,24 @@ def status(json_output: bool = JSON_OPTION) -> None:
 
 
 @app.command()
-def worker() -> None:
+def worker(
+    workflows: list[str] = typer.Option(
+        [],
+        "--workflows",
+        metavar="MODULE",
+        help="A module of your own procedures to run beside the built-in ones (repeatable): "
+        "its @workflow.defn classes, its @activity.defn functions and its ACTIVITIES list. "
+        "Installed packages add theirs through the procbus.workflows entry-point group.",
+    ),
+) -> None:
     """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
     from procbus.stack.addresses import resolve_addresses
     from worker import run_worker
+    from worker.extensions import entry_point_modules, load_user_procedures
+    from worker.main import WORKFLOWS
 
+    # Before any service is touched: a module that cannot run stops the worker here.
+    user = load_user_procedures([*workflows, *entry_point_modules()], WORKFLOWS)
     settings = _settings()
     services = resolve_addresses(settings)
     console.print(
@@ -117,7 +130,12 @@ def worker() -> None:
         f"(namespace {services.namespace}); Ctrl-C stops it",
         highlight=False,
     )
-    _run(run_worker(settings))
+    for module in user.modules:
+        names = ", ".join(
+            sorted(cls.__name__ for cls in user.workflows if cls.__module__ == module)
+        )
+        console.print(f"  your procedures from {module}: {names}", highlight=False)
+    _run(run_worker(settings, user=user))
 
 
 @app.command()

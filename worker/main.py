@@ -1,4 +1,5 @@
-"""The procbus worker: every workflow and activity, the outbox relay and the sweep Schedule.
+"""The procbus worker: every built-in workflow and activity on procbus's plugin (which brings the
+engine's activities, the bus membership and the outbox relay), and the sweep Schedule.
 
 `procbus worker` (against the configured services) and `procbus dev` (against the embedded
 stack) both run `serve`, so they do the same things.
@@ -15,46 +16,40 @@ from pathlib import Path
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.worker import Interceptor, Worker
+from temporalio.worker import Worker
 
-from activities.auth import AuthActivities
-from activities.bus import BusActivities, MemberActivities
-from activities.locks import LockActivities
 from activities.outbox import OutboxActivities
-from activities.procedures import ProcedureActivities
 from activities.retention import RetentionActivities
 from activities.spark import INCOMING, SparkActivities
 from activities.stack_check import StackCheckActivities
 from activities.tables import TableActivities
 from activities.topics import TopicActivities
-from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
 from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
-from procbus.bus.membership import (
-    MemberLease,
-    Membership,
-    default_member_id,
-    member_task_queue,
-)
+from procbus.bus.membership import default_member_id, member_task_queue
 from procbus.config import Settings
 from procbus.core.endpoints import parse_allowlist
-from procbus.core.faults import Fault, parse_faults
+from procbus.core.faults import Fault
 from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
 from procbus.delivery.owner import keep_owners
-from procbus.engine.runner import workflow_runner
-from procbus.errors import MemberNotCurrent
-from procbus.hooks.outbox import OutboxRelay, ensure_sweep_schedule
+from procbus.hooks.outbox import ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.lakehouse.catalog import Catalog
+from procbus.plugin.extension import (
+    ProcbusPlugin,
+    dev_worker_auth,
+    worker_auth,
+    worker_interceptors,
+)
+from procbus.plugin.member import bus_member as joined_bus
+from procbus.plugin.member import stop_when_taken_over
 from procbus.retention.models import RetentionRequest
 from procbus.retention.schedule import ensure_retention_schedule
 from procbus.spark.backends import SparkBackend
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
-from procbus.temporal.errors import ProcbusErrorInterceptor
-from procbus.temporal.faults import FaultInterceptor
 from procbus.topics.queue import Topics
+from worker.extensions import UserProcedures
 from workflows.access import ChangeAccess
 from workflows.bus import Broadcast
 from workflows.data import CompactTable, LoadTable
@@ -93,26 +88,15 @@ def activities_for(
     outbox_workflow_types: frozenset[str] | None = None,
     auth: WorkerAuth | None = None,
 ) -> list[Callable[..., object]]:
+    """The built-in procedures' activities (the engine's own come with the plugin)."""
     return [
-        *AuthActivities(auth or WorkerAuth(), pool).all(),
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),
-        *LockActivities(pool).all(),
-        *ProcedureActivities().all(),
         *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
-        *BusActivities(Membership(pool)).all(),
         *RetentionActivities(pool, warehouse_root).all(),
         *spark.all(),
     ]
-
-
-def worker_interceptors(faults: Sequence[Fault] = ()) -> list[Interceptor]:
-    # The first is the outermost: procbus errors become typed ApplicationErrors last.
-    interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
-    if faults:
-        interceptors.append(FaultInterceptor(list(faults)))
-    return interceptors
 
 
 def build_worker(
@@ -136,14 +120,22 @@ def build_worker(
     load_roots: Sequence[Path] | None = None,
     auth: WorkerAuth | None = None,
     workflows: Sequence[type] = WORKFLOWS,
+    plugin: ProcbusPlugin | None = None,
+    user_activities: Sequence[Callable[..., object]] = (),
 ) -> Worker:
     """A worker with every procbus workflow (only `workflows` when given: each costs a sandbox
     check when the worker is built) and activity, its activities on `pool`; its table
     activities check principals against `access`, the ACL cache of this process's bus member.
     `auth` says which principal tokens it trusts and who runs unauthenticated starts (none
     unless given: the production default). Spark starts on `spark_master` when the first Spark
-    job runs; loads read only under `load_roots` (unset: the warehouse's incoming/ folder)."""
+    job runs; loads read only under `load_roots` (unset: the warehouse's incoming/ folder).
+    The engine's interceptors, runner and activities come from `plugin` (`serve`'s runs the bus
+    member and the outbox relay too), else from a plugin that runs neither; `user_activities`
+    are those of users' procedures among `workflows`."""
     auth = auth or WorkerAuth()
+    plugin = plugin or ProcbusPlugin(
+        Settings(), pool=pool, auth=auth, bus_member=False, outbox_relay=False, faults=faults
+    )
     # incoming/ made at once: where to put a load's input is plain to see.
     (warehouse_root / INCOMING).mkdir(parents=True, exist_ok=True)
     spark = SparkActivities(
@@ -163,7 +155,6 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=list(workflows),
-        workflow_runner=workflow_runner(),
         activities=activities_for(
             pool,
             task_queue,
@@ -174,8 +165,9 @@ def build_worker(
             spark,
             outbox_workflow_types,
             auth,
-        ),
-        interceptors=worker_interceptors(faults),
+        )
+        + list(user_activities),
+        plugins=[plugin],
         # A running job's progress reaches the UI every few seconds, not every 0.8 x timeout.
         max_heartbeat_throttle_interval=heartbeat_throttle,
     )
@@ -193,28 +185,20 @@ async def bus_member(
     timeout_seconds: float = 15.0,
     faults: Sequence[Fault] = (),
 ) -> AsyncIterator[BusMember]:
-    """This process as a bus member while inside: joined (heartbeating), its caches rebuilt
-    from the catalog, and a worker on its own task queue applying what the bus sends. After a
-    lapsed heartbeat it rebuilds them again before serving; `member.taken_over` is set when
-    another process joins under the same ID (this one then refuses to serve)."""
+    """This process as a bus member of the worker on `task_queue` while inside, outside any
+    plugin (tests, benchmarks, the demo's in-process worker); see procbus.plugin.member."""
     member_id = member_id or default_member_id()
-    queue = member_task_queue(task_queue, member_id)
-    lease = MemberLease(timeout_seconds)
-    member = BusMember(member_id, tables, access, lease)
-    catalog = Catalog(pool)
-    # After joining: a change the bus decides from now on reaches this member by message,
-    # one decided before is in the catalog read after the first heartbeat.
-    async with Membership(pool).joined(
-        member_id, queue, lease, lambda: member.refresh(catalog)
-    ) as started_at:
-        member.started_at = started_at
-        async with Worker(
-            client,
-            task_queue=queue,
-            activities=MemberActivities(member).all(),
-            interceptors=worker_interceptors(faults),
-        ):
-            yield member
+    async with joined_bus(
+        client,
+        pool,
+        member_task_queue(task_queue, member_id),
+        tables=tables,
+        access=access,
+        member_id=member_id,
+        timeout_seconds=timeout_seconds,
+        interceptors=worker_interceptors(faults),
+    ) as member:
+        yield member
 
 
 async def serve(
@@ -225,13 +209,14 @@ async def serve(
     *,
     metrics_address: str | None = None,
     auth: WorkerAuth | None = None,
+    user: UserProcedures | None = None,
 ) -> None:
-    """Run a worker on `services` until `stop` is set: the workflows and activities, the
-    outbox relay loop, the Temporal Schedules that sweep what a dead relay left and delete what is
-    past its retention, and a delivery
-    workflow for every topic; with
-    `metrics_address`, Prometheus metrics there (the SDK's and procbus's). `auth` defaults to
-    the settings' (a production worker: unauthenticated starts refused unless they say)."""
+    """Run a worker on `services` until `stop` is set: the workflows and activities, and through
+    procbus's plugin the bus membership and the outbox relay loop; the Temporal Schedules that
+    sweep what a dead relay left and delete what is past its retention, and a delivery workflow
+    for every topic; with `metrics_address`, Prometheus metrics there (the SDK's and procbus's).
+    `auth` defaults to the settings' (a production worker: unauthenticated starts refused
+    unless they say). `user` adds users' procedures and their activities."""
     client = await connect_client(
         services.temporal_address, services.namespace, settings, metrics_address=metrics_address
     )
@@ -239,41 +224,34 @@ async def serve(
     if metrics_address is not None:
         metrics = OutboxMetrics(procbus_runtime(metrics_address).metric_meter)
     pool = await create_pool(services.database_url)
-    allowlist = parse_allowlist(settings.endpoint_allowlist)
-    faults = parse_faults(settings.faults)
-    # Until the bus member has read the catalog, ACL checks are refused (and retried).
-    tables, access = DescriptorCache(), AccessCache(guard=_not_joined_yet)
+    auth = auth or worker_auth(settings)
+    plugin = ProcbusPlugin(settings, pool=pool, auth=auth, outbox_metrics=metrics)
     member: BusMember | None = None
     try:
-        async with (
-            build_worker(
-                client,
-                pool,
-                services.task_queue,
-                warehouse_root=settings.warehouse_root,
-                faults=faults,
-                access=access,
-                endpoint_allowlist=allowlist,
-                events_topic=settings.events_topic,
-                spark_master=settings.spark_master,
-                spark_rest_url=settings.spark_rest_url,
-                spark_web_url=settings.spark_web_url,
-                worker_id=settings.worker_id,
-                outbox_workflow_types=settings.allowed_outbox_workflow_types(),
-                load_roots=settings.load_root_paths,
-                auth=auth or worker_auth(settings),
-            ),
-            bus_member(
-                client,
-                pool,
-                services.task_queue,
-                tables=tables,
-                access=access,
-                member_id=settings.worker_id,
-                timeout_seconds=settings.member_timeout_seconds,
-                faults=faults,
-            ) as member,
+        async with build_worker(
+            client,
+            pool,
+            services.task_queue,
+            warehouse_root=settings.warehouse_root,
+            faults=plugin.faults,
+            access=plugin.access,
+            endpoint_allowlist=parse_allowlist(settings.endpoint_allowlist),
+            events_topic=settings.events_topic,
+            spark_master=settings.spark_master,
+            spark_rest_url=settings.spark_rest_url,
+            spark_web_url=settings.spark_web_url,
+            worker_id=settings.worker_id,
+            outbox_workflow_types=settings.allowed_outbox_workflow_types(),
+            load_roots=settings.load_root_paths,
+            auth=auth,
+            plugin=plugin,
+            workflows=[*WORKFLOWS, *(user.workflows if user else [])],
+            user_activities=user.activities if user else (),
         ):
+            # The worker runs the plugin's services in its own task: ready once they are.
+            await plugin.ready.wait()
+            member = plugin.member
+            assert member is not None
             await ensure_sweep_schedule(client, services.task_queue)
             await ensure_retention_schedule(
                 client,
@@ -284,14 +262,6 @@ async def serve(
             if on_ready is not None:
                 on_ready()
             await asyncio.gather(
-                # Performs durable calls whose process died between commit and relay.
-                OutboxRelay(
-                    client,
-                    pool,
-                    services.task_queue,
-                    metrics,
-                    allowed_workflow_types=settings.allowed_outbox_workflow_types(),
-                ).run(stop),
                 # Every topic gets its one delivery workflow.
                 keep_owners(client, Topics(pool).list_topics, services.task_queue, stop),
                 stop_when_taken_over(member, stop),
@@ -300,25 +270,6 @@ async def serve(
         await pool.close()
     if member is not None and member.taken_over.is_set():
         member.check_current()  # raises: says which process took the worker ID over
-
-
-def worker_auth(settings: Settings) -> WorkerAuth:
-    """A production worker's trust: only what the settings say."""
-    return WorkerAuth(
-        key=settings.auth_key_bytes,
-        unauthenticated_principal=settings.unauthenticated_principal,
-        operator_principal=settings.operator_principal,
-    )
-
-
-def dev_worker_auth(settings: Settings) -> WorkerAuth:
-    """The dev stack's: its own key, and unauthenticated starts run as the dev operator unless
-    the settings say otherwise."""
-    return WorkerAuth(
-        key=settings.auth_key_bytes or ensure_dev_key(settings.state_dir),
-        unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
-        operator_principal=settings.operator_principal or DEV_PRINCIPAL,
-    )
 
 
 def retention_request(settings: Settings) -> RetentionRequest:
@@ -330,23 +281,6 @@ def retention_request(settings: Settings) -> RetentionRequest:
         batch_fence_seconds=settings.batch_fence_retention_seconds,
         bus_member_seconds=settings.bus_member_retention_seconds,
     )
-
-
-def _not_joined_yet() -> None:
-    raise MemberNotCurrent("this worker has not joined the bus yet: its ACL cache is not read")
-
-
-async def stop_when_taken_over(member: BusMember, stop: asyncio.Event) -> None:
-    """Sets `stop` once another process joined under this one's worker ID: two processes must
-    never serve as one member (the other gets its messages, this one would miss them)."""
-    waits = [asyncio.ensure_future(member.taken_over.wait()), asyncio.ensure_future(stop.wait())]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
-    if member.taken_over.is_set():
-        stop.set()
 
 
 @contextlib.contextmanager
@@ -363,10 +297,30 @@ def stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
                 loop.remove_signal_handler(sig)
 
 
-async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    """`procbus worker`: serve the configured services until SIGINT/SIGTERM (or `stop`)."""
+async def run_worker(
+    settings: Settings, stop: asyncio.Event | None = None, user: UserProcedures | None = None
+) -> None:
+    """`procbus worker`: serve the configured services until SIGINT/SIGTERM (or `stop`), with
+    users' procedures (`user`) beside the built-in ones."""
     stop = stop or asyncio.Event()
     with stopped_by_signals(stop):
         await serve(
-            settings, resolve_addresses(settings), stop, metrics_address=settings.metrics_address()
+            settings,
+            resolve_addresses(settings),
+            stop,
+            metrics_address=settings.metrics_address(),
+            user=user,
         )
+
+
+__all__ = [
+    "WORKFLOWS",
+    "build_worker",
+    "bus_member",
+    "dev_worker_auth",
+    "run_worker",
+    "serve",
+    "stopped_by_signals",
+    "worker_auth",
+    "worker_interceptors",
+]

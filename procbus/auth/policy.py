@@ -14,7 +14,7 @@ from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
 @dataclass(frozen=True)
 class WorkerAuth:
     """The default refuses every unauthenticated start and verifies no token (no key). A worker
-    builds its own from the settings (worker.main.worker_auth, dev_worker_auth)."""
+    builds its own from the settings (procbus.plugin.extension: worker_auth, dev_worker_auth)."""
 
     key: bytes | None = None
     unauthenticated_principal: str | None = None

@@ -38,3 +38,13 @@ async def create_pool(
     )
     assert pool is not None  # create_pool only returns None when told not to initialise
     return pool
+
+
+def unopened_pool(
+    database_url: str, *, min_size: int = POOL_MIN_SIZE, max_size: int = POOL_MAX_SIZE
+) -> asyncpg.Pool:
+    """A pool whose connections open on `await pool`: for objects that must hold it before its
+    owner may do I/O (a Temporal plugin configures a worker synchronously, runs it later)."""
+    return asyncpg.create_pool(
+        database_url, min_size=min_size, max_size=max_size, init=register_json_codecs
+    )

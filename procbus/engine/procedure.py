@@ -82,7 +82,7 @@ ResultT = TypeVar("ResultT")
 # Where the results of a finished run_children call are kept, like a step's.
 CHILDREN_RESULT_PREFIX = "children:"
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
-# The worker's local activity that verifies the start's principal token (activities/auth.py).
+# The worker's local activity that verifies the start's principal token (procbus/plugin/auth.py).
 AUTHENTICATE_ACTIVITY = "authenticate"
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
 UNDO_BY_BROADCAST = {f"bus:{phase.value}": phase for phase in (Phase.APPLY, Phase.ABORT)}

@@ -7,7 +7,7 @@ token that grows per resource and a lease. A holder renews its leases while it l
 lease that runs out releases the lock, and the next writer's token is newer, so a late write of
 the old holder is refused by `check_fence` inside the write's transaction.
 
-Procedures use the table through activities (activities/locks.py); scripts and jobs can use
+Procedures use the table through activities (procbus/plugin/locks.py); scripts and jobs can use
 `LockTable.holding(...)`, which waits, renews in the background and releases on exit.
 """
 

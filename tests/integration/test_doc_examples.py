@@ -12,7 +12,6 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from activities.locks import LockActivities
 from examples.access import grant_write
 from examples.grant_access import AccessActivities, GrantAccess, GrantAccessInput
 from examples.locks import Jobs, RewriteInput, RewritePartition, nightly_compaction
@@ -27,6 +26,7 @@ from procbus.core.faults import parse_faults
 from procbus.core.outcomes import MemberOutcome
 from procbus.engine.runner import workflow_runner
 from procbus.hooks.outbox import OutboxRelay
+from procbus.plugin.locks import LockActivities
 from procbus.temporal.auth import Signer
 from procbus.temporal.faults import FaultInterceptor
 from procbus.topics import Topics, TopicSettings

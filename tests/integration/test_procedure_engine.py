@@ -16,10 +16,10 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities.locks import LockActivities
-from activities.procedures import ProcedureActivities
 from procbus.core.faults import parse_faults
 from procbus.engine.runner import workflow_runner
+from procbus.plugin.locks import LockActivities
+from procbus.plugin.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
 from tests.integration.ledger_procedures import (

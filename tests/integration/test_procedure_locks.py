@@ -17,8 +17,6 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities.locks import LockActivities
-from activities.procedures import ProcedureActivities
 from procbus.core.faults import parse_faults
 from procbus.core.fences import LockGrant, LockMode
 from procbus.engine.runner import workflow_runner
@@ -27,6 +25,8 @@ from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, Del
 from procbus.locks import LocksReleased, LockTable, StaleFencingToken, lock_set
 from procbus.locks.models import fence_for
 from procbus.locks.modes import expand, lock_sets_conflict
+from procbus.plugin.locks import LockActivities
+from procbus.plugin.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
 from tests.integration.ledger_procedures import (

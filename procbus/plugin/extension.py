@@ -1,0 +1,231 @@
+"""`ProcbusPlugin`: what a worker needs to run procedures, as one Temporal plugin.
+
+    client = await Client.connect(address, plugins=[ProcbusPlugin(settings)])
+    worker = Worker(client, task_queue="my-queue", workflows=[MyProcedure], activities=[...])
+
+On a client it sets procbus's data converter (pydantic models as JSON, so the `temporal` CLI can
+start procedures); on every worker built from that client (or given the plugin itself) it adds
+the error and fault interceptors, procbus's sandbox runner and the engine's own activities
+(principal checks, locks, a child's undo stack, the bus's member list), and while the worker
+runs it keeps a PostgreSQL pool, the worker's bus membership and the outbox relay going.
+`bus_member=False` and `outbox_relay=False` leave those out for a worker that runs no
+broadcasting procedure or shares its task queue with one that relays. procbus's own worker
+(worker/main.py) is built on the same plugin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import asyncpg
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Interceptor, Worker, WorkerConfig
+
+from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
+from procbus.auth.policy import WorkerAuth
+from procbus.bus.member import BusMember
+from procbus.bus.membership import Membership, default_member_id, member_task_queue
+from procbus.config import Settings
+from procbus.core.faults import Fault, parse_faults
+from procbus.core.metrics import OutboxMetrics
+from procbus.db.pool import unopened_pool
+from procbus.engine.runner import workflow_runner
+from procbus.errors import ProcbusError
+from procbus.hooks.outbox import OutboxRelay
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.plugin.auth import AuthActivities
+from procbus.plugin.bus import BusActivities
+from procbus.plugin.locks import LockActivities
+from procbus.plugin.member import bus_member, not_joined_yet
+from procbus.plugin.procedures import ProcedureActivities
+from procbus.stack.addresses import resolve_addresses
+from procbus.temporal.errors import ProcbusErrorInterceptor
+from procbus.temporal.faults import FaultInterceptor
+from procbus.temporal.payloads import procbus_data_converter
+
+PLUGIN_NAME = "procbus.ProcbusPlugin"
+
+
+def worker_interceptors(faults: Sequence[Fault] = ()) -> list[Interceptor]:
+    # The first is the outermost: procbus errors become typed ApplicationErrors last.
+    interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
+    if faults:
+        interceptors.append(FaultInterceptor(list(faults)))
+    return interceptors
+
+
+def worker_auth(settings: Settings) -> WorkerAuth:
+    """A production worker's trust: only what the settings say."""
+    return WorkerAuth(
+        key=settings.auth_key_bytes,
+        unauthenticated_principal=settings.unauthenticated_principal,
+        operator_principal=settings.operator_principal,
+    )
+
+
+def dev_worker_auth(settings: Settings) -> WorkerAuth:
+    """The dev stack's: its own key, and unauthenticated starts run as the dev operator unless
+    the settings say otherwise."""
+    return WorkerAuth(
+        key=settings.auth_key_bytes or ensure_dev_key(settings.state_dir),
+        unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
+        operator_principal=settings.operator_principal or DEV_PRINCIPAL,
+    )
+
+
+def engine_activities(pool: asyncpg.Pool, auth: WorkerAuth) -> list[Callable[..., object]]:
+    """The activities the procedure engine itself runs, whatever the procedure."""
+    return [
+        *AuthActivities(auth, pool).all(),
+        *LockActivities(pool).all(),
+        *ProcedureActivities().all(),
+        *BusActivities(Membership(pool)).all(),
+    ]
+
+
+class ProcbusPlugin(SimplePlugin):
+    """procbus on a Temporal client and its workers (see the module's docstring).
+
+    The database comes from `pool` when given (its owner opens and closes it), else from the
+    settings (PROCBUS_DATABASE_URL, or the running `procbus dev` stack). `auth` defaults to the
+    settings' trust, or the dev stack's own key on an embedded stack. `faults` (default:
+    PROCBUS_FAULTS) injects failures for drills."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        pool: asyncpg.Pool | None = None,
+        auth: WorkerAuth | None = None,
+        bus_member: bool = True,
+        outbox_relay: bool = True,
+        faults: Sequence[Fault] | None = None,
+        outbox_metrics: OutboxMetrics | None = None,
+    ) -> None:
+        self.settings = settings or Settings()
+        self.faults = list(parse_faults(self.settings.faults) if faults is None else faults)
+        self.runs_bus_member = bus_member
+        self.runs_outbox_relay = outbox_relay
+        self.outbox_metrics = outbox_metrics
+        self._given_pool = pool
+        self._pool = pool
+        self._auth = auth
+        self._database_url: str | None = None
+        # The process's caches, kept by its bus member; ACL checks wait until it has joined.
+        self.tables = DescriptorCache()
+        self.access = AccessCache(guard=not_joined_yet)
+        self.member: BusMember | None = None
+        # Set once the worker's services run (the member joined): it may take work.
+        self.ready = asyncio.Event()
+        self._member_queues: set[str] = set()
+        self._serving: str | None = None  # the task queue of the worker this plugin runs
+        super().__init__(
+            PLUGIN_NAME,
+            data_converter=procbus_data_converter,
+            interceptors=worker_interceptors(self.faults),
+            workflow_runner=workflow_runner(),
+        )
+
+    def _resolve(self) -> None:
+        if self._database_url is not None:
+            return
+        addresses = resolve_addresses(self.settings)
+        self._database_url = addresses.database_url
+        if self._auth is None:
+            embedded = addresses.source == "embedded"
+            self._auth = (dev_worker_auth if embedded else worker_auth)(self.settings)
+
+    @property
+    def auth(self) -> WorkerAuth:
+        if self._auth is None:
+            self._resolve()
+        assert self._auth is not None
+        return self._auth
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The pool the engine's activities use: opened while a worker runs."""
+        if self._pool is None:
+            self._resolve()
+            assert self._database_url is not None
+            self._pool = unopened_pool(self._database_url)
+        return self._pool
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        if config.get("task_queue") in self._member_queues:
+            return config  # the plugin's own bus-member worker: set up by the plugin already
+        config = super().configure_worker(config)
+        config["activities"] = [
+            *config.get("activities", []),
+            *engine_activities(self.pool, self.auth),
+        ]
+        return config
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        if worker.task_queue in self._member_queues:
+            await next(worker)
+            return
+        if self._serving is not None:
+            # One bus member and one relay per plugin: a second worker would join under the
+            # same member ID and take it over from the first.
+            raise ProcbusError(
+                f"this ProcbusPlugin already runs the worker on {self._serving!r}: give the "
+                f"worker on {worker.task_queue!r} its own plugin "
+                "(Worker(..., plugins=[ProcbusPlugin(...)]) on a client without one)"
+            )
+        self._serving = worker.task_queue
+        try:
+            async with self._services(worker):
+                await next(worker)
+        finally:
+            self._serving = None
+
+    @contextlib.asynccontextmanager
+    async def _services(self, worker: Worker) -> AsyncIterator[None]:
+        pool = self.pool
+        await pool  # opens its connections (a no-op for a pool already open)
+        stop = asyncio.Event()
+        try:
+            async with contextlib.AsyncExitStack() as running:
+                if self.runs_bus_member:
+                    member_id = self.settings.worker_id or default_member_id()
+                    queue = member_task_queue(worker.task_queue, member_id)
+                    self._member_queues.add(queue)
+                    self.member = await running.enter_async_context(
+                        bus_member(
+                            worker.client,
+                            pool,
+                            queue,
+                            tables=self.tables,
+                            access=self.access,
+                            member_id=member_id,
+                            timeout_seconds=self.settings.member_timeout_seconds,
+                            interceptors=worker_interceptors(self.faults),
+                        )
+                    )
+                relay: asyncio.Task[None] | None = None
+                if self.runs_outbox_relay:
+                    # Performs durable calls whose process died between commit and relay.
+                    relay = asyncio.create_task(
+                        OutboxRelay(
+                            worker.client,
+                            pool,
+                            worker.task_queue,
+                            self.outbox_metrics,
+                            allowed_workflow_types=self.settings.allowed_outbox_workflow_types(),
+                        ).run(stop)
+                    )
+                self.ready.set()
+                try:
+                    yield
+                finally:
+                    stop.set()
+                    if relay is not None:
+                        await relay
+        finally:
+            self.ready.clear()
+            if self._given_pool is None:
+                await pool.close()
+                self._pool = None

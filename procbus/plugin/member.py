@@ -1,0 +1,70 @@
+"""This worker process as a member of the notification bus, for as long as it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+
+import asyncpg
+from temporalio.client import Client
+from temporalio.worker import Interceptor, Worker
+
+from procbus.bus.member import BusMember
+from procbus.bus.membership import MemberLease, Membership, default_member_id
+from procbus.errors import MemberNotCurrent
+from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.catalog import Catalog
+from procbus.plugin.bus import MemberActivities
+
+
+@contextlib.asynccontextmanager
+async def bus_member(
+    client: Client,
+    pool: asyncpg.Pool,
+    member_queue: str,
+    *,
+    tables: DescriptorCache,
+    access: AccessCache,
+    member_id: str | None = None,
+    timeout_seconds: float = 15.0,
+    interceptors: Sequence[Interceptor] = (),
+) -> AsyncIterator[BusMember]:
+    """This process as a bus member while inside: joined (heartbeating), its caches rebuilt
+    from the catalog, and a worker on its own task queue (`member_queue`) applying what the bus
+    sends. After a lapsed heartbeat it rebuilds them again before serving; `member.taken_over`
+    is set when another process joins under the same ID (this one then refuses to serve)."""
+    member_id = member_id or default_member_id()
+    lease = MemberLease(timeout_seconds)
+    member = BusMember(member_id, tables, access, lease)
+    catalog = Catalog(pool)
+    # After joining: a change the bus decides from now on reaches this member by message,
+    # one decided before is in the catalog read after the first heartbeat.
+    async with Membership(pool).joined(
+        member_id, member_queue, lease, lambda: member.refresh(catalog)
+    ) as started_at:
+        member.started_at = started_at
+        async with Worker(
+            client,
+            task_queue=member_queue,
+            activities=MemberActivities(member).all(),
+            interceptors=list(interceptors),
+        ):
+            yield member
+
+
+def not_joined_yet() -> None:
+    raise MemberNotCurrent("this worker has not joined the bus yet: its ACL cache is not read")
+
+
+async def stop_when_taken_over(member: BusMember, stop: asyncio.Event) -> None:
+    """Sets `stop` once another process joined under this one's worker ID: two processes must
+    never serve as one member (the other gets its messages, this one would miss them)."""
+    waits = [asyncio.ensure_future(member.taken_over.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    if member.taken_over.is_set():
+        stop.set()

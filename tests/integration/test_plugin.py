@@ -1,0 +1,226 @@
+"""procbus as a Temporal extension: a user's own worker, written with nothing but Temporal's API
+and `ProcbusPlugin`, and `procbus worker --workflows`, run a user's procedure (examples/
+user_procedures.py) that takes a lock, broadcasts to every worker and undoes its steps when one
+fails; started with JSON from the `temporal` CLI, as a user would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.worker import Worker
+
+from examples.user_procedures import (
+    RefreshCaches,
+    RefreshInput,
+    RefreshResult,
+    forget_refresh,
+    note_refresh,
+    refuse_refresh,
+)
+from procbus import ProcbusPlugin
+from procbus.bus.membership import Membership
+from procbus.config import Settings
+from procbus.errors import ConfigError, ProcbusError
+from procbus.stack.temporal_server import temporal_binary
+from tests.services import run_command, subprocess_environment
+from worker.extensions import load_user_procedures
+from worker.main import WORKFLOWS
+
+PROJECT = Path(__file__).resolve().parents[2]
+PROCBUS = str(Path(sys.executable).parent / "procbus")
+
+
+def user_settings(database_url: str, temporal_address: str, worker_id: str) -> Settings:
+    return Settings(
+        database_url=database_url, temporal_address=temporal_address, worker_id=worker_id
+    )
+
+
+def noted(notes: Path) -> list[str]:
+    """The tables the user's system holds a note for."""
+    return [line.split(" ", 1)[1] for line in notes.read_text().splitlines()]
+
+
+async def test_a_users_worker_runs_its_procedure_with_only_the_plugin(
+    database_url: str, temporal_address: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    worker_id = f"user-{uuid.uuid4().hex[:6]}"
+    plugin = ProcbusPlugin(user_settings(database_url, temporal_address, worker_id))
+    # What a user writes: Temporal's own API, the plugin on the client.
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    notes = tmp_path / "notes"
+    task_queue = f"user-{uuid.uuid4().hex}"
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RefreshCaches],
+        activities=[note_refresh, forget_refresh, refuse_refresh],
+    ):
+        await asyncio.wait_for(plugin.ready.wait(), 30)
+        assert [m.member_id for m in await Membership(pool).members()] == [worker_id]
+
+        # JSON in, as the `temporal` CLI sends it: the plugin's converter reads it.
+        result = await client.execute_workflow(
+            "RefreshCaches",
+            {"table": "orders", "notes": str(notes)},
+            id=f"refresh-{uuid.uuid4().hex[:6]}",
+            task_queue=task_queue,
+            result_type=RefreshResult,
+        )
+        assert result.members == [worker_id]  # the broadcast reached this worker's member
+        assert noted(notes) == ["orders"]
+
+        # A failing step rolls back the steps before it, and the lock goes.
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.execute_workflow(
+                RefreshCaches.run,
+                RefreshInput(table="customers", notes=str(notes), refuse=True),
+                id=f"refresh-{uuid.uuid4().hex[:6]}",
+                task_queue=task_queue,
+            )
+        assert "customers may not be refreshed today" in str(failed.value.cause)
+        assert noted(notes) == ["orders"]
+        assert await pool.fetchval('SELECT count(*) FROM "procbus_locks"') == 0
+
+        # Bad input is refused at once, before any lock or step.
+        with pytest.raises(WorkflowFailureError) as refused:
+            await client.execute_workflow(
+                "RefreshCaches",
+                {"table": 7, "extra": 1},
+                id=f"refresh-{uuid.uuid4().hex[:6]}",
+                task_queue=task_queue,
+            )
+        assert "validation error" in str(refused.value.cause)
+    # The worker stopped: its membership ended with it.
+    assert await Membership(pool).members() == []
+
+
+async def test_one_plugin_runs_one_worker(database_url: str, temporal_address: str) -> None:
+    plugin = ProcbusPlugin(
+        user_settings(database_url, temporal_address, f"user-{uuid.uuid4().hex[:6]}"),
+        outbox_relay=False,
+    )
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    first = Worker(client, task_queue=f"a-{uuid.uuid4().hex}", workflows=[RefreshCaches])
+    second = Worker(client, task_queue=f"b-{uuid.uuid4().hex}", workflows=[RefreshCaches])
+    async with first:
+        await asyncio.wait_for(plugin.ready.wait(), 30)
+        with pytest.raises(ProcbusError, match="already runs the worker on 'a-"):
+            await second.run()
+
+
+async def test_a_worker_without_the_bus_does_not_join_it(
+    database_url: str, temporal_address: str, pool: asyncpg.Pool
+) -> None:
+    settings = user_settings(database_url, temporal_address, f"user-{uuid.uuid4().hex[:6]}")
+    plugin = ProcbusPlugin(settings, bus_member=False, outbox_relay=False)
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    async with Worker(client, task_queue=f"q-{uuid.uuid4().hex}", workflows=[RefreshCaches]):
+        await asyncio.wait_for(plugin.ready.wait(), 30)
+        assert plugin.member is None
+        assert await Membership(pool).members() == []
+
+
+async def test_procbus_worker_runs_a_users_procedures_started_by_the_temporal_cli(
+    database_url: str, temporal_address: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    task_queue = f"cli-{uuid.uuid4().hex}"
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        worker_id="cli-worker",
+    )
+    # Run from the project's folder, as a user runs it from theirs: the module imports from there.
+    process = await asyncio.create_subprocess_exec(
+        PROCBUS, "worker", "--workflows", "examples.user_procedures",
+        env=env,
+        cwd=PROJECT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while not await Membership(pool).members():
+                assert process.returncode is None, (await process.communicate())[0].decode()
+                await asyncio.sleep(0.2)
+        notes = tmp_path / "notes"
+
+        async def temporal_execute(
+            workflow_id: str, request: dict[str, object]
+        ) -> tuple[int, str, str]:
+            return await run_command(
+                str(temporal_binary()),
+                "workflow", "execute",
+                "--address", temporal_address,
+                "--type", "RefreshCaches",
+                "--task-queue", task_queue,
+                "--workflow-id", workflow_id,
+                "--input", json.dumps(request),
+                "--output", "json",
+            )  # fmt: skip
+
+        refreshed = f"refresh-{uuid.uuid4().hex[:6]}"
+        code, out, err = await temporal_execute(refreshed, {"table": "orders", "notes": str(notes)})
+        assert code == 0, out + err
+        assert json.loads(out)["result"] == {"members": ["cli-worker"]}
+        assert noted(notes) == ["orders"]
+        # procbus's own commands see a user's procedure as they see a built-in one.
+        code, out, err = await run_command(
+            PROCBUS, "proc", "status", refreshed, "--json", env=env, timeout=60
+        )
+        assert code == 0, out + err
+        status = json.loads(out)
+        assert (status["state"], status["steps_done"]) == ("SUCCEEDED", ["note", "evict"])
+
+        code, out, err = await temporal_execute(
+            f"refresh-{uuid.uuid4().hex[:6]}",
+            {"table": "customers", "notes": str(notes), "refuse": True},
+        )
+        assert code != 0 and "customers may not be refreshed today" in out + err
+        assert noted(notes) == ["orders"]  # the refused one's note was undone
+        assert await pool.fetchval('SELECT count(*) FROM "procbus_locks"') == 0
+    finally:
+        process.terminate()
+        async with asyncio.timeout(60):
+            output = (await process.communicate())[0].decode()
+    assert "your procedures from examples.user_procedures: RefreshCaches" in output
+
+
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        ("examples.no_such_module", "the module does not import: ModuleNotFoundError"),
+        ("json", "the module defines no workflow"),
+        ("tests.integration.clashing_procedures", "'CreateTable' (MyCreateTable) has the name"),
+    ],
+)
+def test_a_workers_bad_module_is_refused_in_one_line(module: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=f"--workflows {module}: .*{re.escape(says)}"):
+        load_user_procedures([module], WORKFLOWS)
+
+
+async def test_procbus_worker_with_a_bad_module_exits_2_before_it_starts(tmp_path: Path) -> None:
+    env = subprocess_environment(tmp_path / "state")  # no services: none is needed to refuse
+    code, out, err = await run_command(
+        PROCBUS, "worker", "--workflows", "json", env=env, timeout=60
+    )
+    assert code == 2
+    assert (out + err).strip().splitlines() == [
+        "error: --workflows json: the module defines no workflow (no @workflow.defn class)"
+    ]
+
+
+def test_the_user_procedures_module_gives_its_workflow_and_activities() -> None:
+    found = load_user_procedures(["examples.user_procedures"], WORKFLOWS)
+    assert found.workflows == [RefreshCaches]
+    assert set(found.activities) == {note_refresh, forget_refresh, refuse_refresh}
