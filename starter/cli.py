@@ -146,8 +146,8 @@ def demo(
         "--only",
         help="Only these scenes (repeatable, or comma-separated): create-table, "
         "failed-create-table, hooks, locks, bad-input, topics, grouped, bus, table-data, "
-        "pipeline. The stack check always runs; a scene in the demo's namespace brings "
-        "create-table along.",
+        "pipeline, own-procedure. The stack check always runs; a scene in the demo's namespace "
+        "brings create-table along.",
     ),
 ) -> None:
     """Run the main job end to end, on the running stack or on an embedded one it starts."""

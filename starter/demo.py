@@ -17,6 +17,7 @@ from standardwebhooks.webhooks import Webhook
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from temporalio.worker import Worker
 
 from procbus.bus.member import BusMember
 from procbus.capture import Captures
@@ -26,7 +27,7 @@ from procbus.db import create_pool
 from procbus.db.queries import load_queries
 from procbus.delivery.owner import ensure_delivery
 from procbus.delivery.sync import send_now
-from procbus.errors import InvalidRequest, ProcbusError, StackError
+from procbus.errors import ConfigError, InvalidRequest, ProcbusError, StackError
 from procbus.hooks import TransactionAborted, transaction
 from procbus.hooks.outbox import OutboxRelay
 from procbus.lakehouse import warehouse
@@ -43,6 +44,7 @@ from procbus.lakehouse.models import (
 from procbus.lakehouse.reader import read_snapshot, read_snapshot_table, same_rows
 from procbus.locks import LockTable
 from procbus.pipeline import Pipelines
+from procbus.plugin.extension import ProcbusPlugin
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import pending_details, procedure_status
 from procbus.procedures.schedules import procedure_schedule
@@ -57,7 +59,8 @@ from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from starter.output import console, styled
 from starter.receiver import WebhookReceiver
 from worker import build_worker
-from worker.main import bus_member, dev_worker_auth
+from worker.extensions import load_user_procedures
+from worker.main import WORKFLOWS, bus_member, dev_worker_auth
 from workflows.access import ChangeAccess
 from workflows.data import CompactTable, LoadTable
 from workflows.stack_check import StackCheck
@@ -74,6 +77,9 @@ DEMO_ACCOUNTS = 10
 DEMO_OPENING = 1_000
 DEMO_WRITERS = 4
 DEMO_TRANSFERS_EACH = 25
+# The own-procedure scene: a user's module, imported from the working folder as
+# `procbus worker --workflows` does (make demo runs from the project's folder).
+USER_PROCEDURES = "examples.user_procedures"
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
 # The scenes `procbus demo --only` picks from, in the order they run (the stack check always
@@ -90,6 +96,7 @@ DEMO_STEPS = (
     "bus",
     "table-data",
     "pipeline",
+    "own-procedure",
 )
 NEEDS_CREATE_TABLE = frozenset({"failed-create-table", "bus", "table-data", "pipeline"})
 
@@ -202,6 +209,17 @@ class DemoPipeline(BaseModel):
     lake_equals_source: bool
 
 
+class DemoOwnProcedure(BaseModel):
+    module: str
+    task_queue: str
+    procedure_id: str
+    state: ProcedureState
+    broadcast_reached: list[str] = Field(description="the workers that dropped the table")
+    refused_id: str
+    refused_state: ProcedureState
+    notes_after_rollback: list[str] = Field(description="the user's system: one note, kept")
+
+
 class DemoReport(BaseModel):
     """What the demo showed; a scene left out by `--only` is None."""
 
@@ -223,6 +241,7 @@ class DemoReport(BaseModel):
     access: DemoAccess | None = None
     table_data: DemoTableData | None = None
     pipeline: DemoPipeline | None = None
+    own_procedure: DemoOwnProcedure | None = None
     metrics_url: str | None
 
 
@@ -995,6 +1014,75 @@ class Demo:
             found.append("event")
         return found
 
+    async def own_procedure(self) -> DemoOwnProcedure:
+        """A user's own procedure (examples/user_procedures.py) on a user's own worker: Temporal's
+        Worker with procbus's plugin, as `procbus worker --workflows` runs it too."""
+        module = USER_PROCEDURES
+        self.say(f"12. Your own procedure: RefreshCaches from {module} on a worker of your own")
+        try:
+            user = load_user_procedures([module], WORKFLOWS)
+        except ConfigError as error:
+            raise ProcbusError(
+                f"demo: the own-procedure scene runs {module} from procbus's project folder; run "
+                f"the demo there, as `make demo` does ({error})"
+            ) from None
+        task_queue = f"demo-own-{self.run_id}"
+        settings = self.settings.model_copy(update={"worker_id": f"demo-{self.run_id}-own"})
+        plugin = ProcbusPlugin(settings, pool=self.pool, auth=self.auth, outbox_relay=False)
+        notes = self.settings.state_dir.resolve() / f"demo-notes-{self.run_id}"
+        procedure_id, refused_id = f"demo-refresh-{self.run_id}", f"demo-refused-{self.run_id}"
+        async with Worker(
+            self.client,
+            task_queue=task_queue,
+            workflows=user.workflows,
+            activities=user.activities,
+            plugins=[plugin],
+        ):
+            async with asyncio.timeout(60):
+                await plugin.ready.wait()
+                # JSON in, as the `temporal` CLI would send it.
+                done = await self.client.execute_workflow(
+                    "RefreshCaches",
+                    {"table": "orders", "notes": str(notes)},
+                    id=procedure_id,
+                    task_queue=task_queue,
+                )
+                with expected_activity_failures():
+                    try:
+                        await self.client.execute_workflow(
+                            "RefreshCaches",
+                            {"table": "customers", "notes": str(notes), "refuse": True},
+                            id=refused_id,
+                            task_queue=task_queue,
+                        )
+                        raise ProcbusError("demo: a refused RefreshCaches succeeded")
+                    except WorkflowFailureError:
+                        pass
+                # Queries: answered while the worker that runs the procedure is up.
+                status = await procedure_status(self.client, procedure_id)
+                refused = await procedure_status(self.client, refused_id)
+        kept = await asyncio.to_thread(notes.read_text)
+        notes_left = [line.split(" ", 1)[1] for line in kept.splitlines()]
+        self.say(
+            f"   {procedure_id}: {status.state.value}, a lock, a step, and a broadcast that "
+            f"reached {len(done['members'])} workers"
+        )
+        self.say(
+            f"   {refused_id}: {refused.state.value}, its note undone (notes kept: {notes_left})"
+        )
+        if status.state is not ProcedureState.SUCCEEDED or notes_left != ["orders"]:
+            raise ProcbusError(f"demo: the user's procedure ended {status.state}, {notes_left}")
+        return DemoOwnProcedure(
+            module=module,
+            task_queue=task_queue,
+            procedure_id=procedure_id,
+            state=status.state,
+            broadcast_reached=done["members"],
+            refused_id=refused_id,
+            refused_state=refused.state,
+            notes_after_rollback=notes_left,
+        )
+
 
 class _ChangedItsMind(Exception):
     """A demo transfer the application rolls back."""
@@ -1108,6 +1196,8 @@ async def run_demo(
                     report.table_data = await demo.table_data(namespace)
                 if "pipeline" in steps:
                     report.pipeline = await demo.pipeline(namespace)
+                if "own-procedure" in steps:
+                    report.own_procedure = await demo.own_procedure()
         finally:
             await pool.close()
     later = " (after `procbus dev` starts the stack again)" if started and services.ui_url else ""
@@ -1121,6 +1211,7 @@ async def run_demo(
             report.locks.delete_namespace_id if report.locks else None,
             report.access.revoke_id if report.access else None,
             report.table_data.compaction_id if report.table_data else None,
+            report.own_procedure.refused_id if report.own_procedure else None,
         ]
         for workflow_id in filter(None, shown):
             demo.say(f"   {demo.url(workflow_id)}")

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import typer
+from pydantic import BaseModel
 
 from procbus.errors import ProcbusError
 from starter.output import console, print_json
@@ -309,10 +310,25 @@ def _print_detail(view: dict[str, Any]) -> None:
 @schedule_app.command("create")
 def create(
     name: str = NAME_ARGUMENT,
-    procedure: str = typer.Option(
-        ..., "--procedure", help=f"What to run: {', '.join(PROCEDURES)}."
+    procedure: str | None = typer.Option(
+        None, "--procedure", help=f"A table procedure to run: {', '.join(PROCEDURES)}."
     ),
-    table: str = typer.Option(..., "--table", help="NAMESPACE.TABLE"),
+    table: str | None = typer.Option(None, "--table", help="NAMESPACE.TABLE (--procedure)."),
+    workflow: str | None = typer.Option(
+        None,
+        "--workflow",
+        metavar="TYPE",
+        help="Any procedure's workflow type instead, a built-in one or your own.",
+    ),
+    input_json: str = typer.Option(
+        "{}", "--input", metavar="JSON", help="The --workflow's input, a JSON object."
+    ),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="What `proc list` shows a --workflow run acting on (default: the input's "
+        "table, else the schedule's name).",
+    ),
     every: str | None = typer.Option(None, "--every", help="Run every 30s, 15m, 1h, 1d, ..."),
     cron: str | None = typer.Option(
         None, "--cron", help="Run at the times of a cron expression (UTC), e.g. '0 3 * * *'."
@@ -332,14 +348,30 @@ def create(
     note: str | None = typer.Option(None, "--note", help="Shown with its state."),
     json_output: bool = JSON_OPTION,
 ) -> None:
-    """Create a schedule that starts the procedure periodically (skipped while one runs)."""
-    workflow_type = workflow_type_of(procedure)
+    """Create a schedule that starts a procedure periodically (skipped while one runs): a table
+    procedure (--procedure compact --table T) or any workflow type with its JSON input."""
     check_name(name)
+    if (procedure is None) == (workflow is None):
+        raise ProcbusError("give either --procedure (with --table) or --workflow TYPE, not both")
     if (every is None) == (cron is None):
         raise ProcbusError("give either --every (e.g. 1h) or --cron EXPR, not both or neither")
     interval = parse_duration("--every", every) if every is not None else None
     catchup = parse_duration("--catchup-window", catchup_window, MIN_CATCHUP_WINDOW)
-    request = _compact_input(table, partitions, target_file_size)
+    request: BaseModel | dict[str, Any]
+    if procedure is not None:
+        workflow_type = workflow_type_of(procedure)
+        if table is None:
+            raise ProcbusError(f"--procedure {procedure} needs --table NAMESPACE.TABLE")
+        request = _compact_input(table, partitions, target_file_size)
+        shown_target, workflow_id = table, f"{procedure}-{table}-{name}"
+    else:
+        assert workflow is not None
+        workflow_type = workflow
+        request = workflow_input(workflow, input_json)
+        fields = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+        found_table = fields.get("table")
+        shown_target = target or (found_table if isinstance(found_table, str) else name)
+        workflow_id = f"{workflow}-{name}"
 
     async def run() -> int:
         from temporalio.client import ScheduleAlreadyRunningError
@@ -350,13 +382,12 @@ def create(
         from procbus.temporal.auth import client_signer
 
         client, services = await _client()
-        workflow_id = f"{procedure}-{table}-{name}"
         # Its runs start as this client's principal: a production worker refuses unsigned ones.
         signer = client_signer(load_settings())
         schedule = procedure_schedule(
             workflow_type,
             request,
-            target=table,
+            target=shown_target,
             workflow_id=workflow_id,
             task_queue=services.task_queue,
             every=interval,
@@ -384,13 +415,59 @@ def create(
         else:
             next_run = f"; next run {_shown_time(view['next_run'])}" if view["next_run"] else ""
             console.print(
-                f"schedule {name} created: {workflow_type} {table}, {view['spec']} (UTC)"
+                f"schedule {name} created: {workflow_type} {shown_target}, {view['spec']} (UTC)"
                 + (", paused" if paused else next_run),
                 highlight=False,
             )
         return 0
 
     run_command(run())
+
+
+def workflow_input(workflow_type: str, text: str) -> BaseModel | dict[str, Any]:
+    """--input for --workflow: a JSON object; a built-in procedure's is checked here by its
+    own model and check, a user's procedure checks its own when each run starts."""
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ProcbusError(f"--input is not JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise ProcbusError(f"--input must be a JSON object, not {type(fields).__name__}")
+    model = built_in_input_model(workflow_type)
+    if model is None:
+        return fields
+    from pydantic import ValidationError
+
+    from procbus.errors import validation_findings
+
+    try:
+        request = model.model_validate(fields)
+    except ValidationError as error:
+        raise ProcbusError(
+            f"--input for {workflow_type}: {error.error_count()} validation error(s) for "
+            f"{model.__name__}: {validation_findings(error)}"
+        ) from None
+    check = getattr(request, "check", None)
+    if callable(check):
+        check()
+    return request
+
+
+def built_in_input_model(workflow_type: str) -> type[BaseModel] | None:
+    """The input model of a built-in procedure's workflow type; None for any other type."""
+    from typing import get_type_hints
+
+    from temporalio import workflow
+
+    from worker.main import WORKFLOWS
+
+    for cls in WORKFLOWS:
+        definition = workflow._Definition.from_class(cls)
+        if definition is not None and definition.name == workflow_type:
+            hints = get_type_hints(definition.run_fn)
+            model = next(value for key, value in hints.items() if key != "return")
+            return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+    return None
 
 
 def _compact_input(

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
+from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Schedule,
@@ -23,14 +25,13 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from procbus.core.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
-from procbus.procedures.models import ProcedureInput
 
 DEFAULT_CATCHUP_WINDOW = timedelta(minutes=10)
 
 
 def procedure_schedule(
     procedure_type: str,
-    request: ProcedureInput,
+    request: BaseModel | dict[str, Any],
     *,
     target: str,
     workflow_id: str,
@@ -42,7 +43,8 @@ def procedure_schedule(
     note: str | None = None,
     headers: Mapping[str, Payload] | None = None,
 ) -> Schedule:
-    """A schedule that starts `procedure_type` with `request` every `every` or at `cron`;
+    """A schedule that starts `procedure_type` with `request` (its input model, or the JSON
+    object of a procedure the caller has no model for) every `every` or at `cron`;
     `headers`: the schedule's principal token (Signer.schedule_headers), if it is signed."""
     if (every is None) == (cron is None):
         raise ValueError("give either every or cron")

@@ -38,15 +38,17 @@ class Signer:
         return Payload(metadata={"encoding": b"json/plain"}, data=token.encode())
 
     def schedule_header(
-        self, workflow_id_base: str, workflow_type: str, request: BaseModel
+        self, workflow_id_base: str, workflow_type: str, request: BaseModel | dict[str, Any]
     ) -> Payload:
-        """The token for every run of a schedule: its runs' ID base, type and this input."""
-        digest = input_digest(request.model_dump(mode="json"))
+        """The token for every run of a schedule: its runs' ID base, type and this input (a
+        model, or the JSON object of a type this client has no model for)."""
+        fields = request.model_dump(mode="json") if isinstance(request, BaseModel) else request
+        digest = input_digest(fields)
         token = sign_schedule(self.key, self.principal, workflow_id_base, workflow_type, digest)
         return Payload(metadata={"encoding": b"json/plain"}, data=token.encode())
 
     def schedule_headers(
-        self, workflow_id_base: str, workflow_type: str, request: BaseModel
+        self, workflow_id_base: str, workflow_type: str, request: BaseModel | dict[str, Any]
     ) -> dict[str, Payload]:
         return {TOKEN_HEADER: self.schedule_header(workflow_id_base, workflow_type, request)}
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ from procbus.stack.temporal_server import temporal_binary
 from starter.demo import DEMO_STEPS
 from tests.e2e.conftest import PROCBUS, DevStack, procbus, wait_until_dead
 from tests.services import subprocess_environment
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> None:
@@ -129,11 +132,12 @@ def test_commands_without_a_stack_say_how_to_start_one(state_dir: Path) -> None:
 
 @pytest.mark.spark
 def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state_dir: Path) -> None:
-    # As `make demo` runs it: the state folder named relative to the working folder.
+    # As `make demo` runs it: from the project's folder (the own-procedure scene imports the
+    # example module from there), the state folder named relative to it.
     result = subprocess.run(
         [PROCBUS, "demo", "--json"],
-        env=dev_env | {"PROCBUS_STATE_DIR": state_dir.name},
-        cwd=state_dir.parent,
+        env=dev_env | {"PROCBUS_STATE_DIR": os.path.relpath(state_dir, PROJECT)},
+        cwd=PROJECT,
         capture_output=True,
         text=True,
         timeout=240,
@@ -159,6 +163,9 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     assert topics["delivered_once_each"] and topics["key_order_kept"]
     assert topics["failed_attempts_while_down"] >= 3 and topics["signatures_verified"] >= 6
     assert topics["delivered_while_a_key_failed"] == 3 and topics["redriven_with_its_webhook_id"]
+    own = report["own_procedure"]
+    assert (own["state"], own["refused_state"]) == ("SUCCEEDED", "ROLLED_BACK")
+    assert own["notes_after_rollback"] == ["orders"] and len(own["broadcast_reached"]) == 4
     # It stopped what it started.
     assert not (state_dir / "stack.json").exists()
 

@@ -121,6 +121,15 @@ def test_schedules_from_the_cli(dev_stack: DevStack) -> None:
             "unknown procedure 'vacuum'; known: compact",
         ),
         (["bad name", *compact, "--every", "1h"], "schedule name 'bad name'"),
+        # A built-in procedure named by --workflow: its input checked by its own model.
+        (
+            ["bad-input", "--workflow", "CompactTable", "--input", '{"table": 7}', "--every", "1h"],
+            "--input for CompactTable: 1 validation error(s) for CompactTableInput: table",
+        ),
+        (
+            ["bad-both", *compact, "--workflow", "CompactTable", "--every", "1h"],
+            "give either --procedure (with --table) or --workflow TYPE, not both",
+        ),
     ]:
         bad_names.append(args[0])
         assert says in refused(dev_stack, "schedule", "create", *args)

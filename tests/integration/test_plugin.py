@@ -189,6 +189,38 @@ async def test_procbus_worker_runs_a_users_procedures_started_by_the_temporal_cl
         assert code != 0 and "customers may not be refreshed today" in out + err
         assert noted(notes) == ["orders"]  # the refused one's note was undone
         assert await pool.fetchval('SELECT count(*) FROM "procbus_locks"') == 0
+
+        # A schedule of the user's procedure, with its JSON input, run now by a trigger.
+        async def schedule(*argv: str) -> dict[str, object]:
+            code, out, err = await run_command(PROCBUS, "schedule", *argv, "--json", env=env)
+            assert code == 0, out + err
+            return dict(json.loads(out))
+
+        created = await schedule(
+            "create", "refresh-orders",
+            "--workflow", "RefreshCaches",
+            "--input", json.dumps({"table": "orders", "notes": str(notes)}),
+            "--every", "1h",
+        )  # fmt: skip
+        assert (created["workflow_type"], created["table"]) == ("RefreshCaches", "orders")
+        assert created["policies"] == {
+            "overlap": "SKIP", "catchup_window": "10m", "pause_on_failure": True,
+        }  # fmt: skip
+        triggered = await schedule("trigger", "refresh-orders")
+        run_id = str(triggered["workflow_id"])
+        code, out, err = await run_command(
+            PROCBUS, "proc", "wait", run_id, "--json", env=env, timeout=60
+        )
+        assert code == 0, out + err
+        assert noted(notes) == ["orders", "orders"]  # one note per run, by its own step key
+        await schedule("delete", "refresh-orders")
+
+        # Input that is no JSON object is refused before anything is created.
+        code, out, err = await run_command(
+            PROCBUS, "schedule", "create", "bad", "--workflow", "RefreshCaches",
+            "--input", "[1]", "--every", "1h", env=env,
+        )  # fmt: skip
+        assert (code, err.strip()) == (1, "error: --input must be a JSON object, not list")
     finally:
         process.terminate()
         async with asyncio.timeout(60):

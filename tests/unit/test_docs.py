@@ -151,7 +151,9 @@ def test_every_included_file_is_shown_whole(site: Path) -> None:
 
 def test_included_examples_are_run_by_the_tests() -> None:
     examples = {path for _page, path, _section in includes() if path.startswith("examples/")}
-    tested = (PROJECT / "tests" / "integration" / "test_doc_examples.py").read_text()
+    tested = "".join(
+        test.read_text() for test in (PROJECT / "tests" / "integration").glob("test_*.py")
+    )
     for path in examples:
         assert f"from {path.removesuffix('.py').replace('/', '.')} import" in tested, path
 
