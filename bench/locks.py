@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 
 import asyncpg
+from lanes import timed
 from overhead_workflows import LockedFiveSteps, LockedInput, UnlockedFiveSteps, noop, undo_noop
 from temporalio.worker import Worker
 
@@ -112,18 +113,6 @@ async def lock_rates(pool: asyncpg.Pool) -> tuple[float, float, float]:
     return max(advisory), max(locks), max(floor)
 
 
-async def timed(count: int, start_one: Callable[[int], Awaitable[object]]) -> float:
-    pending = list(range(count))
-
-    async def lane() -> None:
-        while pending:
-            await start_one(pending.pop())
-
-    started = time.perf_counter()
-    await asyncio.gather(*(lane() for _ in range(CONCURRENCY)))
-    return time.perf_counter() - started
-
-
 async def main() -> dict[str, float | int]:
     with ephemeral_services("procbus-bench-") as services:
         setup = await connect(services.postgres.url())
@@ -151,6 +140,7 @@ async def main() -> dict[str, float | int]:
                     times.append(
                         await timed(
                             PROCEDURES,
+                            CONCURRENCY,
                             lambda i, w=workflow, r=round_number: client.execute_workflow(
                                 w.run,
                                 LockedInput(table=f"t{r}_{i}"),

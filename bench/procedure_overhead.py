@@ -11,10 +11,9 @@ import asyncio
 import json
 import os
 import sys
-import time
 import uuid
-from collections.abc import Awaitable, Callable
 
+from lanes import timed
 from overhead_workflows import FiveSteps, Plain, PlainInput, noop, undo_noop
 from temporalio.worker import Worker
 
@@ -26,18 +25,6 @@ from procbus.temporal import connect_client
 COUNT = int(os.environ.get("BENCH_COUNT", "200"))
 CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
-
-
-async def timed(count: int, start_one: Callable[[int], Awaitable[object]]) -> float:
-    pending = list(range(count))
-
-    async def lane() -> None:
-        while pending:
-            await start_one(pending.pop())
-
-    started = time.perf_counter()
-    await asyncio.gather(*(lane() for _ in range(CONCURRENCY)))
-    return time.perf_counter() - started
 
 
 async def main() -> dict[str, float | int]:
@@ -59,6 +46,7 @@ async def main() -> dict[str, float | int]:
                 plain_times.append(
                     await timed(
                         COUNT,
+                        CONCURRENCY,
                         lambda i, r=round_number: client.execute_workflow(
                             Plain.run, PlainInput(), id=f"plain-{r}-{i}-{queue}", task_queue=queue
                         ),
@@ -67,6 +55,7 @@ async def main() -> dict[str, float | int]:
                 procedure_times.append(
                     await timed(
                         COUNT,
+                        CONCURRENCY,
                         lambda i, r=round_number: client.execute_workflow(
                             FiveSteps.run,
                             ProcedureInput(),

@@ -1,0 +1,150 @@
+"""What procbus's plugin costs a user's worker: the user's procedure (5 steps and a lock) on a
+Worker built with `ProcbusPlugin`, against the same five activities in a plain workflow on a plain
+Worker (Temporal's pydantic converter, no plugin), and the start of each worker.
+
+N of each, C at a time, on the same Temporal server in the same run, alternating sides. Goals:
+ratio_user_procedure_to_plain <= 1.2, ratio_worker_start_to_plain <= 1.5. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+
+from lanes import timed
+from overhead_workflows import LockedFiveSteps, LockedInput, Plain, PlainInput, noop, undo_noop
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from procbus import ProcbusPlugin
+from procbus.config import Settings
+from procbus.db import connect
+from procbus.db.migrate import migrate
+from procbus.stack.ephemeral import ephemeral_services
+
+COUNT = int(os.environ.get("BENCH_COUNT", "200"))
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+STARTS = int(os.environ.get("BENCH_STARTS", "5"))
+
+
+async def plain_start(address: str) -> float:
+    """Seconds from nothing to a plain worker polling."""
+    started = time.perf_counter()
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    async with Worker(client, task_queue=uuid.uuid4().hex, workflows=[Plain], activities=[noop]):
+        return time.perf_counter() - started
+
+
+async def plugin_start(address: str, settings: Settings) -> float:
+    """Seconds from nothing to a worker with the plugin polling, its bus member joined."""
+    started = time.perf_counter()
+    plugin = ProcbusPlugin(settings)
+    client = await Client.connect(address, plugins=[plugin])
+    worker = Worker(
+        client,
+        task_queue=uuid.uuid4().hex,
+        workflows=[LockedFiveSteps],
+        activities=[noop, undo_noop],
+    )
+    async with worker:
+        await plugin.ready.wait()
+        return time.perf_counter() - started
+
+
+async def main() -> dict[str, float | int | str]:
+    with ephemeral_services("procbus-bench-") as services:
+        setup = await connect(services.postgres.url())
+        await migrate(setup)
+        await setup.close()
+        address = services.temporal.address
+        settings = Settings(
+            temporal_address=address,
+            database_url=services.postgres.url(),
+            worker_id=f"bench-{uuid.uuid4().hex[:6]}",
+        )
+        plain_client = await Client.connect(address, data_converter=pydantic_data_converter)
+        plugin = ProcbusPlugin(settings, outbox_relay=False)
+        user_client = await Client.connect(address, plugins=[plugin])
+        plain_queue, user_queue = f"plain-{uuid.uuid4().hex[:6]}", f"user-{uuid.uuid4().hex[:6]}"
+        plain_worker = Worker(
+            plain_client,
+            task_queue=plain_queue,
+            workflows=[Plain],
+            activities=[noop],
+            max_concurrent_workflow_tasks=CONCURRENCY,
+            max_concurrent_activities=CONCURRENCY,
+        )
+        user_worker = Worker(
+            user_client,
+            task_queue=user_queue,
+            workflows=[LockedFiveSteps],
+            activities=[noop, undo_noop],
+            max_concurrent_workflow_tasks=CONCURRENCY,
+            max_concurrent_activities=CONCURRENCY,
+        )
+        plain_times, user_times = [], []
+        async with plain_worker, user_worker:
+            await plugin.ready.wait()
+            # Alternate the two sides so warm-up and server state favour neither.
+            for round_number in range(ROUNDS):
+                plain_times.append(
+                    await timed(
+                        COUNT,
+                        CONCURRENCY,
+                        lambda i, r=round_number: plain_client.execute_workflow(
+                            Plain.run, PlainInput(), id=f"plain-{r}-{i}", task_queue=plain_queue
+                        ),
+                    )
+                )
+                user_times.append(
+                    await timed(
+                        COUNT,
+                        CONCURRENCY,
+                        lambda i, r=round_number: user_client.execute_workflow(
+                            LockedFiveSteps.run,
+                            LockedInput(table=f"t{r}-{i}"),
+                            id=f"user-{r}-{i}",
+                            task_queue=user_queue,
+                        ),
+                    )
+                )
+        plain_starts, plugin_starts = [], []
+        for _ in range(STARTS):
+            plain_starts.append(await plain_start(address))
+            plugin_starts.append(await plugin_start(address, settings))
+    plain, user = min(plain_times), min(user_times)
+    plain_start_s, plugin_start_s = min(plain_starts), min(plugin_starts)
+    return {
+        "count": COUNT,
+        "concurrency": CONCURRENCY,
+        "steps": 5,
+        "plain_seconds": round(plain, 2),
+        "user_procedure_seconds": round(user, 2),
+        "plain_workflows_per_s": round(COUNT / plain, 1),
+        "user_procedures_per_s": round(COUNT / user, 1),
+        "ratio_user_procedure_to_plain": round(user / plain, 3),
+        "goal_ratio_user_procedure_at_most": 1.2,
+        "plain_worker_start_seconds": round(plain_start_s, 3),
+        "plugin_worker_start_seconds": round(plugin_start_s, 3),
+        "ratio_worker_start_to_plain": round(plugin_start_s / plain_start_s, 3),
+        "goal_ratio_worker_start_at_most": 1.5,
+    }
+
+
+if __name__ == "__main__":
+    figures = asyncio.run(main())
+    print(f"plain workflows:  {figures['plain_seconds']} s for {COUNT}")
+    print(f"user procedures:  {figures['user_procedure_seconds']} s for {COUNT} (plugin worker)")
+    print(
+        f"worker start:     plain {figures['plain_worker_start_seconds']} s, "
+        f"with the plugin {figures['plugin_worker_start_seconds']} s"
+    )
+    print(json.dumps(figures), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # temporalio sdk-python #300
