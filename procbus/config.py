@@ -85,6 +85,12 @@ class Settings(BaseSettings):
         default="127.0.0.1",
         description="address the metrics endpoint binds (0.0.0.0 in a container)",
     )
+    otel: bool = Field(
+        default=False,
+        description="OpenTelemetry traces from procbus's workers: Temporal's tracing interceptor "
+        "and procbus's spans (steps, undos, lock waits, broadcasts) through the configured "
+        "tracer provider; also on whenever one is configured",
+    )
 
     events_topic: str | None = Field(
         default=None,

@@ -34,6 +34,8 @@ with workflow.unsafe.imports_passed_through():
     from procbus.errors import ErrorType
     from procbus.temporal.errors import failure_text
 
+from procbus.engine.tracing import record_span
+
 MEMBERS_TIMEOUT = timedelta(seconds=30)
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=30)
 
@@ -167,6 +169,16 @@ class Broadcaster:
         await asyncio.gather(
             *(self._send(phase, member, into, roll_forward) for member, into in targets)
         )
+        for member, into in targets:
+            record_span(
+                "procbus.broadcast",
+                step=self.step,
+                phase=phase.value,
+                member=member.member_id,
+                outcome=into.outcome.value,
+                sends=into.sends,
+                undo=str(self.undo).lower(),
+            )
         failed = [m for m in self.result.members if m.outcome is MemberOutcome.FAILED]
         if failed:
             self.result.succeeded = False

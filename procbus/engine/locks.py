@@ -41,6 +41,8 @@ with workflow.unsafe.imports_passed_through():
         ProcedureStatus,
     )
 
+from procbus.engine.tracing import record_span
+
 # A waiting procedure is told when a release grants it something; it also asks again at this
 # pace, because a lease that runs out frees a lock without anyone to tell.
 LOCK_POLL_FIRST_WAIT = timedelta(milliseconds=250)
@@ -147,7 +149,13 @@ class ProcedureLocks:
                 poll = min(poll * 2, max_poll)
         self._status.waiting_for = []
         self._status.locks = state.grants
-        self._record_wait(workflow.now() - queued_at, waited)
+        wait = workflow.now() - queued_at
+        record_span(
+            "procbus.locks",
+            locks=", ".join(f"{grant.resource} {grant.mode}" for grant in state.grants),
+            waited_ms=int(wait.total_seconds() * 1000),
+        )
+        self._record_wait(wait, waited)
         self._carry.leased_until = state.lease_expires_at
         if self._status.state is ProcedureState.WAITING:
             self._set_state(ProcedureState.RUNNING)

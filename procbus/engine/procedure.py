@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
 from procbus.engine.broadcast import Broadcaster, BroadcastFailed, Phase, broadcast_failure
 from procbus.engine.children import ChildProcedures
 from procbus.engine.locks import ProcedureLocks
+from procbus.engine.tracing import record_span
 
 InputT = TypeVar("InputT", bound=ProcedureInput)
 ResultT = TypeVar("ResultT")
@@ -504,6 +505,7 @@ class Procedure(Generic[InputT, ResultT]):
                 )
                 break
             except ActivityError as error:
+                record_span("procbus.step", error, step=name, outcome="failed", attempt=attempt)
                 if not past_pivot or isinstance(error.cause, CancelledError):
                     raise
                 await self._before_rolling_forward_again(name, error)
@@ -555,6 +557,7 @@ class Procedure(Generic[InputT, ResultT]):
         self.status.step_running = name
 
     def _end_step(self, name: str, result: Any, *, pivot: bool = False) -> None:
+        record_span("procbus.step", step=name, outcome="done", pivot=str(pivot).lower())
         self.status.step_running = None
         self.status.steps_done.append(name)
         self._kept.results[name] = to_jsonable_python(result)
@@ -704,6 +707,7 @@ class Procedure(Generic[InputT, ResultT]):
             try:
                 await self._run_compensation(compensation, activity_id)
             except (ActivityError, BroadcastFailed) as error:
+                record_span("procbus.undo", error, step=label, outcome="failed", attempt=attempt)
                 # Never drop an undo: park until an operator says retry or skip.
                 self.status.stuck_step = label
                 self.status.stuck_error = failure_text(error)
@@ -718,11 +722,13 @@ class Procedure(Generic[InputT, ResultT]):
                             step=label, reason=decision.reason, error=failure_text(error)
                         )
                     )
+                    record_span("procbus.undo", step=label, outcome="skipped")
                     self._set_state(ProcedureState.ROLLING_BACK)
                     return
                 self._set_state(ProcedureState.ROLLING_BACK)
                 attempt += 1
                 continue
+            record_span("procbus.undo", step=label, outcome="done", attempt=attempt)
             self.status.compensations_done.append(label)
             return
 
@@ -759,6 +765,7 @@ class Procedure(Generic[InputT, ResultT]):
         workflow.continue_as_new(self._current_input.model_copy(update={"carried": self._kept}))
 
     def _set_state(self, state: ProcedureState) -> None:
+        record_span("procbus.state", state=state.value)
         self.status.state = state
         workflow.upsert_search_attributes([PROCEDURE_STATE.value_set(state.value)])
         # Labelled with workflow_type by the meter; not recorded while replaying.

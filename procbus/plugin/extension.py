@@ -20,6 +20,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import asyncpg
+from opentelemetry.trace import TracerProvider
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor, Worker, WorkerConfig
 
@@ -75,6 +76,23 @@ def dev_worker_auth(settings: Settings) -> WorkerAuth:
     )
 
 
+def tracer_configured() -> bool:
+    """Whether the process set an OpenTelemetry tracer provider (the API's default is a proxy
+    that records nothing until one is set)."""
+    from opentelemetry import trace
+
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def tracing_interceptor(provider: TracerProvider | None = None) -> Interceptor:
+    """Temporal's tracing interceptor, spans in workflows whoever started them (the `temporal`
+    CLI and Schedules start without a client span to hang them on)."""
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    tracer = provider.get_tracer("procbus") if provider is not None else None
+    return TracingInterceptor(tracer, always_create_workflow_spans=True)
+
+
 def engine_activities(pool: asyncpg.Pool, auth: WorkerAuth) -> list[Callable[..., object]]:
     """The activities the procedure engine itself runs, whatever the procedure."""
     return [
@@ -91,7 +109,10 @@ class ProcbusPlugin(SimplePlugin):
     The database comes from `pool` when given (its owner opens and closes it), else from the
     settings (PROCBUS_DATABASE_URL, or the running `procbus dev` stack). `auth` defaults to the
     settings' trust, or the dev stack's own key on an embedded stack. `faults` (default:
-    PROCBUS_FAULTS) injects failures for drills."""
+    PROCBUS_FAULTS) injects failures for drills. `tracing` (default: PROCBUS_OTEL, or whenever
+    an OpenTelemetry tracer provider is configured) adds Temporal's tracing interceptor, on the
+    client and the worker, and with it procbus's spans (procbus/engine/tracing.py), through
+    `tracer_provider` when given, else the process's."""
 
     def __init__(
         self,
@@ -103,6 +124,8 @@ class ProcbusPlugin(SimplePlugin):
         outbox_relay: bool = True,
         faults: Sequence[Fault] | None = None,
         outbox_metrics: OutboxMetrics | None = None,
+        tracing: bool | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.faults = list(parse_faults(self.settings.faults) if faults is None else faults)
@@ -121,10 +144,16 @@ class ProcbusPlugin(SimplePlugin):
         self.ready = asyncio.Event()
         self._member_queues: set[str] = set()
         self._serving: str | None = None  # the task queue of the worker this plugin runs
+        if tracing is None:
+            tracing = tracer_provider is not None or self.settings.otel or tracer_configured()
+        self.tracing = tracing
         super().__init__(
             PLUGIN_NAME,
             data_converter=procbus_data_converter,
-            interceptors=worker_interceptors(self.faults),
+            interceptors=[
+                *worker_interceptors(self.faults),
+                *([tracing_interceptor(tracer_provider)] if self.tracing else []),
+            ],
             workflow_runner=workflow_runner(),
         )
 

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
@@ -256,3 +259,75 @@ def test_the_user_procedures_module_gives_its_workflow_and_activities() -> None:
     found = load_user_procedures(["examples.user_procedures"], WORKFLOWS)
     assert found.workflows == [RefreshCaches]
     assert set(found.activities) == {note_refresh, forget_refresh, refuse_refresh}
+
+
+async def test_a_traced_procedure_that_rolls_back_shows_its_steps_locks_broadcast_and_undo(
+    database_url: str, temporal_address: str, tmp_path: Path
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    worker_id = f"traced-{uuid.uuid4().hex[:6]}"
+    plugin = ProcbusPlugin(
+        user_settings(database_url, temporal_address, worker_id),
+        outbox_relay=False,
+        tracer_provider=provider,
+    )
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    task_queue = f"traced-{uuid.uuid4().hex}"
+    workflow_id = f"refused-{uuid.uuid4().hex[:6]}"
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RefreshCaches],
+        activities=[note_refresh, forget_refresh, refuse_refresh],
+    ):
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                RefreshCaches.run,
+                RefreshInput(table="orders", notes=str(tmp_path / "notes"), refuse=True),
+                id=workflow_id,
+                task_queue=task_queue,
+            )
+    spans = exporter.get_finished_spans()
+    run = next(span for span in spans if span.name == "RunWorkflow:RefreshCaches")
+    started = next(span for span in spans if span.name == "StartWorkflow:RefreshCaches")
+    assert run.parent is not None and run.parent.span_id == started.context.span_id
+    # procbus's spans, in the order they happened, each in the start's trace beside the
+    # workflow's own (Temporal's interceptor ends a workflow's span at once: its children hang
+    # on the span that started it).
+    ours = [span for span in spans if span.name.startswith("procbus.")]
+    assert all(span.parent and span.parent.span_id == started.context.span_id for span in ours)
+    assert {span.attributes["procbus.procedure_id"] for span in ours} == {workflow_id}
+
+    def shown(span: ReadableSpan) -> str:
+        attributes = span.attributes or {}
+        detail = ", ".join(
+            f"{key}={attributes[key]}"
+            for key in ("state", "step", "phase", "member", "outcome")
+            if key in attributes
+        )
+        return f"{span.name} {detail}"
+
+    assert [shown(span) for span in ours] == [
+        "procbus.state state=RUNNING",
+        "procbus.locks ",
+        "procbus.step step=note, outcome=done",
+        f"procbus.broadcast step=evict, phase=apply, member={worker_id}, outcome=applied",
+        "procbus.step step=evict, outcome=done",
+        "procbus.step step=refuse, outcome=failed",
+        "procbus.state state=ROLLING_BACK",
+        "procbus.undo step=note, outcome=done",
+        "procbus.state state=ROLLED_BACK",
+    ]
+    assert next(s for s in ours if s.name == "procbus.locks").attributes["locks"] == (
+        "sales IX, sales/orders X"
+    )
+    # Temporal's own spans for the activities: the step, its undo, the locks, the broadcast.
+    activities = {span.name for span in spans if span.name.startswith("RunActivity:")}
+    assert {
+        "RunActivity:note_refresh",
+        "RunActivity:forget_refresh",
+        "RunActivity:acquire_locks",
+        "RunActivity:bus_apply",
+    } <= activities
