@@ -292,8 +292,9 @@ async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
     client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
 ) -> None:
     # The catalog write (the decision) is slow, so w2 can be restarted while it runs: long
-    # enough for a `procbus worker` to start and join on 2 busy cores.
-    slow_decision = "ChangeAccess.record_in_catalog:delay=10"
+    # enough for a `procbus worker` to start and join on 2 busy cores (10 s was not always,
+    # in a CI run beside two other test processes: the commit then found no w2).
+    slow_decision = "ChangeAccess.record_in_catalog:delay=20"
     with start_members(w1=slow_decision, w3=slow_decision):
         with start_members(w2=slow_decision) as first_w2:
             await wait_for_members(pool, "w1", "w2", "w3")
@@ -306,7 +307,7 @@ async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
                     principal="etl",
                     table="sales.orders",
                     permission="write",
-                    step_timeout_seconds=20,
+                    step_timeout_seconds=45,
                 ),
                 id=procedure_id,
                 task_queue=task_queue,
