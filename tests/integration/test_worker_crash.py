@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
-from procbus.procedures import ProcedureState
+from procbus.procedures import ProcedureState, ProcedureStatus
 from tests.integration.tables_state import snapshot
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import subprocess_environment, worker_process
@@ -57,8 +57,11 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
             id=procedure_id,
             task_queue=task_queue,
         )
+        # Killed once the broadcast has sent its apply to this worker: killed earlier (while it
+        # still listed the members), the listing was retried on the new worker after this one's
+        # membership lapsed, and the new worker alone applied it (seen in a CI run).
         async with asyncio.timeout(60):
-            while (await status_of(client, procedure_id)).step_running != "refresh_cache":
+            while not sent_to_a_member(await status_of(client, procedure_id)):
                 await asyncio.sleep(0.1)
         os.kill(doomed.pid, signal.SIGKILL)
     cache = DescriptorCache()
@@ -84,3 +87,8 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
         "sales/orders/_procbus_table.json",
         "sales/orders/data",
     ]
+
+
+def sent_to_a_member(status: ProcedureStatus) -> bool:
+    broadcast = status.broadcasts.get("refresh_cache")
+    return broadcast is not None and any(member.sends for member in broadcast.members)
