@@ -465,7 +465,7 @@ def built_in_input_model(workflow_type: str) -> type[BaseModel] | None:
         definition = workflow._Definition.from_class(cls)
         if definition is not None and definition.name == workflow_type:
             hints = get_type_hints(definition.run_fn)
-            model = next(value for key, value in hints.items() if key != "return")
+            model = next((value for key, value in hints.items() if key != "return"), None)
             return model if isinstance(model, type) and issubclass(model, BaseModel) else None
     return None
 
