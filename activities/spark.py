@@ -46,6 +46,7 @@ from procbus.spark.backends import (
     LocalBackend,
     SparkBackend,
     SparkJob,
+    reporting_while,
     watch,
 )
 from procbus.spark.ledger import JobLedger, JobRecord, JobState
@@ -267,17 +268,12 @@ class SparkActivities:
         return await self._finish(backend, handle, step, folder)
 
     async def _heartbeating(self, starting: Awaitable[T], progress: JobProgress) -> T:
-        """`starting`'s result, heartbeating meanwhile: a Spark session that takes longer than
-        the job's heartbeat timeout to start (a loaded machine, a cold JVM) is not a dead worker."""
-        waiting = asyncio.ensure_future(starting)
-        try:
-            while True:
-                done, _ = await asyncio.wait({waiting}, timeout=self.progress_every_seconds)
-                if done:
-                    return waiting.result()
-                activity.heartbeat(progress.model_dump(mode="json"))
-        finally:
-            waiting.cancel()
+        """`starting`'s result, heartbeating `progress` meanwhile (see `reporting_while`)."""
+        return await reporting_while(
+            starting,
+            lambda: activity.heartbeat(progress.model_dump(mode="json")),
+            self.progress_every_seconds,
+        )
 
     async def _finish(
         self, backend: SparkBackend, handle: JobHandle, step: SparkJobStep, folder: Path

@@ -30,7 +30,7 @@ from pydantic_core import to_json
 from temporalio.worker import Worker
 from webhook_sink import running_sink
 
-from activities.topics import TopicActivities
+from procbus.activities.topics import TopicActivities
 from procbus.batching import Event, assemble_batch
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
@@ -39,7 +39,7 @@ from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal.client import connect_client
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
-from workflows.topics import TopicDelivery
+from procbus.workflows.topics import TopicDelivery
 
 EVENTS = int(os.environ.get("BENCH_EVENTS", "100000"))
 BATCH = int(os.environ.get("BENCH_BATCH", "100"))

@@ -31,9 +31,9 @@ from procbus.db.migrate import migrate
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
-from worker import build_worker
-from worker.main import bus_member
-from workflows.bus import Broadcast
+from procbus.worker import build_worker
+from procbus.worker.main import bus_member
+from procbus.workflows.bus import Broadcast
 
 COUNT = int(os.environ.get("BENCH_COUNT", "60"))
 MEMBERS = 3

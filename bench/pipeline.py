@@ -47,7 +47,7 @@ from procbus.spark.frames import schema_ddl
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.topics import Topics, TopicSettings
-from worker import build_worker
+from procbus.worker import build_worker
 
 CHANGES = int(os.environ.get("BENCH_CHANGES", "200000"))
 TXN_ROWS = 100

@@ -48,8 +48,8 @@ from procbus.spark.backends import LocalBackend
 from procbus.spark.ledger import Attempt, JobLedger, JobState
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
-from worker import build_worker
-from workflows.data import CompactTable, LoadTable
+from procbus.worker import build_worker
+from procbus.workflows.data import CompactTable, LoadTable
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
 LOAD_ROWS = int(os.environ.get("BENCH_LOAD_ROWS", "1000000"))

@@ -20,8 +20,8 @@ from procbus.db.migrate import migrate
 from procbus.stack.check import StackCheckInput, record_stack_check
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
-from worker import build_worker
-from workflows.stack_check import StackCheck
+from procbus.worker import build_worker
+from procbus.workflows.stack_check import StackCheck
 
 COUNT = int(os.environ.get("BENCH_COUNT", "400"))
 CONCURRENCY = 8

@@ -51,7 +51,7 @@ from drained import until_empty  # bench/, beside this script
 from temporalio.worker import Worker
 from webhook_sink import running_sink
 
-from activities.topics import TopicActivities
+from procbus.activities.topics import TopicActivities
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.db.queries import load_queries
@@ -72,7 +72,7 @@ from procbus.topics.queue import (
     new_webhook_id,
     publish_in_transaction,
 )
-from workflows.topics import TopicDelivery
+from procbus.workflows.topics import TopicDelivery
 
 WRITERS = 8
 SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))

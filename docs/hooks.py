@@ -83,7 +83,7 @@ def walk_commands(command: Any, path: tuple[str, ...], parent: Any = None) -> It
 def procbus_command() -> Any:
     import typer
 
-    from starter.cli import app
+    from procbus.starter.cli import app
 
     return typer.main.get_command(app)
 

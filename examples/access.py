@@ -9,7 +9,7 @@ from temporalio.client import Client
 # --8<-- [start:grant]
 from procbus.core.outcomes import MemberOutcome
 from procbus.lakehouse.models import ChangeAccessInput
-from workflows.access import ChangeAccess
+from procbus.workflows.access import ChangeAccess
 
 
 async def grant_write(client: Client, task_queue: str = "procbus") -> dict[str, MemberOutcome]:

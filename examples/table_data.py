@@ -10,7 +10,7 @@ from temporalio.client import Client
 
 # --8<-- [start:load]
 from procbus.lakehouse.data import CompactTableInput, DataResult, InputFormat, LoadTableInput
-from workflows.data import CompactTable, LoadTable
+from procbus.workflows.data import CompactTable, LoadTable
 
 
 async def load_then_compact(

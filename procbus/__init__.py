@@ -2,9 +2,15 @@
 
 What a user's own code needs is imported from here:
 
-    from procbus import Procedure, ProcbusPlugin, ProcedureInput, invalid_input, step_key
+    from procbus import Procedure, ProcbusPlugin, ProcedureInput, invalid_input, spark_job, step_key
 
-with the step helpers in their mechanisms (`procbus.locks`, `procbus.topics`, `procbus.spark`).
+with the step helpers in their mechanisms (`procbus.hooks` and `procbus.topics` to publish in a
+step's transaction, `procbus.bus.models` for what a broadcast tells every worker).
+
+procbus's own application (its built-in procedures, activities, worker and CLI) installs under
+this namespace too, as procbus.workflows, procbus.activities, procbus.worker and procbus.starter
+(the repository keeps them in top-level folders, linked here), so it never shadows a user's own
+`workflows` or `activities` package.
 
 One package per mechanism, in layers (docs/internals/layout.md; import-linter keeps them): core
 and errors at the bottom; the mechanisms (db, batching, locks, topics, procedures, lakehouse,
@@ -24,6 +30,7 @@ if TYPE_CHECKING:
     from procbus.engine.procedure import invalid_input as invalid_input
     from procbus.engine.runner import workflow_runner as workflow_runner
     from procbus.plugin.extension import ProcbusPlugin as ProcbusPlugin
+    from procbus.plugin.spark import spark_job as spark_job
     from procbus.procedures import ProcedureInput as ProcedureInput
     from procbus.procedures import step_key as step_key
 
@@ -33,6 +40,7 @@ _PUBLIC = {
     "invalid_input": "procbus.engine.procedure",
     "workflow_runner": "procbus.engine.runner",
     "ProcbusPlugin": "procbus.plugin.extension",
+    "spark_job": "procbus.plugin.spark",
     "step_key": "procbus.procedures",
     "ProcedureInput": "procbus.procedures",
 }

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import typer
 
-from starter.output import console, print_json
-from starter.procedures import AS_OPTION, ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
-from starter.tables import catalog
+from procbus.starter.output import console, print_json
+from procbus.starter.procedures import (
+    AS_OPTION,
+    ID_OPTION,
+    JSON_OPTION,
+    WAIT_OPTION,
+    run_command,
+    start,
+)
+from procbus.starter.tables import catalog
 
 acl_app = typer.Typer(
     help="Permissions on tables and namespaces: kept in the catalog, cached and enforced on "

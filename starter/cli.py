@@ -12,15 +12,15 @@ import typer
 from typer.exceptions import TyperException
 
 from procbus.errors import ConfigError, ProcbusError
-from starter.access import acl_app
-from starter.locks import lock_app
-from starter.output import console, print_error, print_json, styled
-from starter.pipelines import capture_app, pipeline_app
-from starter.procedures import proc_app
-from starter.schedules import schedule_app
-from starter.tables import namespace_app, table_app
-from starter.topics import topic_app
-from starter.workers import workers_app
+from procbus.starter.access import acl_app
+from procbus.starter.locks import lock_app
+from procbus.starter.output import console, print_error, print_json, styled
+from procbus.starter.pipelines import capture_app, pipeline_app
+from procbus.starter.procedures import proc_app
+from procbus.starter.schedules import schedule_app
+from procbus.starter.tables import namespace_app, table_app
+from procbus.starter.topics import topic_app
+from procbus.starter.workers import workers_app
 
 if TYPE_CHECKING:
     from procbus.config import Settings
@@ -70,7 +70,7 @@ def dev(
     State lives in PROCBUS_STATE_DIR (default .procbus/) and survives restarts. Ctrl-C or
     SIGTERM stops everything it started.
     """
-    from starter.dev import run_dev
+    from procbus.starter.dev import run_dev
 
     _run(run_dev(_settings(), quiet=quiet))
 
@@ -117,9 +117,9 @@ def worker(
 ) -> None:
     """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
     from procbus.stack.addresses import resolve_addresses
-    from worker import run_worker
-    from worker.extensions import entry_point_modules, load_user_procedures
-    from worker.main import WORKFLOWS
+    from procbus.worker import run_worker
+    from procbus.worker.extensions import entry_point_modules, load_user_procedures
+    from procbus.worker.main import WORKFLOWS
 
     # Before any service is touched: a module that cannot run stops the worker here.
     user = load_user_procedures([*workflows, *entry_point_modules()], WORKFLOWS)
@@ -151,7 +151,7 @@ def demo(
     ),
 ) -> None:
     """Run the main job end to end, on the running stack or on an embedded one it starts."""
-    from starter.demo import run_demo
+    from procbus.starter.demo import run_demo
 
     report = _run(run_demo(_settings(), quiet=json_output, only=only))
     if json_output:

@@ -53,18 +53,18 @@ from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
 from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
+from procbus.starter.output import console, styled
+from procbus.starter.receiver import WebhookReceiver
 from procbus.temporal import connect_client, workflow_ui_url
 from procbus.temporal.auth import Signer, client_signer, signed_client
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
-from starter.output import console, styled
-from starter.receiver import WebhookReceiver
-from worker import build_worker
-from worker.extensions import load_user_procedures
-from worker.main import WORKFLOWS, bus_member, dev_worker_auth
-from workflows.access import ChangeAccess
-from workflows.data import CompactTable, LoadTable
-from workflows.stack_check import StackCheck
-from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+from procbus.worker import build_worker
+from procbus.worker.extensions import load_user_procedures
+from procbus.worker.main import WORKFLOWS, bus_member, dev_worker_auth
+from procbus.workflows.access import ChangeAccess
+from procbus.workflows.data import CompactTable, LoadTable
+from procbus.workflows.stack_check import StackCheck
+from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
 # It is a broadcast: the drill's own bus member refuses it, so every member is sent abort.
@@ -910,7 +910,7 @@ class Demo:
 
     async def pipeline(self, namespace: str) -> DemoPipeline:
         source = "procbus_demo_accounts"
-        bank = load_queries("starter")
+        bank = load_queries("procbus.starter")
         lake_table = f"{namespace}.accounts"
         topic = f"demo-pipeline-{self.run_id}"
         total = DEMO_ACCOUNTS * DEMO_OPENING
@@ -1090,7 +1090,7 @@ class _ChangedItsMind(Exception):
 
 async def demo_transfers(pool: asyncpg.Pool, seed: int) -> tuple[int, int]:
     """Transfers between the demo's accounts, one in five rolled back: (committed, rolled back)."""
-    bank = load_queries("starter")
+    bank = load_queries("procbus.starter")
     rng = random.Random(seed)
     committed = rolled_back = 0
     async with pool.acquire() as connection:

@@ -9,9 +9,9 @@ from rich.text import Text
 from procbus.config import Settings
 from procbus.stack.addresses import embedded_addresses, mask_password
 from procbus.stack.embedded import EmbeddedServices
-from starter.output import console
-from worker import serve, stopped_by_signals
-from worker.main import dev_worker_auth
+from procbus.starter.output import console
+from procbus.worker import serve, stopped_by_signals
+from procbus.worker.main import dev_worker_auth
 
 # Where `procbus dev` serves Prometheus metrics unless PROCBUS_METRICS_PORT says otherwise.
 DEV_METRICS_PORT = 9090

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from starter.output import console, print_json, styled
+from procbus.starter.output import console, print_json, styled
 
 if TYPE_CHECKING:
     from procbus.locks.models import LockEntry

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from starter.output import console, print_json
+from procbus.starter.output import console, print_json
 
 if TYPE_CHECKING:
     import asyncpg

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from starter.output import console, error_console, print_json, styled
+from procbus.starter.output import console, error_console, print_json, styled
 
 if TYPE_CHECKING:
     from rich.live import Live
@@ -235,7 +235,7 @@ async def start(
 async def _client(principal: str | None = None) -> tuple[Client, ServiceAddresses]:
     """A Temporal client on the configured (or running) stack, signing its starts as
     `principal` (or the default one); no database needed."""
-    from starter.scripts import connect
+    from procbus.starter.scripts import connect
 
     return await connect(principal)
 

@@ -23,8 +23,8 @@ import typer
 from pydantic import BaseModel
 
 from procbus.errors import ProcbusError
-from starter.output import console, print_json
-from starter.procedures import JSON_OPTION, _client, run_command
+from procbus.starter.output import console, print_json
+from procbus.starter.procedures import JSON_OPTION, _client, run_command
 
 if TYPE_CHECKING:
     from temporalio.client import (
@@ -459,7 +459,7 @@ def built_in_input_model(workflow_type: str) -> type[BaseModel] | None:
 
     from temporalio import workflow
 
-    from worker.main import WORKFLOWS
+    from procbus.worker.main import WORKFLOWS
 
     for cls in WORKFLOWS:
         definition = workflow._Definition.from_class(cls)

@@ -1,6 +1,6 @@
 """Start a CreateNamespace procedure from Python and wait for it.
 
-python -m starter.start_create_namespace NAMESPACE [PROCEDURE_ID]
+python -m procbus.starter.start_create_namespace NAMESPACE [PROCEDURE_ID]
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import uuid
 from temporalio.common import WorkflowIDConflictPolicy
 
 from procbus.lakehouse.models import CreateNamespaceInput, NamespaceResult
-from starter.scripts import connect
-from workflows.tables import CreateNamespace
+from procbus.starter.scripts import connect
+from procbus.workflows.tables import CreateNamespace
 
 
 async def main(target: str, procedure_id: str) -> NamespaceResult:

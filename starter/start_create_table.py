@@ -1,6 +1,6 @@
 """Start a CreateTable procedure from Python and wait for it.
 
-    python -m starter.start_create_table NAMESPACE.TABLE 'id:bigint,dt:date' [--partition-by dt]
+    python -m procbus.starter.start_create_table NS.TABLE 'id:bigint,dt:date' [--partition-by dt]
 
 A failed step rolls everything back; the error then says which step failed and why.
 """
@@ -15,8 +15,8 @@ import uuid
 from temporalio.common import WorkflowIDConflictPolicy
 
 from procbus.lakehouse.models import CreateTableInput, TableResult
-from starter.scripts import connect
-from workflows.tables import CreateTable
+from procbus.starter.scripts import connect
+from procbus.workflows.tables import CreateTable
 
 
 async def main(request: CreateTableInput, procedure_id: str) -> TableResult:

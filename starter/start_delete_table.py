@@ -1,6 +1,6 @@
 """Start a DeleteTable procedure from Python and wait for it.
 
-python -m starter.start_delete_table NAMESPACE.TABLE [PROCEDURE_ID]
+python -m procbus.starter.start_delete_table NAMESPACE.TABLE [PROCEDURE_ID]
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import uuid
 from temporalio.common import WorkflowIDConflictPolicy
 
 from procbus.lakehouse.models import DeleteTableInput, TableResult
-from starter.scripts import connect
-from workflows.tables import DeleteTable
+from procbus.starter.scripts import connect
+from procbus.workflows.tables import DeleteTable
 
 
 async def main(target: str, procedure_id: str) -> TableResult:

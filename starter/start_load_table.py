@@ -1,6 +1,6 @@
 """Start a LoadTable procedure from Python and wait for it.
 
-python -m starter.start_load_table NAMESPACE.TABLE SOURCE [csv|json|parquet] [PROCEDURE_ID]
+python -m procbus.starter.start_load_table NAMESPACE.TABLE SOURCE [csv|json|parquet] [PROCEDURE_ID]
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from temporalio.common import WorkflowIDConflictPolicy
 
 from procbus.lakehouse.data import DataResult, InputFormat, LoadTableInput
-from starter.scripts import connect
-from workflows.data import LoadTable
+from procbus.starter.scripts import connect
+from procbus.workflows.data import LoadTable
 
 
 async def main(target: str, source: str, input_format: str, procedure_id: str) -> DataResult:

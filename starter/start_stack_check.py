@@ -1,6 +1,6 @@
 """Start a StackCheck the way a Temporal user would: the client, the workflow, its input model.
 
-    python -m starter.start_stack_check [CHECK_ID]
+    python -m procbus.starter.start_stack_check [CHECK_ID]
 
 Uses PROCBUS_TEMPORAL_ADDRESS / PROCBUS_TASK_QUEUE, or the running `procbus dev` stack.
 """
@@ -13,8 +13,8 @@ import sys
 import uuid
 
 from procbus.stack.check import StackCheckInput, StackCheckResult
-from starter.scripts import connect
-from workflows.stack_check import StackCheck
+from procbus.starter.scripts import connect
+from procbus.workflows.stack_check import StackCheck
 
 
 async def main(check_id: str) -> StackCheckResult:

@@ -15,8 +15,15 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from starter.output import console, print_json
-from starter.procedures import AS_OPTION, ID_OPTION, JSON_OPTION, WAIT_OPTION, run_command, start
+from procbus.starter.output import console, print_json
+from procbus.starter.procedures import (
+    AS_OPTION,
+    ID_OPTION,
+    JSON_OPTION,
+    WAIT_OPTION,
+    run_command,
+    start,
+)
 
 if TYPE_CHECKING:
     from procbus.lakehouse.catalog import Catalog

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from starter.output import console, error_console, print_json
+from procbus.starter.output import console, error_console, print_json
 
 if TYPE_CHECKING:
     from procbus.topics.models import Event, Published, Topic
@@ -58,7 +58,7 @@ async def _start_delivery(topic: str) -> str | None:
     """Start the topic's delivery workflow now; why not, if it could not be (a worker starts
     it within 15 s anyway)."""
     from procbus.delivery.owner import ensure_delivery
-    from starter.scripts import connect
+    from procbus.starter.scripts import connect
 
     try:
         client, services = await connect()

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import typer
 
-from starter.output import console, print_json, styled
-from starter.procedures import JSON_OPTION, run_command
+from procbus.starter.output import console, print_json, styled
+from procbus.starter.procedures import JSON_OPTION, run_command
 
 workers_app = typer.Typer(
     help="Worker processes: bus members, each with its own task queue.", no_args_is_help=True
@@ -70,7 +70,7 @@ def workers_inspect(json_output: bool = JSON_OPTION) -> None:
     async def run() -> int:
         from procbus.bus.models import BroadcastInput, ReportState
         from procbus.core.outcomes import BroadcastResult
-        from starter.scripts import connect
+        from procbus.starter.scripts import connect
 
         client, services = await connect()
         result: BroadcastResult = await client.execute_workflow(

@@ -24,6 +24,8 @@ from procbus.db import create_pool
 from procbus.errors import SparkUnavailable
 from procbus.stack.ephemeral import EphemeralServices, ephemeral_services
 from procbus.temporal import connect_client
+from procbus.worker import build_worker
+from procbus.worker.main import WORKFLOWS
 from tests.services import (
     TEST_AUTH,
     create_template,
@@ -37,8 +39,6 @@ from tests.spark_classes import (
     start_building,
     stop_building,
 )
-from worker import build_worker
-from worker.main import WORKFLOWS
 
 # pytest-xdist's workers are given COLUMNS=80 (execnet); the CLI would wrap its output there
 # and nowhere else. What the tests read is the CLI's output when piped: no terminal width.
@@ -293,7 +293,7 @@ def start_worker(
     of this process whose descriptor cache is `cache`; use `async with`."""
     from procbus.core.faults import parse_faults
     from procbus.lakehouse.cache import AccessCache, DescriptorCache
-    from worker.main import bus_member
+    from procbus.worker.main import bus_member
 
     @contextlib.asynccontextmanager
     async def start(faults: str = "", cache: DescriptorCache | None = None) -> AsyncIterator[None]:

@@ -18,12 +18,12 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.outbox import OutboxActivities
-from activities.retention import RetentionActivities
-from activities.spark import INCOMING, SparkActivities
-from activities.stack_check import StackCheckActivities
-from activities.tables import TableActivities
-from activities.topics import TopicActivities
+from procbus.activities.outbox import OutboxActivities
+from procbus.activities.retention import RetentionActivities
+from procbus.activities.spark import INCOMING, SparkActivities
+from procbus.activities.stack_check import StackCheckActivities
+from procbus.activities.tables import TableActivities
+from procbus.activities.topics import TopicActivities
 from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.bus.membership import default_member_id, member_task_queue
@@ -49,15 +49,15 @@ from procbus.spark.backends import SparkBackend
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.temporal.client import connect_client, procbus_runtime
 from procbus.topics.queue import Topics
-from worker.extensions import UserProcedures
-from workflows.access import ChangeAccess
-from workflows.bus import Broadcast
-from workflows.data import CompactTable, LoadTable
-from workflows.outbox import OutboxSweep
-from workflows.retention import Retention
-from workflows.stack_check import StackCheck
-from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
-from workflows.topics import TopicDelivery
+from procbus.worker.extensions import UserProcedures
+from procbus.workflows.access import ChangeAccess
+from procbus.workflows.bus import Broadcast
+from procbus.workflows.data import CompactTable, LoadTable
+from procbus.workflows.outbox import OutboxSweep
+from procbus.workflows.retention import Retention
+from procbus.workflows.stack_check import StackCheck
+from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+from procbus.workflows.topics import TopicDelivery
 
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tables import TableActivities
+    from procbus.activities.tables import TableActivities
     from procbus.bus.models import ChangeAccessOperation
     from procbus.core.names import grant_resource
     from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
 
 from procbus.engine.procedure import Procedure
-from workflows.tables import checked
+from procbus.workflows.tables import checked
 
 
 @workflow.defn(name="ChangeAccess")

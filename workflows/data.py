@@ -24,7 +24,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.spark import SparkActivities
+    from procbus.activities.spark import SparkActivities
     from procbus.core.fences import Fence
     from procbus.core.names import table_resource
     from procbus.errors import ErrorType
@@ -43,12 +43,10 @@ with workflow.unsafe.imports_passed_through():
     from procbus.lakehouse.models import TableDescriptor
 
 from procbus.engine.procedure import Procedure
-from workflows.tables import checked
+from procbus.workflows.tables import checked
 
 # A compaction whose commit finds the table changed since its plan plans again, this often.
 MAX_COMPACTION_PLANS = 5
-# A Spark job may run for hours; its heartbeat, not this, tells a dead worker from a slow job.
-JOB_STEP_TIMEOUT = timedelta(hours=12)
 
 
 def snapshot_conflict(error: ActivityError) -> bool:
@@ -118,13 +116,12 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
         )
         table = await self.step("preflight", SparkActivities.preflight_load_table, wanted)
         step = wanted.model_copy(update={"table": table})
-        output = await self.step(
+        output = await self.spark_step(
             "write",
             SparkActivities.run_load_job,
             step,
             undo=SparkActivities.discard_job_output,
             summary=f"Spark: write {request.source} as Parquet, staged",
-            step_timeout=JOB_STEP_TIMEOUT,
             heartbeat_timeout=job_heartbeat_timeout(request),
         )
         return await commit_pivot(
@@ -198,13 +195,12 @@ class CompactTable(Procedure[CompactTableInput, DataResult]):
                     snapshot_id=None,
                     message="nothing to compact: no partition has two files below the target size",
                 )
-            output = await self.step(
+            output = await self.spark_step(
                 f"rewrite{suffix}",
                 SparkActivities.run_compaction_job,
                 step,
                 undo=SparkActivities.discard_job_output,
                 summary=f"Spark: rewrite {len(inputs)} small files of {table.qualified_name}",
-                step_timeout=JOB_STEP_TIMEOUT,
                 heartbeat_timeout=job_heartbeat_timeout(request),
             )
             commit = CommitStep(

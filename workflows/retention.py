@@ -11,7 +11,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.retention import RetentionActivities
+    from procbus.activities.retention import RetentionActivities
     from procbus.retention.models import KindResult, RetentionRequest, RetentionResult
     from procbus.temporal.errors import failure_text
 

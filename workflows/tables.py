@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tables import TableActivities
+    from procbus.activities.tables import TableActivities
     from procbus.bus.models import EvictDescriptor, PutDescriptor, ResetNamespaceGrants
     from procbus.core.names import namespace_resource, table_resource
     from procbus.errors import InvalidRequest

@@ -145,6 +145,10 @@ class Procedure(Generic[InputT, ResultT]):
         maximum_attempts=5,
     )
     step_timeout: ClassVar[timedelta] = timedelta(minutes=5)
+    # A Spark job may run for hours; its heartbeat, not its step timeout, tells a dead worker
+    # from a slow job.
+    spark_step_timeout: ClassVar[timedelta] = timedelta(hours=12)
+    spark_heartbeat_timeout: ClassVar[timedelta] = timedelta(minutes=1)
     # Past the pivot a failing step is tried again, waits doubling from the first; after this
     # many failed attempts in a row it is STUCK until an operator says retry.
     roll_forward_first_wait: ClassVar[timedelta] = timedelta(seconds=1)
@@ -513,6 +517,31 @@ class Procedure(Generic[InputT, ResultT]):
         self._rolled_forward()
         self._end_step(name, result, pivot=pivot)
         return result
+
+    async def spark_step(
+        self,
+        name: str,
+        job: Callable[..., Any] | str,
+        arg: Any = None,
+        *,
+        undo: Callable[..., Any] | str | None = None,
+        undo_arg: Any = None,
+        summary: str | None = None,
+        heartbeat_timeout: timedelta | None = None,
+    ) -> Any:
+        """A step whose action runs a Spark job (an activity made with `procbus.spark_job`, or
+        procbus's own): it may take hours, and reports progress in its heartbeat, so a worker
+        that dies under it is found after `heartbeat_timeout`, not after the step's timeout."""
+        return await self.step(
+            name,
+            job,
+            arg,
+            undo=undo,
+            undo_arg=undo_arg,
+            summary=summary or f"Spark: {name}",
+            step_timeout=self.spark_step_timeout,
+            heartbeat_timeout=heartbeat_timeout or self.spark_heartbeat_timeout,
+        )
 
     async def _before_rolling_forward_again(self, name: str, error: BaseException) -> None:
         """Past the point of no return there is no way back: wait and try again; after every

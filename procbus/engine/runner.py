@@ -11,11 +11,23 @@ restrictions.
 
 from __future__ import annotations
 
+import pkgutil
+from pathlib import Path
+
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-# procbus and every module under it; asyncpg, whose compiled protocol crashes the process
-# (a segfault in its next connect) once the sandbox has imported it a second time.
-PASSED_THROUGH = ("procbus", "asyncpg")
+# The sandbox passes a module through with every module under it, so procbus's own built-in
+# procedures (procbus.workflows) are kept out by naming the library's packages one by one: they
+# are procedure modules like a user's, run in the sandbox with its restrictions.
+SANDBOXED = frozenset({"workflows"})
+LIBRARY_PACKAGES = tuple(
+    f"procbus.{module.name}"
+    for module in pkgutil.iter_modules([str(Path(__file__).parents[1])])
+    if module.name not in SANDBOXED
+)
+# asyncpg: its compiled protocol crashes the process (a segfault in its next connect) once the
+# sandbox has imported it a second time.
+PASSED_THROUGH = (*LIBRARY_PACKAGES, "asyncpg")
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

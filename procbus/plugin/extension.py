@@ -7,7 +7,8 @@ On a client it sets procbus's data converter (pydantic models as JSON, so the `t
 start procedures); on every worker built from that client (or given the plugin itself) it adds
 the error and fault interceptors, procbus's sandbox runner and the engine's own activities
 (principal checks, locks, a child's undo stack, the bus's member list), and while the worker
-runs it keeps a PostgreSQL pool, the worker's bus membership and the outbox relay going.
+runs it keeps a PostgreSQL pool, the worker's bus membership, the outbox relay and (from the
+first `spark_job` step on) a Spark session going.
 `bus_member=False` and `outbox_relay=False` leave those out for a worker that runs no
 broadcasting procedure or shares its task queue with one that relays. procbus's own worker
 (worker/main.py) is built on the same plugin.
@@ -41,6 +42,7 @@ from procbus.plugin.bus import BusActivities
 from procbus.plugin.locks import LockActivities
 from procbus.plugin.member import bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
+from procbus.plugin.spark import SparkJobs
 from procbus.stack.addresses import resolve_addresses
 from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.temporal.faults import FaultInterceptor
@@ -142,6 +144,8 @@ class ProcbusPlugin(SimplePlugin):
         self.member: BusMember | None = None
         # Set once the worker's services run (the member joined): it may take work.
         self.ready = asyncio.Event()
+        # The Spark session of this worker's `spark_job` steps: started by the first job.
+        self.spark_jobs = SparkJobs(self.settings.spark_master, self.settings.warehouse_root)
         self._member_queues: set[str] = set()
         self._serving: str | None = None  # the task queue of the worker this plugin runs
         if tracing is None:
@@ -218,6 +222,7 @@ class ProcbusPlugin(SimplePlugin):
         stop = asyncio.Event()
         try:
             async with contextlib.AsyncExitStack() as running:
+                running.enter_context(self.spark_jobs.serving())
                 if self.runs_bus_member:
                     member_id = self.settings.worker_id or default_member_id()
                     queue = member_task_queue(worker.task_queue, member_id)

@@ -16,11 +16,11 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 # A function of the session (run in this process only), or a job spec (run anywhere).
 SparkJob = Callable[["SparkSession"], Any] | LoadJob | CompactJob
 
+
+T = TypeVar("T")
 
 # Spark's job statuses that the tracker shows before it has heard of the job's end.
 _UNSETTLED = frozenset({"RUNNING", "UNKNOWN"})
@@ -270,6 +272,23 @@ class LocalBackend:
             raise SparkJobFailed(
                 f"Spark job {handle.job_key!r} failed: {spark_error_text(error)}"
             ) from None
+
+
+async def reporting_while(
+    starting: Awaitable[T], report: Callable[[], None], every_seconds: float
+) -> T:
+    """`starting`'s result, reporting every `every_seconds` meanwhile: an activity's heartbeat
+    goes on while a Spark session starts (a loaded machine, a cold JVM), so a slow start is not
+    taken for a dead worker."""
+    waiting = asyncio.ensure_future(starting)
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=every_seconds)
+            if done:
+                return waiting.result()
+            report()
+    finally:
+        waiting.cancel()
 
 
 async def run_watched(

@@ -12,7 +12,7 @@ import pytest
 
 from procbus.stack.processes import free_port
 from procbus.stack.temporal_server import temporal_binary
-from starter.demo import DEMO_STEPS
+from procbus.starter.demo import DEMO_STEPS
 from tests.e2e.conftest import PROCBUS, DevStack, procbus, wait_until_dead
 from tests.services import subprocess_environment
 
@@ -42,7 +42,7 @@ def test_dev_survives_sigkill_and_keeps_its_workflows(dev_stack: DevStack) -> No
     workflow_id = report["stack_check_workflow_id"]
 
     starter = subprocess.run(
-        [sys.executable, "-m", "starter.start_stack_check", "e2e"],
+        [sys.executable, "-m", "procbus.starter.start_stack_check", "e2e"],
         env=dev_stack.env,
         capture_output=True,
         text=True,

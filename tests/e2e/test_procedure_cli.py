@@ -99,8 +99,8 @@ def test_table_lifecycle_and_bad_input(module_dev_stack: DevStack) -> None:
     assert tables(dev_stack) == sorted([*others, "sales.orders"])
 
     for script in (
-        ["starter.start_create_table", "sales.items", "id:int,sku:string"],
-        ["starter.start_delete_table", "sales.items"],
+        ["procbus.starter.start_create_table", "sales.items", "id:int,sku:string"],
+        ["procbus.starter.start_delete_table", "sales.items"],
     ):
         ran = subprocess.run(
             [sys.executable, "-m", *script],

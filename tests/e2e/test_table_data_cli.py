@@ -60,7 +60,13 @@ def test_load_read_compact_from_the_cli(dev_stack: DevStack, tmp_path: Path) -> 
             assert loaded["state"] == "SUCCEEDED", loaded
         else:  # the Python starter script, as a person would run it
             ran = subprocess.run(
-                [sys.executable, "-m", "starter.start_load_table", "sales.orders", str(source)],
+                [
+                    sys.executable,
+                    "-m",
+                    "procbus.starter.start_load_table",
+                    "sales.orders",
+                    str(source),
+                ],
                 env=dev_stack.env,
                 capture_output=True,
                 text=True,

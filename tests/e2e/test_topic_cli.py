@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from starter.receiver import WebhookReceiver
+from procbus.starter.receiver import WebhookReceiver
 from tests.e2e.conftest import DevStack, procbus
 
 

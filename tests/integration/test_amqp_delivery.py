@@ -25,8 +25,8 @@ from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from procbus.workflows.topics import TopicDelivery
 from tests.services import RabbitMQ
-from workflows.topics import TopicDelivery
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from procbus.procedures.models import ProcedureState
 from procbus.stack.temporal_server import temporal_binary
 from procbus.topics import Event, Topics
 from procbus.topics.models import MAX_PAYLOAD_BYTES, topic_settings
+from procbus.worker.main import WORKFLOWS
 from tests.services import run_command, subprocess_environment
-from worker.main import WORKFLOWS
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 WORKFLOW_TYPES = sorted(workflow.__temporal_workflow_definition.name for workflow in WORKFLOWS)  # type: ignore[attr-defined]

@@ -31,11 +31,11 @@ from procbus.lakehouse.models import (
     DeleteTableInput,
 )
 from procbus.procedures import ProcedureState
+from procbus.workflows.access import ChangeAccess
+from procbus.workflows.bus import Broadcast
+from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import signed_as, subprocess_environment, worker_process
-from workflows.access import ChangeAccess
-from workflows.bus import Broadcast
-from workflows.tables import CreateTable, DeleteTable
 
 MEMBER_TIMEOUT = "3"
 

@@ -23,9 +23,9 @@ from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
 from procbus.topics.publishing import publish_in_transaction
+from procbus.workflows.topics import TopicDelivery
 from tests.integration.test_topic_delivery import settled
 from tests.integration.webhook_receiver import WebhookReceiver
-from workflows.topics import TopicDelivery
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from procbus.hooks import (
 )
 from procbus.hooks.outbox import SWEEP_SCHEDULE_ID, OutboxRelay, ensure_sweep_schedule
 from procbus.stack.check import StackCheckInput
+from procbus.workflows.stack_check import StackCheck
 from tests.integration.signal_sink import Note, SignalSink
 from tests.services import run_command
-from workflows.stack_check import StackCheck
 
 ITEMS = 'CREATE TABLE IF NOT EXISTS "test_items" ("id" serial PRIMARY KEY, "name" text UNIQUE)'
 

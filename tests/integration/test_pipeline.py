@@ -36,10 +36,10 @@ from procbus.pipeline import Pipelines, PipelineStatus, TableApplier
 from procbus.pipeline import apply as apply_module
 from procbus.spark.backends import LocalBackend
 from procbus.topics import Entry, Topics, TopicSettings
+from procbus.worker import build_worker
+from procbus.workflows.data import CompactTable
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import TEST_AUTH, subprocess_environment, worker_process
-from worker import build_worker
-from workflows.data import CompactTable
 
 pytestmark = pytest.mark.spark
 

@@ -33,9 +33,9 @@ from procbus.bus.membership import Membership
 from procbus.config import Settings
 from procbus.errors import ConfigError, ProcbusError
 from procbus.stack.temporal_server import temporal_binary
+from procbus.worker.extensions import load_user_procedures
+from procbus.worker.main import WORKFLOWS
 from tests.services import run_command, subprocess_environment
-from worker.extensions import load_user_procedures
-from worker.main import WORKFLOWS
 
 PROJECT = Path(__file__).resolve().parents[2]
 PROCBUS = str(Path(sys.executable).parent / "procbus")

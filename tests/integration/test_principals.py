@@ -46,13 +46,13 @@ from procbus.procedures.schedules import procedure_schedule
 from procbus.stack.temporal_server import temporal_binary
 from procbus.temporal import connect_client
 from procbus.temporal.auth import Signer
+from procbus.worker import build_worker
+from procbus.worker.main import bus_member
+from procbus.workflows.access import ChangeAccess
+from procbus.workflows.data import CompactTable, LoadTable
+from procbus.workflows.tables import CreateTable, DeleteNamespace, DeleteTable
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import TEST_KEY, run_command, signed_as
-from worker import build_worker
-from worker.main import bus_member
-from workflows.access import ChangeAccess
-from workflows.data import CompactTable, LoadTable
-from workflows.tables import CreateTable, DeleteNamespace, DeleteTable
 
 # A production worker: it verifies tokens, names an operator, runs no unauthenticated start.
 PRODUCTION = WorkerAuth(key=TEST_KEY, operator_principal="root")

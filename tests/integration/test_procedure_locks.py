@@ -29,6 +29,7 @@ from procbus.plugin.locks import LockActivities
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
+from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,
@@ -39,7 +40,6 @@ from tests.integration.ledger_procedures import (
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
 from tests.services import subprocess_environment, worker_process
-from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
 
 
 @pytest.fixture

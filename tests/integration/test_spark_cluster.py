@@ -20,6 +20,7 @@ from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.reader import read_snapshot
 from procbus.procedures import ProcedureState
 from procbus.spark.ledger import JobLedger, JobState
+from procbus.worker import build_worker
 from tests.integration.test_table_data import (
     expected_rows,
     make_table,
@@ -32,7 +33,6 @@ from tests.integration.test_table_data import (
 )
 from tests.integration.test_table_procedures import status_of
 from tests.services import TEST_AUTH, SparkCluster, subprocess_environment, worker_process
-from worker import build_worker
 
 pytestmark = pytest.mark.spark
 

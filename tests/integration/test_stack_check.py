@@ -22,8 +22,8 @@ from procbus.stack.postgres import POSTGRES_BIN_PATH, EmbeddedPostgres, _system_
 from procbus.stack.processes import free_port, wait_for_port
 from procbus.stack.temporal_server import DevTemporalServer, temporal_binary
 from procbus.temporal import connect_client
+from procbus.workflows.stack_check import StackCheck
 from tests.services import run_command
-from workflows.stack_check import StackCheck
 
 
 async def test_stack_check_writes_to_postgresql_and_reads_back(

@@ -18,8 +18,8 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import ActivityEnvironment
 
-from activities.spark import SparkActivities
-from activities.tables import TableActivities
+from procbus.activities.spark import SparkActivities
+from procbus.activities.tables import TableActivities
 from procbus.errors import NON_RETRYABLE_ERROR_TYPES, AttemptFencedOut, SnapshotConflict
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
@@ -42,10 +42,10 @@ from procbus.lakehouse.warehouse import OutsideTableFolder
 from procbus.procedures import ProcedureState
 from procbus.spark import frames
 from procbus.spark.ledger import Attempt, JobLedger, JobState
+from procbus.worker import build_worker
+from procbus.workflows.data import CompactTable, LoadTable
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import TEST_AUTH, subprocess_environment, worker_process
-from worker import build_worker
-from workflows.data import CompactTable, LoadTable
 
 pytestmark = pytest.mark.spark
 

@@ -12,9 +12,9 @@ from temporalio.client import Client, WorkflowFailureError
 from procbus.core.faults import parse_faults
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
 from procbus.topics import Topics, TopicSettings
+from procbus.worker import build_worker
+from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteTable
 from tests.services import TEST_AUTH
-from worker import build_worker
-from workflows.tables import CreateNamespace, CreateTable, DeleteTable
 
 EVENTS = "catalog-events"
 

@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from activities.tables import TableActivities
+from procbus.activities.tables import TableActivities
 from procbus.errors import ProcbusError
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import (
@@ -26,9 +26,9 @@ from procbus.lakehouse.models import (
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import abort_procedure, list_procedures
 from procbus.stack.temporal_server import temporal_binary
+from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 from tests.integration.tables_state import snapshot
 from tests.services import run_command
-from workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
 
 @pytest.fixture

@@ -27,10 +27,10 @@ from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.stack.processes import LOOPBACK, free_port
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from procbus.worker import build_worker
+from procbus.workflows.topics import TopicDelivery
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_AUTH, subprocess_environment, worker_process
-from worker import build_worker
-from workflows.topics import TopicDelivery
 
 
 @pytest.fixture

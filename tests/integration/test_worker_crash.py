@@ -14,10 +14,10 @@ from temporalio.client import Client
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
 from procbus.procedures import ProcedureState, ProcedureStatus
+from procbus.workflows.tables import CreateNamespace, CreateTable
 from tests.integration.tables_state import snapshot
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import subprocess_environment, worker_process
-from workflows.tables import CreateNamespace, CreateTable
 
 
 async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_once(

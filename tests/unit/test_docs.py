@@ -19,7 +19,7 @@ import typer
 
 from procbus.config import setting_names
 from procbus.errors import ErrorType, ProcbusError
-from starter.cli import app
+from procbus.starter.cli import app
 
 PROJECT = Path(__file__).resolve().parents[2]
 DOCS = PROJECT / "docs"

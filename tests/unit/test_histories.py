@@ -19,8 +19,8 @@ from temporalio.worker import Replayer
 
 from procbus.engine.runner import workflow_runner
 from procbus.temporal.payloads import procbus_data_converter
+from procbus.worker.main import WORKFLOWS, worker_interceptors
 from tests.integration.ledger_procedures import Ledger, RollForwardLedger, ShortHistoryLedger
-from worker.main import WORKFLOWS, worker_interceptors
 
 HISTORIES = Path(__file__).parents[1] / "histories"
 RECORDED = sorted(HISTORIES.glob("*/*.json"))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+APPLICATION = ("workflows", "activities", "worker", "starter")
 
 
 def test_the_import_contracts_are_kept() -> None:
@@ -15,14 +17,14 @@ def test_the_import_contracts_are_kept() -> None:
         [str(BIN / "lint-imports")], cwd=PROJECT, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 kept, 0 broken" in result.stdout
+    assert "3 kept, 0 broken" in result.stdout
 
 
 def test_help_imports_neither_temporal_nor_the_database_driver() -> None:
     """`procbus --help` and every command's --help pay only for typer and rich."""
     probe = (
         "import sys\n"
-        "from starter.cli import app\n"
+        "from procbus.starter.cli import app\n"
         "heavy = sorted({name.split('.')[0] for name in sys.modules}"
         " & {'temporalio', 'asyncpg', 'pyspark', 'pydantic_settings'})\n"
         "print(','.join(heavy))\n"
@@ -55,3 +57,17 @@ def test_a_user_imports_everything_from_procbus_and_pays_only_for_what_it_uses()
     names, missing = result.stdout.splitlines()
     assert "'Procedure'" in names and "'step_key'" in names
     assert missing == "module 'procbus' has no attribute 'Procedures'"
+
+
+def test_nothing_imports_the_application_by_its_folder_name() -> None:
+    """The application installs as procbus.workflows, .activities, .worker and .starter: a
+    top-level `import workflows` would find a user's package of that name (or none at all)."""
+    folder_import = re.compile(r"^\s*(from|import) (workflows|activities|worker|starter)\b", re.M)
+    found = [
+        f"{path.relative_to(PROJECT)}: {match.group(0).strip()}"
+        for folder in (*APPLICATION, "procbus", "tests", "bench", "examples", "docs")
+        for path in (PROJECT / folder).rglob("*.py")
+        if "histories" not in path.parts
+        for match in folder_import.finditer(path.read_text())
+    ]
+    assert found == []

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.spark import SparkActivities
+from procbus.activities.spark import SparkActivities
 from procbus.spark.backends import JobHandle, JobPhase, JobProgress, SparkJob, watch
 
 

@@ -7,8 +7,8 @@ import pytest
 from rich.table import Table
 
 from procbus.procedures.models import ProcedureState, ProcedureStatus, SkippedCompensation
-from starter.output import console, print_error, styled
-from starter.procedures import print_outcome, steps_table
+from procbus.starter.output import console, print_error, styled
+from procbus.starter.procedures import print_outcome, steps_table
 
 HOSTILE = "root:x:0:0:root:/root [bold]not bold[/] :thumbs_up: [red]"
 

@@ -1,0 +1,1 @@
+"""The application's activities: what its procedures' steps do."""

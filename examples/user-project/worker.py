@@ -1,0 +1,55 @@
+"""The application's worker: its procedures and activities, with procbus's plugin.
+
+python -m worker        (PROCBUS_* settings say where Temporal and PostgreSQL are;
+                         with none, the running `procbus dev` stack)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from activities.totals import SCHEMA, TotalsActivities, compute_totals, discard_totals
+from temporalio.client import Client
+from temporalio.worker import Worker
+from workflows.daily_totals import PublishDailyTotals
+
+from procbus import ProcbusPlugin
+from procbus.config import Settings
+from procbus.db import create_pool
+from procbus.stack.addresses import resolve_addresses
+
+TASK_QUEUE = os.environ.get("SALES_TASK_QUEUE", "sales-reports")
+
+
+async def main() -> None:
+    settings = Settings()
+    services = resolve_addresses(settings)
+    pool = await create_pool(services.database_url)
+    try:
+        await pool.execute(SCHEMA)
+        # The plugin brings procbus's converter, interceptors, lock and bus activities, the
+        # worker's bus membership, the outbox relay and the Spark session of `compute_totals`.
+        plugin = ProcbusPlugin(settings, pool=pool)
+        client = await Client.connect(
+            services.temporal_address, namespace=services.namespace, plugins=[plugin]
+        )
+        worker = Worker(
+            client,
+            task_queue=TASK_QUEUE,
+            workflows=[PublishDailyTotals],
+            activities=[compute_totals, discard_totals, TotalsActivities(pool).publish_totals],
+        )
+        stop = asyncio.Event()
+        for signal_number in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(signal_number, stop.set)
+        async with worker:
+            print(f"worker on task queue {TASK_QUEUE!r}, stop with Ctrl-C", flush=True)
+            await stop.wait()
+    finally:
+        await pool.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
