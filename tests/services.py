@@ -90,13 +90,13 @@ def subprocess_environment(state_dir: Path, **settings: str) -> dict[str, str]:
 
 
 async def run_command(
-    *argv: str, timeout: float = 60.0, env: dict[str, str] | None = None
+    *argv: str, timeout: float = 60.0, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> tuple[int, str, str]:
     """Run a command without blocking the event loop (the test's worker runs on it)."""
     import asyncio
 
     process = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=cwd
     )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)

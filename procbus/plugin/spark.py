@@ -25,7 +25,7 @@ import contextvars
 import inspect
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -114,6 +114,17 @@ class SparkJobs:
             _worker_jobs.reset(token)
 
 
+def _annotations(function: Callable[..., Any], names: list[str]) -> dict[str, Any]:
+    """`names`' annotations, evaluated as `typing.get_type_hints` would: only these, since the
+    session's type is commonly imported for type checkers alone (`if TYPE_CHECKING:`)."""
+    annotations = inspect.get_annotations(function)
+    return {
+        name: eval(value, function.__globals__) if isinstance(value, str) else value
+        for name, value in annotations.items()
+        if name in names
+    }
+
+
 def spark_job(
     function: Callable[[SparkSession, RequestT], ResultT] | None = None, *, name: str | None = None
 ) -> Any:
@@ -125,7 +136,7 @@ def spark_job(
     if function is None:
         return lambda given: spark_job(given, name=name)
     parameters = list(inspect.signature(function).parameters)
-    hints = get_type_hints(function)
+    hints = _annotations(function, [*parameters[1:2], "return"])
     if len(parameters) != 2 or parameters[1] not in hints:
         raise TypeError(
             f"a spark_job function takes (spark, request) with the request's type annotated; "
