@@ -32,6 +32,7 @@ from procbus.bus.membership import Membership, default_member_id, member_task_qu
 from procbus.config import Settings
 from procbus.core.faults import Fault, parse_faults
 from procbus.core.metrics import OutboxMetrics
+from procbus.core.tracing import tracer_configured
 from procbus.db.pool import unopened_pool
 from procbus.engine.runner import workflow_runner
 from procbus.errors import ProcbusError
@@ -76,14 +77,6 @@ def dev_worker_auth(settings: Settings) -> WorkerAuth:
         unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
         operator_principal=settings.operator_principal or DEV_PRINCIPAL,
     )
-
-
-def tracer_configured() -> bool:
-    """Whether the process set an OpenTelemetry tracer provider (the API's default is a proxy
-    that records nothing until one is set)."""
-    from opentelemetry import trace
-
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def tracing_interceptor(provider: TracerProvider | None = None) -> Interceptor:
@@ -145,7 +138,11 @@ class ProcbusPlugin(SimplePlugin):
         # Set once the worker's services run (the member joined): it may take work.
         self.ready = asyncio.Event()
         # The Spark session of this worker's `spark_job` steps: started by the first job.
-        self.spark_jobs = SparkJobs(self.settings.spark_master, self.settings.warehouse_root)
+        self.spark_jobs = SparkJobs(
+            self.settings.spark_master,
+            self.settings.warehouse_root,
+            tracer_provider=tracer_provider,
+        )
         self._member_queues: set[str] = set()
         self._serving: str | None = None  # the task queue of the worker this plugin runs
         if tracing is None:

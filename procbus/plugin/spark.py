@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import trace
+from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -60,11 +61,19 @@ class SparkJobs:
     their own) still gives users' functions a local session."""
 
     def __init__(
-        self, master: str, warehouse: Path, *, progress_every_seconds: float = 2.0
+        self,
+        master: str,
+        warehouse: Path,
+        *,
+        progress_every_seconds: float = 2.0,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.master = master if master.startswith("local") else "local[*]"
         self.warehouse = warehouse
         self.progress_every_seconds = progress_every_seconds
+        # A job's span: under the activity's own when Temporal's tracing interceptor runs; a
+        # no-op without a tracer provider (the process's, unless one is given).
+        self.tracer = trace.get_tracer("procbus", tracer_provider=tracer_provider)
         self._backend: LocalBackend | None = None
         self._starting = asyncio.Lock()
 
@@ -83,8 +92,7 @@ class SparkJobs:
 
         submitted = JobProgress(job_key=job_key, phase=JobPhase.SUBMITTED)
         report(submitted)  # seen at once in the UI, before the session has started
-        tracer = trace.get_tracer("procbus")
-        with tracer.start_as_current_span(
+        with self.tracer.start_as_current_span(
             "procbus.spark_job", attributes={"procbus.job_key": job_key}
         ) as span:
             backend = await reporting_while(
@@ -102,6 +110,7 @@ class SparkJobs:
             )
             span.set_attribute("procbus.spark_jobs", last.jobs_total)
             span.set_attribute("procbus.spark_tasks", last.tasks_total)
+            span.set_attribute("procbus.spark_phase", last.phase.value)
             return result
 
     @contextlib.contextmanager

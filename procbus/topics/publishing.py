@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 from pydantic_core import to_json
 
+from procbus.core.tracing import TRACER, tracer_configured
 from procbus.db.queries import Queries, load_queries
 from procbus.errors import InvalidRequest
 from procbus.topics.connections import pool_releases, unwrapped
@@ -61,7 +62,31 @@ async def publish_in_transaction(
     """Queue an event (its payload, and the fields of an Event) in the transaction open on
     `connection`: it exists if and only if that transaction commits. QueueFull when the topic's
     bounds are reached. On a grouped topic the event keeps its transaction ID (Published.txn_id
-    says so)."""
+    says so). Traced (a `procbus.topic.publish` span) when the process has a tracer provider."""
+    arguments = (topic, payload, key, type, txn_id, last_in_txn, txn_size, webhook_id, leases)
+    if not tracer_configured():
+        return await _queue_event(connection, *arguments)
+    with TRACER.start_as_current_span(
+        "procbus.topic.publish", attributes={"procbus.topic": topic, "procbus.event_type": type}
+    ) as span:
+        published = await _queue_event(connection, *arguments)
+        span.set_attribute("procbus.event_id", published.id)
+        span.set_attribute("procbus.webhook_id", published.webhook_id)
+        return published
+
+
+async def _queue_event(
+    connection: asyncpg.Connection,
+    topic: str,
+    payload: Any,
+    key: str | None,
+    type: str,
+    txn_id: str | None,
+    last_in_txn: bool,
+    txn_size: int | None,
+    webhook_id: str | None,
+    leases: LeaseCache,
+) -> Published:
     if payload.__class__ is Event:
         raise TypeError(
             "publish_in_transaction takes the event's payload and its fields (key=, type=, ...), "
