@@ -198,7 +198,7 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
     state = tmp_path / "state"
     reports = tmp_path / "reports"
     procbus_queue = f"procbus-{uuid.uuid4().hex[:8]}"
-    user_queue = f"sales-{uuid.uuid4().hex[:8]}"
+    user_queue, drill_queue = f"sales-{uuid.uuid4().hex[:8]}", f"drill-{uuid.uuid4().hex[:8]}"
     settings = {"temporal_address": temporal_address, "database_url": database_url}
     procbus_env = {
         **TEST_AUTH_ENV,
@@ -209,6 +209,18 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
     user_env = {
         **subprocess_environment(state, worker_id="sales-w", **settings),
         "SALES_TASK_QUEUE": user_queue,
+    }
+    # A second worker of the project for the drills, on a task queue of its own: the pivot
+    # (publish) fails before it runs, and the Spark step starts 8 s late, long enough to abort
+    # a procedure in mid-run.
+    drill_env = {
+        **subprocess_environment(
+            state,
+            worker_id="drill-w",
+            faults="PublishDailyTotals.compute:delay=8,PublishDailyTotals.publish:fail_before",
+            **settings,
+        ),
+        "SALES_TASK_QUEUE": drill_queue,
     }
     procbus_cli = str(venv_bin / "procbus")
     python = str(venv_bin / "python")
@@ -227,109 +239,104 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
         )
         return rows, (reports / day).exists()
 
+    orders = tmp_path / "orders.csv"
+    expected = write_orders(
+        orders, [("north", "10.50"), ("south", "3.25"), ("north", "4.50"), ("east", "7.00")]
+    )
+
+    # The `temporal` CLI starts it with JSON; `procbus proc` sees it as its own.
+    def temporal_start(workflow_id: str, day: str, queue: str, *, wait: bool) -> list[str]:
+        request = {"day": day, "orders": str(orders), "reports": str(reports)}
+        return [
+            str(temporal_binary()),
+            "workflow", "execute" if wait else "start",
+            "--address", temporal_address,
+            "--type", "PublishDailyTotals",
+            "--task-queue", queue,
+            "--workflow-id", workflow_id,
+            "--input", json.dumps(request),
+            "--output", "json",
+        ]  # fmt: skip
+
     receiver = WebhookReceiver()
     await receiver.start()
     try:
-        # procbus's own worker (from the wheel's console script) delivers the topic.
-        procbus_log = tmp_path / "procbus-worker.log"
-        async with process([procbus_cli, "worker"], procbus_env, tmp_path, procbus_log) as worker:
-            await wait_for_member(pool, "procbus-w", worker, procbus_log)
+        async with contextlib.AsyncExitStack() as running:
+            # procbus's own worker (the wheel's console script) delivers the topic.
+            workers = [
+                ("procbus-w", [procbus_cli, "worker"], procbus_env),
+                ("sales-w", [python, "-m", "worker"], user_env),
+                ("drill-w", [python, "-m", "worker"], drill_env),
+            ]
+            started = []
+            for name, argv, env in workers:
+                log = tmp_path / f"{name}.log"
+                worker = await running.enter_async_context(process(argv, env, tmp_path, log))
+                started.append((name, worker, log))
+            for name, worker, log in started:
+                await wait_for_member(pool, name, worker, log)
             code, out, err = await cli("topic", "create", TOPIC, "--endpoint", receiver.url)
             assert code == 0, out + err
 
-            orders = tmp_path / "orders.csv"
-            expected = write_orders(
-                orders,
-                [("north", "10.50"), ("south", "3.25"), ("north", "4.50"), ("east", "7.00")],
+            # The drills first (they take longest): one rolls back at its pivot, one is aborted.
+            for workflow_id, day in [("totals-3", "2026-11-27"), ("totals-4", "2026-11-28")]:
+                code, out, err = await run_command(
+                    *temporal_start(workflow_id, day, drill_queue, wait=False), timeout=60
+                )
+                assert code == 0, out + err
+            async with asyncio.timeout(60):
+                while (await status("totals-4")).get("step_running") != "compute":
+                    await asyncio.sleep(0.3)
+            code, out, err = await cli(
+                "proc", "abort", "totals-4", "--reason", "wrong orders file", "--json"
             )
-            user_log = tmp_path / "sales-worker.log"
-            async with process([python, "-m", "worker"], user_env, tmp_path, user_log) as user:
-                await wait_for_member(pool, "sales-w", user, user_log)
+            assert code == 0, out + err
 
-                # The user's starter script, run as they run it.
-                code, out, err = await run_command(
-                    python, "-m", "starter", "2026-11-25", str(orders), str(reports),
-                    "--id", "totals-1", env=user_env, timeout=180, cwd=tmp_path,
-                )  # fmt: skip
-                assert code == 0, out + err
-                published = json.loads(out)
-                assert as_totals(published["regions"]) == expected
-                written = pq.read_table(reports / "2026-11-25").to_pylist()
-                assert {row["region"]: row["orders"] for row in written} == {
-                    region: count for region, (count, _) in expected.items()
-                }
-                events = await receiver.wait_for(1, timeout=60)
-                assert events[0]["type"] == "DailyTotals"
-                assert as_totals(events[0]["data"]["regions"]) == expected
-
-                # The `temporal` CLI starts it with JSON; `procbus proc` sees it as its own.
-                def temporal_start(workflow_id: str, day: str, *, wait: bool) -> list[str]:
-                    request = {"day": day, "orders": str(orders), "reports": str(reports)}
-                    return [
-                        str(temporal_binary()),
-                        "workflow", "execute" if wait else "start",
-                        "--address", temporal_address,
-                        "--type", "PublishDailyTotals",
-                        "--task-queue", user_queue,
-                        "--workflow-id", workflow_id,
-                        "--input", json.dumps(request),
-                        "--output", "json",
-                    ]  # fmt: skip
-
-                code, out, err = await run_command(
-                    *temporal_start("totals-2", "2026-11-26", wait=True), timeout=180
-                )
-                assert code == 0, out + err
-                assert as_totals(json.loads(out)["result"]["regions"]) == expected
-                done = await status("totals-2")
-                assert (done["state"], done["steps_done"]) == (
-                    "SUCCEEDED",
-                    ["compute", "evict", "publish"],
-                )
-                await receiver.wait_for(2, timeout=60)
-
-                # Bad input through the `temporal` CLI: refused at once, nothing written.
-                code, out, err = await run_command(
-                    *temporal_start("totals-bad", "yesterday", wait=True), timeout=60
-                )
-                assert code != 0
-                assert "day must be a date as YYYY-MM-DD, not 'yesterday'" in out + err
-                assert not (reports / "yesterday").exists()
-
-                user.terminate()
-                async with asyncio.timeout(60):
-                    await user.wait()
-
-            # The same worker with faults: the pivot (publish) fails before it runs, and the
-            # Spark step starts 8 s late, long enough to abort a procedure in mid-run.
-            faulty_env = {
-                **user_env,
-                "PROCBUS_FAULTS": "PublishDailyTotals.compute:delay=8,"
-                "PublishDailyTotals.publish:fail_before",
+            # The user's starter script, run as they run it.
+            code, out, err = await run_command(
+                python, "-m", "starter", "2026-11-25", str(orders), str(reports),
+                "--id", "totals-1", env=user_env, timeout=180, cwd=tmp_path,
+            )  # fmt: skip
+            assert code == 0, out + err
+            published = json.loads(out)
+            assert as_totals(published["regions"]) == expected
+            written = pq.read_table(reports / "2026-11-25").to_pylist()
+            assert {row["region"]: row["orders"] for row in written} == {
+                region: count for region, (count, _) in expected.items()
             }
-            async with process([python, "-m", "worker"], faulty_env, tmp_path, user_log) as user:
-                await wait_for_member(pool, "sales-w", user, user_log)
-                for workflow_id, day in [("totals-3", "2026-11-27"), ("totals-4", "2026-11-28")]:
-                    code, out, err = await run_command(
-                        *temporal_start(workflow_id, day, wait=False), timeout=60
-                    )
-                    assert code == 0, out + err
-                async with asyncio.timeout(60):
-                    while (await status("totals-4")).get("step_running") != "compute":
-                        await asyncio.sleep(0.3)
-                code, out, err = await cli(
-                    "proc", "abort", "totals-4", "--reason", "wrong orders file", "--json"
-                )
-                assert code == 0, out + err
-                for workflow_id in ("totals-3", "totals-4"):
-                    code, out, err = await cli("proc", "wait", workflow_id, "--json", timeout=180)
-                    ended = await status(workflow_id)
-                    assert ended["state"] == "ROLLED_BACK", ended
-                    assert "compute" in ended["compensations_done"], ended
-                faulted, aborted = await status("totals-3"), await status("totals-4")
-                assert faulted["failed_step"] == "publish"
-                assert "injected fault before" in str(faulted["error"])
-                assert "wrong orders file" in str(aborted["rollback_reason"])
+            events = await receiver.wait_for(1, timeout=60)
+            assert events[0]["type"] == "DailyTotals"
+            assert as_totals(events[0]["data"]["regions"]) == expected
+
+            code, out, err = await run_command(
+                *temporal_start("totals-2", "2026-11-26", user_queue, wait=True), timeout=180
+            )
+            assert code == 0, out + err
+            assert as_totals(json.loads(out)["result"]["regions"]) == expected
+            done = await status("totals-2")
+            assert (done["state"], done["steps_done"]) == (
+                "SUCCEEDED",
+                ["compute", "evict", "publish"],
+            )
+            await receiver.wait_for(2, timeout=60)
+
+            # Bad input through the `temporal` CLI: refused at once, nothing written.
+            code, out, err = await run_command(
+                *temporal_start("totals-bad", "yesterday", user_queue, wait=True), timeout=60
+            )
+            assert code != 0
+            assert "day must be a date as YYYY-MM-DD, not 'yesterday'" in out + err
+            assert not (reports / "yesterday").exists()
+
+            for workflow_id in ("totals-3", "totals-4"):
+                await cli("proc", "wait", workflow_id, "--json", timeout=180)
+                ended = await status(workflow_id)
+                assert ended["state"] == "ROLLED_BACK", ended
+                assert "compute" in ended["compensations_done"], ended
+            faulted, aborted = await status("totals-3"), await status("totals-4")
+            assert faulted["failed_step"] == "publish"
+            assert "injected fault before" in str(faulted["error"])
+            assert "wrong orders file" in str(aborted["rollback_reason"])
     finally:
         await receiver.stop()
 
