@@ -68,18 +68,21 @@ def pip(*argv: str, cwd: Path | None = None) -> None:
 def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A new virtual environment with procbus and the user project installed from wheels."""
     root = tmp_path_factory.mktemp("user-project")
+    # Built from copies of the sources: a build leaves build/ and *.egg-info beside them, and a
+    # stale build/ would put files that no longer exist into the wheel.
+    leftovers = shutil.ignore_patterns("__pycache__", "build", "*.egg-info", ".mypy_cache")
     source = root / "procbus-source"
     source.mkdir()
     for name in SOURCES:
         path = PROJECT / name
         if path.is_dir():  # procbus/'s links to the application folders are kept as links
-            ignore = shutil.ignore_patterns("__pycache__")
-            shutil.copytree(path, source / name, symlinks=True, ignore=ignore)
+            shutil.copytree(path, source / name, symlinks=True, ignore=leftovers)
         else:
             shutil.copy2(path, source / name)
+    project = shutil.copytree(USER_PROJECT, root / "sales-reports", ignore=leftovers)
     dist = root / "dist"
     pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(source))
-    pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(USER_PROJECT))
+    pip("wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(dist), str(project))
     wheel = next(dist.glob("procbus-*.whl"))
     with zipfile.ZipFile(wheel) as archive:
         top_level = {name.split("/")[0] for name in archive.namelist()}
