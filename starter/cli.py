@@ -211,6 +211,10 @@ def main() -> None:
         else:
             print_error(error.format_message())
         code = error.exit_code
+    if "opentelemetry.trace" in sys.modules:  # traced: send what the exporter still holds
+        from procbus.core.tracing import flush_traces
+
+        flush_traces()
     sys.stdout.flush()
     sys.stderr.flush()
     # A process that used a Temporal client can abort in interpreter shutdown; skip it.

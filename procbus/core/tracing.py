@@ -14,3 +14,12 @@ def tracer_configured() -> bool:
     """Whether the process set an OpenTelemetry tracer provider (the API's default is a proxy
     that records nothing until one is set)."""
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def flush_traces() -> None:
+    """Export the spans the process's provider still holds (the SDK's batch processor sends every
+    few seconds): a process that ends with os._exit runs no atexit hook, the SDK's own flush
+    included, and would lose the spans of its last seconds."""
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if callable(force_flush):
+        force_flush()

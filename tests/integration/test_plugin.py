@@ -331,3 +331,55 @@ async def test_a_traced_procedure_that_rolls_back_shows_its_steps_locks_broadcas
         "RunActivity:acquire_locks",
         "RunActivity:bus_apply",
     } <= activities
+
+
+async def test_opentelemetry_instrument_traces_procbus_worker(
+    database_url: str, temporal_address: str, pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """The command line docs/how-to/traces.md shows: the distro configures the SDK before
+    `procbus worker` starts, so the worker finds a tracer provider and traces its procedures
+    (here to the console exporter, printed as the process ends)."""
+    task_queue = f"otel-{uuid.uuid4().hex}"
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        worker_id="otel-worker",
+    )
+    instrument = str(Path(sys.executable).parent / "opentelemetry-instrument")
+    process = await asyncio.create_subprocess_exec(
+        instrument, "--traces_exporter", "console", "--metrics_exporter", "none",
+        "--logs_exporter", "none", "--service_name", "procbus-worker",
+        PROCBUS, "worker", "--workflows", "examples.user_procedures",
+        env=env,
+        cwd=PROJECT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while not await Membership(pool).members():
+                assert process.returncode is None, (await process.communicate())[1].decode()
+                await asyncio.sleep(0.2)
+        client = await Client.connect(temporal_address, plugins=[ProcbusPlugin(Settings())])
+        workflow_id = f"otel-{uuid.uuid4().hex[:6]}"
+        await client.execute_workflow(
+            RefreshCaches.run,
+            RefreshInput(table="orders", notes=str(tmp_path / "notes")),
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+    finally:
+        process.terminate()
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()[-2000:]
+    # The console exporter prints one JSON object per span.
+    spans = [json.loads(text) for text in re.findall(r"^\{$.*?^\}$", out.decode(), re.M | re.S)]
+    ours = [span for span in spans if span["attributes"].get("procbus.procedure_id") == workflow_id]
+    assert {span["name"] for span in ours} >= {
+        "procbus.state", "procbus.locks", "procbus.step", "procbus.broadcast",
+    }  # fmt: skip
+    assert {span["resource"]["attributes"]["service.name"] for span in ours} == {"procbus-worker"}
+    assert "RunActivity:note_refresh" in {span["name"] for span in spans}
