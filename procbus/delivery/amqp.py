@@ -80,7 +80,14 @@ class AmqpClient(EndpointClient):
             # Checked once, connected to as checked: the name is not resolved a second time.
             addresses = await checked_addresses(self.endpoint.host, broker.port)
             connection = PinnedConnection(broker, PinnedTransport(addresses, self.endpoint.host))
-            await connection.connect(timeout=self.timeout_seconds)
+            try:
+                await connection.connect(timeout=self.timeout_seconds)
+            except BaseException:
+                # Closed now, not by its __del__ at some later collection (which, with no loop
+                # running then, leaves a close() coroutine never awaited).
+                with contextlib.suppress(Exception):
+                    await connection.close()
+                raise
             self._connection = connection
             # Confirms: publish() returns once the broker took the message; returned
             # (unroutable) messages raise instead of vanishing.

@@ -6,6 +6,7 @@ and connected to at the address that was checked."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -24,6 +25,7 @@ from procbus.delivery.amqp import AmqpClient
 from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
+from procbus.stack.processes import free_port
 from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from procbus.workflows.topics import TopicDelivery
 from tests.services import RabbitMQ
@@ -233,3 +235,21 @@ async def test_the_broker_is_connected_at_the_address_that_was_checked(
     assert asked == ["broker.test"]
     [message] = await consume(rabbitmq.url, queue_name, 1)
     assert message.message_id == "msg_pinned"
+
+
+async def test_a_broker_that_refuses_the_connection_leaves_no_connection_open() -> None:
+    """A failed connect closes its connection at once: left to its __del__, it was closed at
+    some later garbage collection, where (with no loop running) aio-pika's close() coroutine
+    was never awaited (a RuntimeWarning seen in whichever test ran then)."""
+    endpoint = parse_endpoint(f"amqp://guest:guest@127.0.0.1:{free_port()}/?routing_key=x", [])
+    gc.disable()  # the failed connection lives on in a reference cycle until a collection
+    try:
+        async with AmqpClient(endpoint, timeout_seconds=2.0) as amqp:
+            sent = await amqp.send(
+                Message(id="m1", body="{}", timestamp=datetime.now(UTC), key=None)
+            )
+        assert sent.outcome is Outcome.FAILED and "Connect call failed" in str(sent.error)
+        connections = [o for o in gc.get_objects() if isinstance(o, aio_pika.Connection)]
+        assert connections and all(connection.is_closed for connection in connections)
+    finally:
+        gc.enable()
