@@ -218,6 +218,7 @@ class DemoOwnProcedure(BaseModel):
     refused_id: str
     refused_state: ProcedureState
     notes_after_rollback: list[str] = Field(description="the user's system: one note, kept")
+    rows_counted: int | None = Field(description="the rows its Spark job step counted")
 
 
 class DemoReport(BaseModel):
@@ -1030,6 +1031,10 @@ class Demo:
         settings = self.settings.model_copy(update={"worker_id": f"demo-{self.run_id}-own"})
         plugin = ProcbusPlugin(settings, pool=self.pool, auth=self.auth, outbox_relay=False)
         notes = self.settings.state_dir.resolve() / f"demo-notes-{self.run_id}"
+        orders = self.settings.state_dir.resolve() / f"demo-orders-{self.run_id}.csv"
+        await asyncio.to_thread(
+            orders.write_text, "id,amount\n" + "".join(f"{n},{n % 7}\n" for n in range(500))
+        )
         procedure_id, refused_id = f"demo-refresh-{self.run_id}", f"demo-refused-{self.run_id}"
         async with Worker(
             self.client,
@@ -1043,7 +1048,7 @@ class Demo:
                 # JSON in, as the `temporal` CLI would send it.
                 done = await self.client.execute_workflow(
                     "RefreshCaches",
-                    {"table": "orders", "notes": str(notes)},
+                    {"table": "orders", "notes": str(notes), "count_rows_of": str(orders)},
                     id=procedure_id,
                     task_queue=task_queue,
                 )
@@ -1064,8 +1069,9 @@ class Demo:
         kept = await asyncio.to_thread(notes.read_text)
         notes_left = [line.split(" ", 1)[1] for line in kept.splitlines()]
         self.say(
-            f"   {procedure_id}: {status.state.value}, a lock, a step, and a broadcast that "
-            f"reached {len(done['members'])} workers"
+            f"   {procedure_id}: {status.state.value}, a lock, a step, a Spark job step that "
+            f"counted {done['rows']} rows, and a broadcast that reached {len(done['members'])} "
+            "workers"
         )
         self.say(
             f"   {refused_id}: {refused.state.value}, its note undone (notes kept: {notes_left})"
@@ -1081,6 +1087,7 @@ class Demo:
             refused_id=refused_id,
             refused_state=refused.state,
             notes_after_rollback=notes_left,
+            rows_counted=done["rows"],
         )
 
 

@@ -166,6 +166,7 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     own = report["own_procedure"]
     assert (own["state"], own["refused_state"]) == ("SUCCEEDED", "ROLLED_BACK")
     assert own["notes_after_rollback"] == ["orders"] and len(own["broadcast_reached"]) == 4
+    assert own["rows_counted"] == 500  # its Spark job step, in the worker's session
     # It stopped what it started.
     assert not (state_dir / "stack.json").exists()
 

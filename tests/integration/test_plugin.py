@@ -24,6 +24,7 @@ from examples.user_procedures import (
     RefreshCaches,
     RefreshInput,
     RefreshResult,
+    count_rows,
     forget_refresh,
     note_refresh,
     refuse_refresh,
@@ -175,7 +176,7 @@ async def test_procbus_worker_runs_a_users_procedures_started_by_the_temporal_cl
         refreshed = f"refresh-{uuid.uuid4().hex[:6]}"
         code, out, err = await temporal_execute(refreshed, {"table": "orders", "notes": str(notes)})
         assert code == 0, out + err
-        assert json.loads(out)["result"] == {"members": ["cli-worker"]}
+        assert json.loads(out)["result"] == {"members": ["cli-worker"], "rows": None}
         assert noted(notes) == ["orders"]
         # procbus's own commands see a user's procedure as they see a built-in one.
         code, out, err = await run_command(
@@ -258,7 +259,7 @@ async def test_procbus_worker_with_a_bad_module_exits_2_before_it_starts(tmp_pat
 def test_the_user_procedures_module_gives_its_workflow_and_activities() -> None:
     found = load_user_procedures(["examples.user_procedures"], WORKFLOWS)
     assert found.workflows == [RefreshCaches]
-    assert set(found.activities) == {note_refresh, forget_refresh, refuse_refresh}
+    assert set(found.activities) == {note_refresh, forget_refresh, refuse_refresh, count_rows}
 
 
 async def test_a_traced_procedure_that_rolls_back_shows_its_steps_locks_broadcast_and_undo(

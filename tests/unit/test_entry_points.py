@@ -47,4 +47,4 @@ def test_a_package_declares_its_procedures_in_the_entry_point_group(tmp_path: Pa
     found = json.loads(result.stdout)
     assert found["modules"] == ["examples.user_procedures"]
     assert found["workflows"] == ["RefreshCaches"]
-    assert found["activities"] == ["forget_refresh", "note_refresh", "refuse_refresh"]
+    assert found["activities"] == ["count_rows", "forget_refresh", "note_refresh", "refuse_refresh"]
