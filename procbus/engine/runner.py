@@ -1,4 +1,4 @@
-"""The workflow sandbox procbus's workers run in: Temporal's, with procbus passed through.
+"""The workflow sandbox procbus's workers run in: Temporal's, with procbus's library passed through.
 
 The sandbox imports a workflow's module afresh for every run, and with it every module that
 module imports unless it is passed through. Without this, each procedure run executed the
@@ -6,7 +6,7 @@ engine (procbus/engine/, 1,500 lines) again: about half of a worker's CPU in the
 tests. procbus is library code, deterministic to import and tested as such, so it is imported
 once, as Temporal's sandbox guide advises for such modules (a user's `from procbus import
 Procedure` included); a procedure's own module (its steps) still runs in the sandbox with its
-restrictions.
+restrictions, procbus's built-in procedures (procbus.workflows) as much as a user's.
 """
 
 from __future__ import annotations
