@@ -241,7 +241,8 @@ async def test_a_broker_that_refuses_the_connection_leaves_no_connection_open() 
     """A failed connect closes its connection at once: left to its __del__, it was closed at
     some later garbage collection, where (with no loop running) aio-pika's close() coroutine
     was never awaited (a RuntimeWarning seen in whichever test ran then)."""
-    endpoint = parse_endpoint(f"amqp://guest:guest@127.0.0.1:{free_port()}/?routing_key=x", [])
+    port = free_port()  # nothing listens there
+    endpoint = parse_endpoint(f"amqp://guest:guest@127.0.0.1:{port}/?routing_key=x", [])
     gc.disable()  # the failed connection lives on in a reference cycle until a collection
     try:
         async with AmqpClient(endpoint, timeout_seconds=2.0) as amqp:
@@ -249,7 +250,12 @@ async def test_a_broker_that_refuses_the_connection_leaves_no_connection_open() 
                 Message(id="m1", body="{}", timestamp=datetime.now(UTC), key=None)
             )
         assert sent.outcome is Outcome.FAILED and "Connect call failed" in str(sent.error)
-        connections = [o for o in gc.get_objects() if isinstance(o, aio_pika.Connection)]
+        # This test's connection only: the module's other tests leave theirs to the collector.
+        connections = [
+            found
+            for found in gc.get_objects()
+            if isinstance(found, aio_pika.Connection) and found.url.port == port
+        ]
         assert connections and all(connection.is_closed for connection in connections)
     finally:
         gc.enable()
