@@ -53,6 +53,30 @@ def noted(notes: Path) -> list[str]:
     return [line.split(" ", 1)[1] for line in notes.read_text().splitlines()]
 
 
+def cli_worker_environment(
+    tmp_path: Path, database_url: str, temporal_address: str, worker_id: str
+) -> tuple[str, dict[str, str]]:
+    """A task queue of its own, and the environment of a `procbus worker` on it."""
+    task_queue = f"{worker_id}-{uuid.uuid4().hex}"
+    return task_queue, subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        worker_id=worker_id,
+    )
+
+
+async def wait_until_joined(pool: asyncpg.Pool, process: asyncio.subprocess.Process) -> None:
+    """Until the worker's bus member joined (it takes work then), or it exited."""
+    async with asyncio.timeout(60):
+        while not await Membership(pool).members():
+            if process.returncode is not None:
+                out, err = await process.communicate()
+                raise AssertionError(f"the worker exited: {(out or b'') + (err or b'')!r}")
+            await asyncio.sleep(0.2)
+
+
 async def test_a_users_worker_runs_its_procedure_with_only_the_plugin(
     database_url: str, temporal_address: str, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
@@ -136,14 +160,7 @@ async def test_a_worker_without_the_bus_does_not_join_it(
 async def test_procbus_worker_runs_a_users_procedures_started_by_the_temporal_cli(
     database_url: str, temporal_address: str, pool: asyncpg.Pool, tmp_path: Path
 ) -> None:
-    task_queue = f"cli-{uuid.uuid4().hex}"
-    env = subprocess_environment(
-        tmp_path / "state",
-        temporal_address=temporal_address,
-        database_url=database_url,
-        task_queue=task_queue,
-        worker_id="cli-worker",
-    )
+    task_queue, env = cli_worker_environment(tmp_path, database_url, temporal_address, "cli-worker")
     # Run from the project's folder, as a user runs it from theirs: the module imports from there.
     process = await asyncio.create_subprocess_exec(
         PROCBUS, "worker", "--workflows", "examples.user_procedures",
@@ -153,10 +170,7 @@ async def test_procbus_worker_runs_a_users_procedures_started_by_the_temporal_cl
         stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     try:
-        async with asyncio.timeout(60):
-            while not await Membership(pool).members():
-                assert process.returncode is None, (await process.communicate())[0].decode()
-                await asyncio.sleep(0.2)
+        await wait_until_joined(pool, process)
         notes = tmp_path / "notes"
 
         async def temporal_execute(
@@ -340,13 +354,8 @@ async def test_opentelemetry_instrument_traces_procbus_worker(
     """The command line docs/how-to/traces.md shows: the distro configures the SDK before
     `procbus worker` starts, so the worker finds a tracer provider and traces its procedures
     (here to the console exporter, printed as the process ends)."""
-    task_queue = f"otel-{uuid.uuid4().hex}"
-    env = subprocess_environment(
-        tmp_path / "state",
-        temporal_address=temporal_address,
-        database_url=database_url,
-        task_queue=task_queue,
-        worker_id="otel-worker",
+    task_queue, env = cli_worker_environment(
+        tmp_path, database_url, temporal_address, "otel-worker"
     )
     instrument = str(Path(sys.executable).parent / "opentelemetry-instrument")
     process = await asyncio.create_subprocess_exec(
@@ -359,10 +368,7 @@ async def test_opentelemetry_instrument_traces_procbus_worker(
         stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        async with asyncio.timeout(60):
-            while not await Membership(pool).members():
-                assert process.returncode is None, (await process.communicate())[1].decode()
-                await asyncio.sleep(0.2)
+        await wait_until_joined(pool, process)
         client = await Client.connect(temporal_address, plugins=[ProcbusPlugin(Settings())])
         workflow_id = f"otel-{uuid.uuid4().hex[:6]}"
         await client.execute_workflow(
