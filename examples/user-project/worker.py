@@ -10,7 +10,7 @@ import asyncio
 import os
 import signal
 
-from activities.totals import SCHEMA, TotalsActivities, compute_totals, discard_totals
+from activities.totals import TotalsActivities, compute_totals, create_schema, discard_totals
 from temporalio.client import Client
 from temporalio.worker import Worker
 from workflows.daily_totals import PublishDailyTotals
@@ -28,7 +28,7 @@ async def main() -> None:
     services = resolve_addresses(settings)
     pool = await create_pool(services.database_url)
     try:
-        await pool.execute(SCHEMA)
+        await create_schema(pool)
         # The plugin brings procbus's converter, interceptors, lock and bus activities, the
         # worker's bus membership, the outbox relay and the Spark session of `compute_totals`.
         plugin = ProcbusPlugin(settings, pool=pool)

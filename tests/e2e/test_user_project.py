@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -353,3 +354,18 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
         "2026-11-26",
     ]
     assert await pool.fetchval('SELECT count(*) FROM "procbus_locks"') == 0
+
+
+async def test_workers_starting_together_create_the_projects_table_once(pool: asyncpg.Pool) -> None:
+    """The project's workers start at the same moment; a bare CREATE TABLE IF NOT EXISTS from
+    each failed one of them in a CI run (pg_type's unique index), so they take turns."""
+    spec = importlib.util.spec_from_file_location(
+        "user_project_totals", USER_PROJECT / "activities" / "totals.py"
+    )
+    assert spec is not None and spec.loader is not None
+    totals = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(totals)
+    for attempt in range(5):  # a race: each round a fresh table, eight workers at once
+        await pool.execute('DROP TABLE IF EXISTS "daily_totals"')
+        await asyncio.gather(*(totals.create_schema(pool) for _ in range(8)))
+        assert await pool.fetchval("SELECT to_regclass('daily_totals') IS NOT NULL"), attempt

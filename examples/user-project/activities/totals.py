@@ -29,6 +29,9 @@ CREATE TABLE IF NOT EXISTS "daily_totals" (
     PRIMARY KEY ("day", "region")
 )
 """
+# Workers of one application start together: PostgreSQL's IF NOT EXISTS does not hold against
+# a concurrent CREATE (the second fails on pg_type's unique index), so they take turns.
+SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('sales-reports schema'))"
 PUBLISHED_BY = 'SELECT count(*) FROM "daily_totals" WHERE "published_by" = $1'
 UPSERT_TOTAL = """
 INSERT INTO "daily_totals" ("day", "region", "orders", "amount", "published_by")
@@ -92,6 +95,13 @@ def compute_totals(spark: SparkSession, request: ComputeTotals) -> Totals:
 async def discard_totals(request: ComputeTotals) -> None:
     """The undo of `compute`: whatever the job wrote goes."""
     await asyncio.to_thread(shutil.rmtree, request.output, ignore_errors=True)
+
+
+async def create_schema(pool: asyncpg.Pool) -> None:
+    """The application's table, created once however many workers start at the same moment."""
+    async with pool.acquire() as connection, connection.transaction():
+        await connection.execute(SCHEMA_LOCK)
+        await connection.execute(SCHEMA)
 
 
 class TotalsActivities:
