@@ -37,7 +37,7 @@ from procbus.db.migrate import migrate
 from procbus.delivery.owner import ensure_delivery
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal.client import connect_client
-from procbus.temporal.errors import ProcbusErrorInterceptor
+from procbus.temporal.interceptors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
 from procbus.workflows.topics import TopicDelivery
 

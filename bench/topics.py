@@ -61,7 +61,7 @@ from procbus.hooks import transaction
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.stack.postgres import POSTGRES_BIN_PATH
 from procbus.temporal.client import connect_client
-from procbus.temporal.errors import ProcbusErrorInterceptor
+from procbus.temporal.interceptors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
 from procbus.topics.models import SHARDS
 from procbus.topics.queue import (

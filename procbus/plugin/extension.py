@@ -45,8 +45,8 @@ from procbus.plugin.member import bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
 from procbus.stack.addresses import resolve_addresses
-from procbus.temporal.errors import ProcbusErrorInterceptor
 from procbus.temporal.faults import FaultInterceptor
+from procbus.temporal.interceptors import ProcbusErrorInterceptor
 from procbus.temporal.payloads import procbus_data_converter
 
 PLUGIN_NAME = "procbus.ProcbusPlugin"

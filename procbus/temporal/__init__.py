@@ -1,11 +1,31 @@
 """The Temporal adapter: the client factory and runtime, the data converter, the signing client
 interceptor, fault injection for drills, and the mapping of procbus errors to Temporal's. The
-top of the library: nothing else in procbus imports it but the embedded stack."""
+top of the library: nothing else in procbus imports it but the embedded stack.
 
-from procbus.temporal.client import connect_client, procbus_runtime, workflow_ui_url
-from procbus.temporal.errors import ProcbusErrorInterceptor, application_error
-from procbus.temporal.faults import FaultInterceptor
-from procbus.temporal.payloads import procbus_data_converter
+Its names are imported when first asked for: a CLI command that only connects a client would
+otherwise import temporalio.worker too (the interceptors), about 60 ms of every call."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from procbus.temporal.client import connect_client, procbus_runtime, workflow_ui_url
+    from procbus.temporal.errors import application_error
+    from procbus.temporal.faults import FaultInterceptor
+    from procbus.temporal.interceptors import ProcbusErrorInterceptor
+    from procbus.temporal.payloads import procbus_data_converter
+
+_MODULE_OF = {
+    "FaultInterceptor": "procbus.temporal.faults",
+    "ProcbusErrorInterceptor": "procbus.temporal.interceptors",
+    "application_error": "procbus.temporal.errors",
+    "connect_client": "procbus.temporal.client",
+    "procbus_data_converter": "procbus.temporal.payloads",
+    "procbus_runtime": "procbus.temporal.client",
+    "workflow_ui_url": "procbus.temporal.client",
+}
 
 __all__ = [
     "FaultInterceptor",
@@ -16,3 +36,9 @@ __all__ = [
     "procbus_runtime",
     "workflow_ui_url",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_MODULE_OF[name]), name)
