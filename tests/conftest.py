@@ -34,6 +34,7 @@ from tests.services import (
 )
 from tests.spark_classes import (
     BUILD_TIMEOUT_SECONDS,
+    archive_folder,
     archive_path,
     jvm_options,
     start_building,
@@ -58,8 +59,9 @@ _waited_for_archive: list[bool] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The Spark class archive in pytest's cache: the first process (xdist's controller, or the
-    only one) builds it in the background if missing; every process's JVMs map it once built."""
+    """The Spark class archive in the user's cache (tests/spark_classes.py): the first process
+    (xdist's controller, or the only one) builds it in the background if missing; every
+    process's JVMs map it once built."""
     if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple[:2] >= (9, 2):
         # Its test IDs ignore the groups xdist writes into them: the tests of a file would
         # spread over the processes, each starting the file's broker, cluster or stack.
@@ -69,12 +71,13 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     # xdist would hand out the groups with the most tests first; ours go longest first.
     config.option.loadscopereorder = False
-    cache = getattr(config, "cache", None)
-    if cache is not None:  # with -p no:cacheprovider there is no place to keep it
-        try:
-            _spark_archive.append(archive_path(cache.mkdir("spark-classes")))
-        except (OSError, SparkUnavailable) as error:  # no java: the Spark tests say so
-            print(f"no Spark class archive: {error}", file=sys.stderr)
+    cache = getattr(config, "cache", None)  # none with -p no:cacheprovider
+    try:
+        folder = archive_folder(cache.mkdir("spark-classes") if cache is not None else None)
+        if folder is not None:
+            _spark_archive.append(archive_path(folder))
+    except (OSError, SparkUnavailable) as error:  # no java: the Spark tests say so
+        print(f"no Spark class archive: {error}", file=sys.stderr)
     if _spark_archive and not hasattr(config, "workerinput"):
         building = start_building(_spark_archive[0])
         if building is not None:

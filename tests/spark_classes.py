@@ -2,10 +2,13 @@
 
 A Spark JVM spends most of its first seconds loading and verifying ten thousand classes; one
 archived by a first JVM is mapped by every later one instead: on 2 cores a local session's first
-jobs cost about 9 s of CPU instead of 17. The archive is built once per checkout into pytest's
-cache (`python -m tests.spark_classes <path>` runs the Spark job that it records); a JVM whose
-Java or Spark differs from the archive's simply does not use it (the JVM checks, and its CDS
-warnings are turned off: the `spark-submit` launcher reads its JVM's standard output).
+jobs cost about 9 s of CPU instead of 17. The archive depends on the Java runtime and the Spark
+jars alone, not on the checkout, so it is built once per user into ~/.cache/procbus-tests
+(XDG_CACHE_HOME; pytest's cache of the checkout where that is not writable), named by what it
+was built from, and every checkout's runs share it (`python -m tests.spark_classes <path>` runs
+the Spark job that it records, about 35 s of CPU). A JVM whose Java or Spark differs from the
+archive's simply does not use it (the JVM checks, and its CDS warnings are turned off: the
+`spark-submit` launcher reads its JVM's standard output).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from procbus.spark.session import find_java
@@ -37,6 +41,19 @@ def archive_key() -> str:
     spark_home = Path(pyspark.__file__).parent
     material = f"{java}|{spark_home}|{pyspark.__version__}|{SHORT_LIVED_JVM_OPTIONS}"
     return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def archive_folder(checkout_cache: Path | None) -> Path | None:
+    """The user's cache folder for archives, or `checkout_cache` where it cannot be made."""
+    user_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = user_cache / "procbus-tests" / "spark-classes"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=folder)  # noqa: SIM115 - closed at once
+        probe.close()
+    except OSError:
+        return checkout_cache
+    return folder
 
 
 def archive_path(folder: Path) -> Path:
@@ -91,6 +108,11 @@ def build(archive: Path) -> None:
             partial.replace(archive)
     finally:
         partial.unlink(missing_ok=True)
+    # Archives of a Java or Spark no checkout has used for a month: 180 MB each.
+    month_ago = time.time() - 30 * 24 * 3600
+    for old in archive.parent.glob("spark-*.jsa"):
+        if old != archive and old.stat().st_atime < month_ago:
+            old.unlink(missing_ok=True)
 
 
 def record(archive: Path) -> None:
