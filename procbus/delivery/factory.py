@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from procbus.core.endpoints import Endpoint, EndpointKind
 from procbus.delivery.clients import EndpointClient
-from procbus.delivery.webhook import WebhookClient
 from procbus.errors import InvalidRequest
 
 
@@ -15,6 +14,9 @@ def client_for(
     None)."""
     timeout = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
     if endpoint.kind is EndpointKind.WEBHOOK:
+        # aiohttp loads at a worker's first webhook: ~0.15 s of CPU off every worker start.
+        from procbus.delivery.webhook import WebhookClient
+
         return WebhookClient(endpoint, secrets, **timeout)
     if endpoint.kind is EndpointKind.AMQP:
         # aio-pika loads only for an AMQP endpoint: a webhook-only worker never pays for it.
