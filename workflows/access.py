@@ -21,8 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.core.names import grant_resource
     from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
 
-from procbus.engine.procedure import Procedure
-from procbus.workflows.tables import checked
+from procbus.engine.procedure import Procedure, checked
 
 
 @workflow.defn(name="ChangeAccess")

@@ -42,8 +42,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from procbus.lakehouse.models import TableDescriptor
 
-from procbus.engine.procedure import Procedure
-from procbus.workflows.tables import checked
+from procbus.engine.procedure import Procedure, checked
 
 # A compaction whose commit finds the table changed since its plan plans again, this often.
 MAX_COMPACTION_PLANS = 5

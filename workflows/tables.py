@@ -17,8 +17,7 @@ Every catalog write carries the fencing token of the namespace's or the table's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 from temporalio import workflow
 
@@ -26,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
     from procbus.activities.tables import TableActivities
     from procbus.bus.models import EvictDescriptor, PutDescriptor, ResetNamespaceGrants
     from procbus.core.names import namespace_resource, table_resource
-    from procbus.errors import InvalidRequest
     from procbus.lakehouse.models import (
         CreateNamespaceInput,
         CreateTableInput,
@@ -44,17 +42,7 @@ with workflow.unsafe.imports_passed_through():
         namespace_creator_grants,
     )
 
-from procbus.engine.procedure import Procedure, invalid_input
-
-T = TypeVar("T")
-
-
-def checked(check: Callable[..., T], *args: Any) -> T:
-    """Run an input check; bad input fails the procedure before any step."""
-    try:
-        return check(*args)
-    except InvalidRequest as error:
-        raise invalid_input(str(error)) from None
+from procbus.engine.procedure import Procedure, checked
 
 
 @workflow.defn(name="CreateNamespace")

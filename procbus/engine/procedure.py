@@ -56,7 +56,13 @@ with workflow.unsafe.imports_passed_through():
         PROCEDURE_TARGET,
         PROCEDURE_TYPE,
     )
-    from procbus.errors import NON_RETRYABLE_ERROR_TYPES, ErrorType, LockError, LockTimeout
+    from procbus.errors import (
+        NON_RETRYABLE_ERROR_TYPES,
+        ErrorType,
+        InvalidRequest,
+        LockError,
+        LockTimeout,
+    )
     from procbus.locks.models import LOCKS_CHANGED_SIGNAL
     from procbus.procedures.models import (
         CHILD_COMPENSATIONS_SIGNAL,
@@ -79,6 +85,7 @@ from procbus.engine.tracing import record_span
 
 InputT = TypeVar("InputT", bound=ProcedureInput)
 ResultT = TypeVar("ResultT")
+CheckedT = TypeVar("CheckedT")
 
 # Where the results of a finished run_children call are kept, like a step's.
 CHILDREN_RESULT_PREFIX = "children:"
@@ -101,6 +108,14 @@ def activity_name(action: Callable[..., Any] | str) -> str:
 def invalid_input(message: str) -> ApplicationError:
     """Refuse a procedure's input before any step ran: it fails at once, nothing to undo."""
     return application_error(ErrorType.INVALID_PROCEDURE_INPUT, message)
+
+
+def checked(check: Callable[..., CheckedT], *args: Any) -> CheckedT:
+    """Run an input check; bad input (InvalidRequest) fails the procedure before any step."""
+    try:
+        return check(*args)
+    except InvalidRequest as error:
+        raise invalid_input(str(error)) from None
 
 
 def engine_state_refusal(request: ProcedureInput, info: workflow.Info) -> str | None:
