@@ -63,8 +63,9 @@ from procbus.worker.extensions import load_user_procedures
 from procbus.worker.main import WORKFLOWS, bus_member, dev_worker_auth
 from procbus.workflows.access import ChangeAccess
 from procbus.workflows.data import CompactTable, LoadTable
+from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
 from procbus.workflows.stack_check import StackCheck
-from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+from procbus.workflows.tables import CreateTable, DeleteTable
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
 # It is a broadcast: the drill's own bus member refuses it, so every member is sent abort.

@@ -14,7 +14,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from procbus.lakehouse.models import CreateNamespaceInput, NamespaceResult
 from procbus.starter.scripts import connect
-from procbus.workflows.tables import CreateNamespace
+from procbus.workflows.namespaces import CreateNamespace
 
 
 async def main(target: str, procedure_id: str) -> NamespaceResult:

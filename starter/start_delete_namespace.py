@@ -14,7 +14,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from procbus.lakehouse.models import DeleteNamespaceInput, NamespaceResult
 from procbus.starter.scripts import connect
-from procbus.workflows.tables import DeleteNamespace
+from procbus.workflows.namespaces import DeleteNamespace
 
 
 async def main(target: str, procedure_id: str) -> NamespaceResult:

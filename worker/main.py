@@ -53,10 +53,11 @@ from procbus.worker.extensions import UserProcedures
 from procbus.workflows.access import ChangeAccess
 from procbus.workflows.bus import Broadcast
 from procbus.workflows.data import CompactTable, LoadTable
+from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
 from procbus.workflows.outbox import OutboxSweep
 from procbus.workflows.retention import Retention
 from procbus.workflows.stack_check import StackCheck
-from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+from procbus.workflows.tables import CreateTable, DeleteTable
 from procbus.workflows.topics import TopicDelivery
 
 HEARTBEAT_THROTTLE = timedelta(seconds=1)

@@ -50,7 +50,8 @@ from procbus.worker import build_worker
 from procbus.worker.main import bus_member
 from procbus.workflows.access import ChangeAccess
 from procbus.workflows.data import CompactTable, LoadTable
-from procbus.workflows.tables import CreateTable, DeleteNamespace, DeleteTable
+from procbus.workflows.namespaces import DeleteNamespace
+from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import TEST_KEY, run_command, signed_as
 

@@ -29,7 +29,8 @@ from procbus.plugin.locks import LockActivities
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
-from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace
+from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
+from procbus.workflows.tables import CreateTable
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,

@@ -13,7 +13,8 @@ from procbus.core.faults import parse_faults
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
 from procbus.topics import Topics, TopicSettings
 from procbus.worker import build_worker
-from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteTable
+from procbus.workflows.namespaces import CreateNamespace
+from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.services import TEST_AUTH
 
 EVENTS = "catalog-events"

@@ -26,7 +26,8 @@ from procbus.lakehouse.models import (
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import abort_procedure, list_procedures
 from procbus.stack.temporal_server import temporal_binary
-from procbus.workflows.tables import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
+from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
+from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.integration.tables_state import snapshot
 from tests.services import run_command
 

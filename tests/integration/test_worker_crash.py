@@ -14,7 +14,8 @@ from temporalio.client import Client
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
 from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.workflows.tables import CreateNamespace, CreateTable
+from procbus.workflows.namespaces import CreateNamespace
+from procbus.workflows.tables import CreateTable
 from tests.integration.tables_state import snapshot
 from tests.integration.test_table_procedures import new_id, status_of
 from tests.services import subprocess_environment, worker_process
