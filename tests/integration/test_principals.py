@@ -50,7 +50,7 @@ from procbus.worker import build_worker
 from procbus.worker.main import bus_member
 from procbus.workflows.access import ChangeAccess
 from procbus.workflows.data import CompactTable, LoadTable
-from procbus.workflows.namespaces import DeleteNamespace
+from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
 from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import TEST_KEY, run_command, signed_as
@@ -58,6 +58,18 @@ from tests.services import TEST_KEY, run_command, signed_as
 # A production worker: it verifies tokens, names an operator, runs no unauthenticated start.
 PRODUCTION = WorkerAuth(key=TEST_KEY, operator_principal="root")
 TABLE = "sales.orders"
+
+
+# What these tests run: a worker checks each workflow it registers in the sandbox as it starts.
+PRINCIPAL_WORKFLOWS = [
+    ChangeAccess,
+    CompactTable,
+    CreateNamespace,
+    CreateTable,
+    DeleteNamespace,
+    DeleteTable,
+    LoadTable,
+]
 
 
 @pytest.fixture
@@ -68,7 +80,13 @@ async def production_worker(
     access = AccessCache()
     async with (
         build_worker(
-            client, pool, task_queue, warehouse_root=warehouse, access=access, auth=PRODUCTION
+            client,
+            pool,
+            task_queue,
+            warehouse_root=warehouse,
+            access=access,
+            auth=PRODUCTION,
+            workflows=PRINCIPAL_WORKFLOWS,
         ),
         bus_member(
             client, pool, task_queue, tables=DescriptorCache(), access=access, timeout_seconds=3
@@ -515,6 +533,7 @@ async def test_write_on_the_namespace_deletes_its_tables_until_revoked_on_every_
             warehouse_root=warehouse,
             access=second,
             auth=PRODUCTION,
+            workflows=PRINCIPAL_WORKFLOWS,
         ),
         bus_member(
             second_client,
