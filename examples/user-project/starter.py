@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -50,4 +51,9 @@ async def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    code = asyncio.run(main(sys.argv[1:]))
+    # A process that used a Temporal client can abort while the interpreter shuts down
+    # (temporalio sdk-python #300, "PyGILState_Release"): leave with the result's code instead.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

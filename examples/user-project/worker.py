@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 
 from activities.totals import TotalsActivities, compute_totals, create_schema, discard_totals
 from temporalio.client import Client
@@ -53,3 +54,8 @@ async def main() -> None:
 
 if __name__ == "__main__":
     asyncio.run(main())
+    # A process that ran a Temporal worker can abort while the interpreter shuts down
+    # (temporalio sdk-python #300, "PyGILState_Release"): leave cleanly once it has stopped.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
