@@ -55,18 +55,21 @@ async def wait_for_spark_heartbeat(stack: DevStack, workflow_id: str) -> None:
     """Until the procedure's pending Spark job has heartbeated its task counts while running."""
     client = await Client.connect(str(stack.stack()["temporal_address"]))
     handle = client.get_workflow_handle(workflow_id)
-    details: list[object] = []
-    async with asyncio.timeout(90):
-        while True:
-            description = await handle.describe()
-            for pending in description.raw_description.pending_activities:
-                details = [json.loads(p.data) for p in pending.heartbeat_details.payloads]
-                if any(
-                    isinstance(d, dict) and d.get("phase") == "running" and "tasks_total" in d
-                    for d in details
-                ):
-                    return
-            await asyncio.sleep(0.3)
+    details: list[object] = []  # the last seen, for the failure's message
+    try:
+        async with asyncio.timeout(90):
+            while True:
+                description = await handle.describe()
+                for pending in description.raw_description.pending_activities:
+                    details = [json.loads(p.data) for p in pending.heartbeat_details.payloads]
+                    if any(
+                        isinstance(d, dict) and d.get("phase") == "running" and "tasks_total" in d
+                        for d in details
+                    ):
+                        return
+                await asyncio.sleep(0.3)
+    except TimeoutError:
+        raise AssertionError(f"no running Spark job heartbeated in 90 s: {details}") from None
 
 
 def ok(stack: DevStack, *args: str) -> str:
