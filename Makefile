@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq clean \
+.PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq check-nftables clean \
 	record-histories
 
 $(BIN)/python:
@@ -62,6 +62,22 @@ check-rabbitmq:
 	    exit 1; \
 	  fi; }
 
+# The cluster tests (tests/cluster/) cut links between hosts with nftables rules inside a
+# host's network namespace; Debian's package, installed here when missing and allowed.
+check-nftables:
+	@command -v nft >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing nftables (Debian package nftables) for the cluster tests ..."; \
+	    { apt-get install -y -qq --no-install-recommends nftables >/dev/null 2>&1 \
+	      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	           --no-install-recommends nftables >/dev/null; }; } \
+	      || { echo "could not install nftables with apt-get"; exit 1; }; \
+	  else \
+	    echo "nftables is missing: the cluster tests cut links between hosts with it (as root)."; \
+	    echo "Install it, e.g. 'sudo apt-get install -y nftables' (Debian/Ubuntu), then run this again."; \
+	    exit 1; \
+	  fi; }
+
 demo: bytecode check-java
 	$(BIN)/procbus demo
 
@@ -70,7 +86,7 @@ demo: bytecode check-java
 # all in one (tests/conftest.py names the groups). `make test TEST_WORKERS=0`: one process.
 TEST_WORKERS ?= 3
 
-test: bytecode check-java check-chromium check-rabbitmq
+test: bytecode check-java check-chromium check-rabbitmq check-nftables
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
 
 # The tests whose workflows' histories tests/unit/test_histories.py replays against today's code:

@@ -99,6 +99,12 @@ class BusMember:
             async with self._changed:
                 self._changed.notify_all()
 
+    def out_of_lease(self) -> bool:
+        """Joined, but its lease ran out: it cannot renew its membership (its database is out
+        of reach, or the process was paused), so the others count it gone or soon will."""
+        lease = self.lease
+        return lease is not None and lease.incarnation is not None and not lease.current
+
     def check_current(self) -> None:
         """MemberNotCurrent unless this process may serve from its caches right now: it holds
         its member ID, its lease runs, and its caches were rebuilt since its last lapse."""

@@ -28,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
         ProcedureInput,
     )
 
+from procbus.engine.local import run_local_activity
+
 # Workflows that ran before a parent read its children's undo stacks from their histories.
 UNDO_FROM_CHILD_HISTORY = "procbus-undo-from-child-history"
 CHILD_HISTORY_READ_TIMEOUT = timedelta(seconds=30)
@@ -120,7 +122,7 @@ class ChildProcedures:
             if not workflow.patched(UNDO_FROM_CHILD_HISTORY):
                 carry.compensations.extend(self._received.pop(child_id, []))
                 continue
-            sent: ChildCompensations = await workflow.execute_local_activity(
+            sent: ChildCompensations = await run_local_activity(
                 CHILD_UNDO_STACK_ACTIVITY,
                 ChildUndoRequest(child_id=child_id, first_run_id=self._first_runs[child_id]),
                 result_type=ChildCompensations,

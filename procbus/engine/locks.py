@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         ProcedureStatus,
     )
 
+from procbus.engine.local import run_local_activity
 from procbus.engine.tracing import record_span
 
 # A waiting procedure is told when a release grants it something; it also asks again at this
@@ -124,7 +125,7 @@ class ProcedureLocks:
             self._changed = False
             self._in_lock_table = True
             await self._before_local_activity()
-            state: LockSetState = await workflow.execute_local_activity(
+            state: LockSetState = await run_local_activity(
                 "acquire_locks",
                 lock_request,
                 result_type=LockSetState,
@@ -218,7 +219,7 @@ class ProcedureLocks:
         if not self._in_lock_table:
             return
         await self._before_local_activity()
-        await workflow.execute_local_activity(
+        await run_local_activity(
             "release_locks",
             ReleaseRequest(
                 holder=self._status.procedure_id, execution=workflow.info().first_execution_run_id

@@ -80,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
 
 from procbus.engine.broadcast import Broadcaster, BroadcastFailed, Phase, broadcast_failure
 from procbus.engine.children import ChildProcedures
+from procbus.engine.local import run_local_activity
 from procbus.engine.locks import ProcedureLocks
 from procbus.engine.tracing import record_span
 
@@ -354,7 +355,7 @@ class Procedure(Generic[InputT, ResultT]):
             info = workflow.info()
             header = info.headers.get(TOKEN_HEADER)
             await self._local_activity_allowed()
-            self._kept.authentication = await workflow.execute_local_activity(
+            self._kept.authentication = await run_local_activity(
                 AUTHENTICATE_ACTIVITY,
                 AuthRequest(
                     token=header.data.decode("utf-8", "replace") if header is not None else None,

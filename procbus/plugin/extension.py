@@ -41,7 +41,7 @@ from procbus.lakehouse.cache import AccessCache, DescriptorCache
 from procbus.plugin.auth import AuthActivities
 from procbus.plugin.bus import BusActivities
 from procbus.plugin.locks import LockActivities
-from procbus.plugin.member import bus_member, not_joined_yet
+from procbus.plugin.member import MemberGuard, bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
 from procbus.stack.addresses import resolve_addresses
@@ -153,6 +153,8 @@ class ProcbusPlugin(SimplePlugin):
             data_converter=procbus_data_converter,
             interceptors=[
                 *worker_interceptors(self.faults),
+                # Inside the error mapping: its refusal reaches Temporal as MemberNotCurrent.
+                MemberGuard(lambda: self.member),
                 *([tracing_interceptor(tracer_provider)] if self.tracing else []),
             ],
             workflow_runner=workflow_runner(),

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import asyncpg
 from temporalio.client import Client
-from temporalio.worker import Interceptor, Worker
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Worker,
+)
 
 from procbus.bus.member import BusMember
 from procbus.bus.membership import MemberLease, Membership, default_member_id
@@ -51,6 +57,37 @@ async def bus_member(
             interceptors=list(interceptors),
         ):
             yield member
+
+
+class MemberGuard(Interceptor):
+    """Activities, local ones included, start only while this process's bus lease runs. A
+    worker that cannot renew its membership (cut from its database, or paused past its lease)
+    refuses them at once with MemberNotCurrent, a retryable error: Temporal runs them again,
+    on any worker, instead of this one waiting on a database it cannot reach. (A local
+    activity's refusal fails its workflow task instead: procbus/engine/local.py.)"""
+
+    def __init__(self, member: Callable[[], BusMember | None]) -> None:
+        self._member = member
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _GuardedActivities(next, self._member)
+
+
+class _GuardedActivities(ActivityInboundInterceptor):
+    def __init__(
+        self, next: ActivityInboundInterceptor, member: Callable[[], BusMember | None]
+    ) -> None:
+        super().__init__(next)
+        self._member = member
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        member = self._member()
+        if member is not None and member.out_of_lease():
+            raise MemberNotCurrent(
+                f"worker {member.member_id!r} cannot renew its bus membership (its database "
+                "is out of reach, or it was paused): it takes no work until it can"
+            )
+        return await super().execute_activity(input)
 
 
 def not_joined_yet() -> None:

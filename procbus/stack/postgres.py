@@ -109,8 +109,9 @@ def write_password(path: Path, password: str) -> None:
 
 
 class EmbeddedPostgres:
-    """A PostgreSQL cluster in `data_dir`, listening on 127.0.0.1:`port` only; every connection
-    needs the superuser's password, kept in `password_file` (mode 0600)."""
+    """A PostgreSQL cluster in `data_dir`, listening on `host`:`port` only (127.0.0.1 unless a
+    test cluster's host gives its own address and network namespace); every connection needs
+    the superuser's password, kept in `password_file` (mode 0600)."""
 
     def __init__(
         self,
@@ -120,7 +121,13 @@ class EmbeddedPostgres:
         *,
         ephemeral: bool = False,
         password_file: Path | None = None,
+        host: str = LOOPBACK,
+        netns: str | None = None,
+        clients: str | None = None,
     ) -> None:
+        self.host = host
+        # A network (CIDR) whose hosts may connect too, with the password: a test cluster's.
+        self.clients = clients
         # Where the state folder keeps the data: the folder itself, or a link to it.
         self.link = data_dir.absolute()
         self.password_file = password_file or self.link.parent / PASSWORD_FILE
@@ -133,7 +140,7 @@ class EmbeddedPostgres:
         self.data_dir = _outside_data_dir(self.link) if placed else self.link.resolve()
         self._password: str | None = None
         settings = {
-            "listen_addresses": LOOPBACK,
+            "listen_addresses": host,
             "port": str(port),
             "unix_socket_directories": "",
             "max_connections": "200",
@@ -144,7 +151,7 @@ class EmbeddedPostgres:
             argv += ["-c", f"{key}={value}"]
         # SIGINT is PostgreSQL's "fast shutdown": roll back open transactions, checkpoint, exit.
         self.process = ManagedProcess(
-            "PostgreSQL", argv, log_file, stop_signal=signal.SIGINT, user=self.user
+            "PostgreSQL", argv, log_file, stop_signal=signal.SIGINT, user=self.user, netns=netns
         )
 
     def _outside(self) -> bool:
@@ -160,7 +167,7 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         if self._password is None:
             raise StackError("PostgreSQL is not prepared yet: its password is not known")
-        return f"postgresql://{SUPERUSER}:{self._password}@{LOOPBACK}:{self.port}/{database}"
+        return f"postgresql://{SUPERUSER}:{self._password}@{self.host}:{self.port}/{database}"
 
     @property
     def pid(self) -> int:
@@ -254,7 +261,8 @@ class EmbeddedPostgres:
         said = (result.stdout + result.stderr).replace(password, "***")
         if result.returncode != 0 or "ERROR" in said or "FATAL" in said:
             raise StackError(f"could not set the PostgreSQL password in {self.data_dir}: {said}")
-        hba.write_text(HBA)
+        clients = f"host    all       all   {self.clients}  scram-sha-256\n" if self.clients else ""
+        hba.write_text(HBA + clients)
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
             os.chown(hba, entry.pw_uid, entry.pw_gid)
@@ -277,7 +285,7 @@ class EmbeddedPostgres:
         self.process.start()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        wait_for_port(self.process, self.port, timeout)
+        wait_for_port(self.process, self.port, timeout, self.host)
         self._wait_until_accepting(timeout)
 
     def _wait_until_accepting(self, timeout: float) -> None:
@@ -286,7 +294,7 @@ class EmbeddedPostgres:
         while time.monotonic() < deadline:
             self.process.fail_if_exited()
             ready = subprocess.run(
-                [str(POSTGRES_BIN_PATH / "pg_isready"), "-h", LOOPBACK, "-p", str(self.port)],
+                [str(POSTGRES_BIN_PATH / "pg_isready"), "-h", self.host, "-p", str(self.port)],
                 capture_output=True,
             )
             if ready.returncode == 0:

@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import fcntl
 import os
+import pwd
 import random
 import signal
 import socket
@@ -111,6 +112,12 @@ def _die_with_parent(death_signal: int) -> Callable[[], None]:
     return hook
 
 
+def _as_user(user: str) -> list[str]:
+    """The argv prefix that runs a command as `user`, with its group and no other groups."""
+    entry = pwd.getpwnam(user)
+    return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
+
+
 class ManagedProcess:
     """One server process of the stack, its output in a log file."""
 
@@ -123,9 +130,11 @@ class ManagedProcess:
         stop_signal: int = signal.SIGTERM,
         user: str | None = None,
         env: dict[str, str] | None = None,
+        netns: str | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
+        self.netns = netns
         self.log_file = log_file
         self.stop_signal = stop_signal
         self.user = user
@@ -139,16 +148,21 @@ class ManagedProcess:
 
     def start(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        argv, user = self.argv, self.user
+        if self.netns is not None:
+            # Entering a network namespace takes root: enter it first, then become the user.
+            as_user = [] if user is None else _as_user(user)
+            argv, user = ["ip", "netns", "exec", self.netns, *as_user, *argv], None
         with self.log_file.open("ab") as log:
             self._process = subprocess.Popen(
-                self.argv,
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 # Drop root's groups too: a root-group folder on the path would otherwise deny.
-                user=self.user,
-                group=self.user,
-                extra_groups=[] if self.user else None,
+                user=user,
+                group=user,
+                extra_groups=[] if user else None,
                 env=self.env,
                 preexec_fn=_die_with_parent(self.stop_signal),
             )
@@ -181,17 +195,17 @@ class ManagedProcess:
             self._process.wait()
 
 
-def wait_for_port(process: ManagedProcess, port: int, timeout: float) -> None:
-    """Block until `process` accepts connections on `port`, or fail with its log."""
+def wait_for_port(process: ManagedProcess, port: int, timeout: float, host: str = LOOPBACK) -> None:
+    """Block until `process` accepts connections on `host`:`port`, or fail with its log."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         process.fail_if_exited()
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=1):
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
             return
         time.sleep(0.1)
     process.stop()
     raise StackError(
-        f"{process.name} did not listen on {LOOPBACK}:{port} within {timeout:.0f}s; last lines of "
+        f"{process.name} did not listen on {host}:{port} within {timeout:.0f}s; last lines of "
         f"{process.log_file}:\n{process.log_tail()}"
     )
 

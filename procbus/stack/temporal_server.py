@@ -66,7 +66,8 @@ async def run_temporal_cli(*args: str, env: dict[str, str] | None = None) -> tup
 
 
 class DevTemporalServer:
-    """A Temporal dev server on 127.0.0.1 with the Web UI; persistent when given a db file."""
+    """A Temporal dev server on `host` (127.0.0.1 unless a test cluster's host gives its own
+    address and network namespace) with the Web UI; persistent when given a db file."""
 
     def __init__(
         self,
@@ -77,7 +78,13 @@ class DevTemporalServer:
         db_file: Path | None = None,
         namespace: str = "default",
         ui: bool = True,
+        host: str = LOOPBACK,
+        netns: str | None = None,
     ) -> None:
+        self.host = host
+        # In a namespace of its own, every address of it: the dev server's services reach each
+        # other on 127.0.0.1 whatever --ip says, and the namespace has no other address to show.
+        bind = "0.0.0.0" if netns is not None else host
         self.port = port
         self.ui_port = ui_port
         self.db_file = db_file.resolve() if db_file is not None else None
@@ -88,7 +95,7 @@ class DevTemporalServer:
             "server",
             "start-dev",
             "--ip",
-            LOOPBACK,
+            bind,
             "--port",
             str(port),
             "--log-format",
@@ -96,7 +103,7 @@ class DevTemporalServer:
         ]
         if ui:
             # No news fetch: the UI would otherwise call out to the internet.
-            argv += ["--ui-port", str(ui_port), "--ui-ip", LOOPBACK, "--ui-disable-news-fetch"]
+            argv += ["--ui-port", str(ui_port), "--ui-ip", bind, "--ui-disable-news-fetch"]
         else:
             argv += ["--headless"]
         if self.db_file is not None:
@@ -105,15 +112,17 @@ class DevTemporalServer:
             argv += ["--namespace", namespace]
         for name, kind in SEARCH_ATTRIBUTES.items():
             argv += ["--search-attribute", f"{name}={kind}"]
-        self.process = ManagedProcess("Temporal server", argv, log_file, stop_signal=signal.SIGTERM)
+        self.process = ManagedProcess(
+            "Temporal server", argv, log_file, stop_signal=signal.SIGTERM, netns=netns
+        )
 
     @property
     def address(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def ui_url(self) -> str | None:
-        return f"http://{LOOPBACK}:{self.ui_port}" if self.ui else None
+        return f"http://{self.host}:{self.ui_port}" if self.ui else None
 
     @property
     def pid(self) -> int:
@@ -130,9 +139,9 @@ class DevTemporalServer:
         self.process.start()
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        wait_for_port(self.process, self.port, timeout)
+        wait_for_port(self.process, self.port, timeout, self.host)
         if self.ui:
-            wait_for_port(self.process, self.ui_port, timeout)
+            wait_for_port(self.process, self.ui_port, timeout, self.host)
 
     def stop(self) -> None:
         self.process.stop(timeout=20)

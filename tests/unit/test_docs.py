@@ -152,7 +152,9 @@ def test_every_included_file_is_shown_whole(site: Path) -> None:
 def test_included_examples_are_run_by_the_tests() -> None:
     examples = {path for _page, path, _section in includes() if path.startswith("examples/")}
     tested = "".join(
-        test.read_text() for test in (PROJECT / "tests" / "integration").glob("test_*.py")
+        test.read_text()
+        for folder in ("integration", "cluster")
+        for test in (PROJECT / "tests" / folder).glob("test_*.py")
     )
     user_project_test = (PROJECT / "tests" / "e2e" / "test_user_project.py").read_text()
     for path in examples:

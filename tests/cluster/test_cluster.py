@@ -1,0 +1,102 @@
+"""A procbus cluster on hosts of its own (procbus.testing.cluster): PostgreSQL, Temporal and
+three workers each in its network namespace, driven from the machine by the `procbus` CLI, and
+the faults the nemesis injects: a cut link, a killed worker, a paused one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from examples.cluster import PROCBUS, cut_w1_from_the_database, live_workers
+from procbus.testing.cluster import (
+    NAME_PREFIX,
+    Cluster,
+    remove_dead_clusters,
+    running_cluster,
+    wait_until,
+)
+
+MEMBER_TIMEOUT = 3.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with running_cluster(3, member_timeout_seconds=MEMBER_TIMEOUT) as running:
+        yield running
+
+
+def cli(cluster: Cluster, *args: str) -> str:
+    result = subprocess.run(
+        [PROCBUS, *args], env=cluster.cli_env(), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, (args, result.stdout, result.stderr, cluster.log_tails())
+    return result.stdout
+
+
+def applied_on(cluster: Cluster, namespace: str) -> set[str]:
+    """The workers a new namespace's cache refresh reached."""
+    return reached(cluster, cli(cluster, "namespace", "create", namespace, "--wait").split()[0])
+
+
+def reached(cluster: Cluster, procedure_id: str) -> set[str]:
+    """The workers a CreateNamespace's cache refresh reached, from its status."""
+    status = json.loads(cli(cluster, "proc", "status", procedure_id, "--json"))
+    assert status["state"] == "SUCCEEDED", status
+    members = status["broadcasts"]["refresh_cache"]["members"]
+    return {m["member_id"] for m in members if m["outcome"] == "applied"}
+
+
+def test_each_service_listens_on_its_own_host_and_the_cli_reaches_them(cluster: Cluster) -> None:
+    hosts = cluster.network.hosts
+    assert hosts["db"].listening() == [(hosts["db"].address, 5432)]
+    # The dev server binds every address of its namespace: its own and its loopback.
+    assert ("*", 7233) in hosts["temporal"].listening()
+    for name in cluster.worker_names:
+        assert all(address in ("127.0.0.1", "*") for address, _ in hosts[name].listening())
+    # Every worker is a member from its own host, and a procedure's broadcast reaches each.
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "three live workers")
+    assert applied_on(cluster, "everyone") == {"w1", "w2", "w3"}
+
+
+def test_a_worker_cut_from_the_database_drops_out_and_rejoins_after_the_heal(
+    cluster: Cluster,
+) -> None:
+    # Its heartbeat cannot reach the membership table: after the timeout it is gone, and
+    # procedures started meanwhile go on without it (the docs' example). Before w1 refused
+    # work out of its lease, a procedure whose workflow task it took stalled on it for good.
+    for created_while_cut in cut_w1_from_the_database(cluster):
+        assert reached(cluster, created_while_cut) == {"w2", "w3"}
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "w1 back after the heal")
+    assert applied_on(cluster, "after_heal") == {"w1", "w2", "w3"}
+
+
+def test_a_killed_worker_restarts_under_its_id_and_a_paused_one_comes_back(
+    cluster: Cluster,
+) -> None:
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "three live workers")
+    cluster.workers["w2"].kill()
+    wait_until(lambda: "w2" not in live_workers(cluster), 60, "killed w2 dropped")
+    cluster.start_worker("w2")
+    wait_until(lambda: "w2" in live_workers(cluster), 60, "w2 back under its ID")
+
+    cluster.workers["w3"].pause()
+    try:
+        wait_until(lambda: "w3" not in live_workers(cluster), 60, "paused w3 dropped")
+    finally:
+        cluster.workers["w3"].resume()
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "w3 back after SIGCONT")
+    assert applied_on(cluster, "after_restarts") == {"w1", "w2", "w3"}
+
+
+def test_the_namespaces_of_a_dead_run_are_removed_and_a_live_runs_kept(cluster: Cluster) -> None:
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # reaped: its PID names a run that died
+    dead = f"{NAME_PREFIX}{ended.pid}-db"
+    subprocess.run(["ip", "netns", "add", dead], check=True)
+    removed = remove_dead_clusters()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert dead in removed and dead not in listed
+    assert cluster.network.hosts["db"].netns in listed  # this run's own, alive
