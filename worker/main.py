@@ -32,6 +32,7 @@ from procbus.core.endpoints import parse_allowlist
 from procbus.core.faults import Fault
 from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
+from procbus.db.pool import until_reachable
 from procbus.delivery.owner import keep_owners
 from procbus.hooks.outbox import ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
@@ -224,7 +225,8 @@ async def serve(
     metrics = None
     if metrics_address is not None:
         metrics = OutboxMetrics(procbus_runtime(metrics_address).metric_meter)
-    pool = await create_pool(services.database_url)
+    # Started while PostgreSQL is down or restarting: it waits, saying so, rather than exit.
+    pool = await until_reachable(lambda: create_pool(services.database_url), "worker starting")
     auth = auth or worker_auth(settings)
     plugin = ProcbusPlugin(settings, pool=pool, auth=auth, outbox_metrics=metrics)
     member: BusMember | None = None

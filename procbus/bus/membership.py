@@ -24,6 +24,7 @@ import asyncpg
 
 from procbus.bus.models import Member
 from procbus.core.names import check_member_id
+from procbus.db.pool import UNREACHABLE, until_reachable
 from procbus.db.queries import load_queries
 
 log = logging.getLogger(__name__)
@@ -150,19 +151,30 @@ class Membership:
         `after_heartbeat` runs after each heartbeat, and once before yielding, when the process
         that held the ID before can no longer act as the member."""
         sent_at = lease.clock()
-        joined = await self.join(member_id, task_queue, lease.timeout_seconds)
+
+        async def join() -> Joined:
+            nonlocal sent_at
+            sent_at = lease.clock()
+            return await self.join(member_id, task_queue, lease.timeout_seconds)
+
+        # A worker started while PostgreSQL is down (or restarting) joins once it is back.
+        joined = await until_reachable(join, f"bus member {member_id} joining")
         lease.held(joined.incarnation, sent_at)
         try:
-            if joined.predecessor_lease_seconds > 0:
-                log.warning(
-                    "bus member %s was held by another process: serving in %.1f s, once that "
-                    "one can no longer act as the member",
-                    member_id,
-                    joined.predecessor_lease_seconds,
-                )
-                await asyncio.sleep(joined.predecessor_lease_seconds)
-                await self.renew(member_id, task_queue, lease)
-            await after_heartbeat()
+            try:
+                if joined.predecessor_lease_seconds > 0:
+                    log.warning(
+                        "bus member %s was held by another process: serving in %.1f s, once "
+                        "that one can no longer act as the member",
+                        member_id,
+                        joined.predecessor_lease_seconds,
+                    )
+                    await asyncio.sleep(joined.predecessor_lease_seconds)
+                    await self.renew(member_id, task_queue, lease)
+                await after_heartbeat()
+            except UNREACHABLE as error:
+                # The heartbeats below keep trying: nothing is served until one gets through.
+                log.warning("bus member %s missed a heartbeat: %s", member_id, error)
             beating = asyncio.create_task(
                 self._keep_alive(member_id, task_queue, lease, after_heartbeat)
             )

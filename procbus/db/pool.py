@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import asyncpg
 from pydantic_core import from_json, to_json
 
 POOL_MIN_SIZE = 1
 POOL_MAX_SIZE = 10
+# PostgreSQL out of reach, for now: down, restarting, shutting down, or the network cut. A bad
+# password or a missing database is not among them: trying again cannot help.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+)
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 5.0
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _encode(value: object) -> str:
@@ -38,6 +58,18 @@ async def create_pool(
     )
     assert pool is not None  # create_pool only returns None when told not to initialise
     return pool
+
+
+async def until_reachable(call: Callable[[], Awaitable[T]], what: str) -> T:
+    """`call()`, tried again with backoff for as long as PostgreSQL is out of reach."""
+    delay = RETRY_FIRST_SECONDS
+    while True:
+        try:
+            return await call()
+        except UNREACHABLE as error:
+            log.warning("%s: PostgreSQL out of reach (%s); again in %.1f s", what, error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_SECONDS)
 
 
 def unopened_pool(

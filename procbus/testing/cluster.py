@@ -363,6 +363,11 @@ class Cluster:
         return worker
 
     def stop(self) -> None:
+        keep = os.environ.get("PROCBUS_CLUSTER_KEEP_LOGS")
+        if keep:  # the hosts' logs, kept for a failed run's reader
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for log in self.root.glob("*.log"):
+                shutil.copy(log, Path(keep) / log.name)
         for worker in self.workers.values():
             worker.stop()
         for server in (self.temporal, self.postgres):

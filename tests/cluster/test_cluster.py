@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -89,6 +90,23 @@ def test_a_killed_worker_restarts_under_its_id_and_a_paused_one_comes_back(
         cluster.workers["w3"].resume()
     wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "w3 back after SIGCONT")
     assert applied_on(cluster, "after_restarts") == {"w1", "w2", "w3"}
+
+
+def test_a_worker_started_while_postgresql_is_down_joins_once_it_is_back(
+    cluster: Cluster,
+) -> None:
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "three live workers")
+    cluster.workers["w2"].kill()
+    cluster.postgres.stop()
+    try:
+        cluster.start_worker("w2")
+        time.sleep(3)  # it tries, and waits: before, it exited at once
+        assert cluster.workers["w2"].running(), cluster.log_tails()
+    finally:
+        cluster.postgres.launch()
+        cluster.postgres.wait_ready()
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "w2 joined")
+    assert applied_on(cluster, "after_postgresql_came_back") == {"w1", "w2", "w3"}
 
 
 def test_the_namespaces_of_a_dead_run_are_removed_and_a_live_runs_kept(cluster: Cluster) -> None:

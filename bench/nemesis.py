@@ -1,0 +1,72 @@
+"""procbus under a nemesis: a cluster of hosts on this machine (network namespaces: run as
+root), faults and a workload of procedures from a seed, then the checkers' verdicts.
+
+    python bench/nemesis.py --seed 7 --minutes 30
+
+Prints each fault and each procedure's end, then the checkers' violations; the last line is
+JSON: faults, operations, violations, and each checker's count. The same seed gives the same
+schedule of faults and operations (docs/internals/testing.md says how to reproduce one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+from pathlib import Path
+
+from procbus.testing.cluster import running_cluster
+from procbus.testing.nemesis import Run, verdicts
+
+PROCBUS = str(Path(sys.executable).parent / "procbus")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--history", type=Path, help="write the run's history here (JSON lines)")
+    options = parser.parse_args()
+    began = time.monotonic()
+    with running_cluster(options.workers, member_timeout_seconds=5.0) as cluster:
+        run = Run(cluster, options.seed, options.minutes * 60, PROCBUS)
+        try:
+            run.setup()
+            run.run()
+            outcomes = run.outcomes()
+            end = run.end_state()
+        finally:
+            if options.history is not None:
+                run.history.write(options.history)
+        found = verdicts(outcomes, end)
+    for fault in run.history.of("fault"):
+        print(f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s")
+    ended = collections.Counter(status.get("state", "UNKNOWN") for status in outcomes.values())
+    print(f"operations: {len(run.operations)} planned, {len(outcomes)} started, ended {dict(ended)}")
+    for checker, violations in found.items():
+        print(f"{checker}: {len(violations)} violation(s)")
+        for violation in violations:
+            print(f"  {violation}")
+    total = sum(len(violations) for violations in found.values())
+    print(
+        json.dumps(
+            {
+                "seed": options.seed,
+                "minutes": options.minutes,
+                "seconds": round(time.monotonic() - began, 1),
+                "faults": len(run.history.of("fault")),
+                "operations": len(outcomes),
+                "ended": dict(ended),
+                "violations": total,
+                **{checker: len(violations) for checker, violations in found.items()},
+            }
+        )
+    )
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""A nemesis over a test cluster (procbus.testing.cluster): from a seed, a schedule of faults
+and a workload of procedures run at once, every event written to a history, and checkers that
+read the history and the cluster's end state (docs/internals/testing.md).
+
+The same seed gives the same schedule of faults and operations; what the cluster does with them
+depends on timing, which is the point of running it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from procbus.errors import ProcbusError
+from procbus.procedures.client import wait_for_procedure
+from procbus.temporal.payloads import procbus_data_converter
+from procbus.testing.cluster import Cluster, wait_until
+
+# How long each fault holds before it is healed, in seconds: (shortest, longest).
+FAULT_SECONDS = (3.0, 12.0)
+FAULT_KINDS = ("kill", "pause", "cut_db", "cut_temporal", "cut_both", "restart_postgres")
+NAMESPACES = ("sales", "crm")
+TABLES = ("orders", "customers", "events")
+PRINCIPALS = ("etl", "analyst")
+PERMISSIONS = ("read", "write")
+# What a procedure may end as after the final heal; STUCK only with its reason.
+ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float  # seconds from the run's start
+    kind: str
+    target: str  # a worker, or "db" for a PostgreSQL restart
+    hold: float
+
+
+@dataclass(frozen=True)
+class Operation:
+    at: float
+    procedure_id: str
+    argv: tuple[str, ...]  # the `procbus` command that starts it
+
+
+@dataclass
+class History:
+    """What happened, in order: each event with its time (seconds from the start)."""
+
+    started: float = field(default_factory=time.monotonic)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, event: str, **details: Any) -> None:
+        at = round(time.monotonic() - self.started, 3)
+        with self._lock:
+            self.events.append({"t": at, "event": event, **details})
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        return [recorded for recorded in self.events if recorded["event"] == event]
+
+    def write(self, path: Path) -> None:
+        path.write_text("".join(json.dumps(event) + "\n" for event in self.events))
+
+
+def fault_schedule(seed: int, seconds: float, workers: list[str]) -> list[Fault]:
+    """Faults at random times, one at a time (each healed before the next begins)."""
+    rng = random.Random(f"faults-{seed}")
+    faults: list[Fault] = []
+    at = rng.uniform(2, 5)
+    while at < seconds:
+        kind = rng.choice(FAULT_KINDS)
+        target = "db" if kind == "restart_postgres" else rng.choice(workers)
+        hold = round(rng.uniform(*FAULT_SECONDS), 2)
+        faults.append(Fault(round(at, 2), kind, target, hold))
+        at += hold + rng.uniform(1, 4)
+    return faults
+
+
+def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Operation]:
+    """Table procedures and grants on shared tables (their locks contend), at random times."""
+    rng = random.Random(f"workload-{seed}")
+    operations: list[Operation] = []
+    at, number = 0.0, 0
+    while True:
+        at += rng.expovariate(rate_per_second)
+        if at >= seconds:
+            return operations
+        number += 1
+        table = f"{rng.choice(NAMESPACES)}.{rng.choice(TABLES)}"
+        kind = rng.choice(("create", "create", "delete", "grant", "revoke"))
+        procedure_id = f"nemesis-{seed}-{number}-{kind}"
+        argv: tuple[str, ...]
+        if kind == "create":
+            argv = ("table", "create", table, "--schema", "id:bigint,note:string")
+        elif kind == "delete":
+            argv = ("table", "delete", table)
+        else:
+            principal, permission = rng.choice(PRINCIPALS), rng.choice(PERMISSIONS)
+            argv = ("acl", kind, principal, table, permission)
+        operations.append(Operation(round(at, 2), procedure_id, (*argv, "--id", procedure_id)))
+
+
+class Run:
+    """One nemesis run on `cluster`: faults and operations from `seed` over `seconds`."""
+
+    def __init__(self, cluster: Cluster, seed: int, seconds: float, procbus: str) -> None:
+        self.cluster = cluster
+        self.seed = seed
+        self.seconds = seconds
+        self.procbus = procbus
+        self.history = History()
+        self.faults = fault_schedule(seed, seconds, cluster.worker_names)
+        self.operations = workload(seed, seconds)
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.procbus, *args],
+            env=self.cluster.cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def setup(self) -> None:
+        for namespace in NAMESPACES:
+            created = self.cli("namespace", "create", namespace, "--wait", timeout=120)
+            assert created.returncode == 0, created.stderr
+
+    def run(self) -> None:
+        """Faults in one thread, operations in this one; then the final heal."""
+        nemesis = threading.Thread(target=self._inject_all, name="nemesis")
+        nemesis.start()
+        try:
+            for operation in self.operations:
+                self._sleep_until(operation.at)
+                self._start(operation)
+        finally:
+            nemesis.join()
+            self.heal_all()
+
+    def _sleep_until(self, at: float) -> None:
+        left = at - (time.monotonic() - self.history.started)
+        if left > 0:
+            time.sleep(left)
+
+    def _start(self, operation: Operation) -> None:
+        """Start it; a start whose answer was lost (Temporal restarting) is asked again with
+        the same ID, which returns the same procedure."""
+        for _ in range(5):
+            try:
+                started = self.cli(*operation.argv, timeout=30)
+            except subprocess.TimeoutExpired:
+                continue
+            if started.returncode == 0:
+                self.history.record(
+                    "started", procedure_id=operation.procedure_id, argv=list(operation.argv)
+                )
+                return
+            time.sleep(1)
+        self.history.record(
+            "not_started", procedure_id=operation.procedure_id, argv=list(operation.argv)
+        )
+
+    def _inject_all(self) -> None:
+        for fault in self.faults:
+            self._sleep_until(fault.at)
+            self.history.record("fault", **asdict(fault))
+            try:
+                self._inject(fault)
+            finally:
+                self.history.record("healed", kind=fault.kind, target=fault.target)
+
+    def _inject(self, fault: Fault) -> None:
+        cluster, network = self.cluster, self.cluster.network
+        if fault.kind == "kill":
+            cluster.workers[fault.target].kill()
+            time.sleep(fault.hold)
+            cluster.start_worker(fault.target)
+        elif fault.kind == "pause":
+            cluster.workers[fault.target].pause()
+            time.sleep(fault.hold)
+            cluster.workers[fault.target].resume()
+        elif fault.kind.startswith("cut_"):
+            peers = {"cut_db": ["db"], "cut_temporal": ["temporal"]}.get(
+                fault.kind, ["db", "temporal"]
+            )
+            network.cut(fault.target, *peers)
+            time.sleep(fault.hold)
+            network.heal(fault.target)
+        elif fault.kind == "restart_postgres":
+            cluster.postgres.stop()  # SIGINT: PostgreSQL's fast shutdown
+            time.sleep(fault.hold)
+            cluster.postgres.launch()
+            cluster.postgres.wait_ready()
+
+    def heal_all(self) -> None:
+        for name in self.cluster.worker_names:
+            self.cluster.network.heal(name)
+            worker = self.cluster.workers[name]
+            if worker.running():
+                worker.resume()
+            else:
+                self.cluster.start_worker(name)
+
+    def outcomes(self, timeout: float = 180) -> dict[str, dict[str, Any]]:
+        """Each started procedure's status once it ended (or as last seen, if it did not
+        within `timeout`), with when it closed; each written to the history as "ended"."""
+        started = [event["procedure_id"] for event in self.history.of("started")]
+        found = asyncio.run(_wait_all(self.cluster.temporal.address, started, timeout))
+        for procedure_id, status in found.items():
+            keep = ("state", "closed_at", "failed_step", "stuck_step", "rollback_reason")
+            self.history.record(
+                "ended", procedure_id=procedure_id, **{key: status.get(key) for key in keep}
+            )
+        return found
+
+    def end_state(self) -> dict[str, Any]:
+        """The catalog, the grants and every live worker's caches, after the quiet period."""
+
+        def members() -> set[str]:
+            listed = json.loads(self.cli("workers", "list", "--json").stdout)
+            return {member["member_id"] for member in listed}
+
+        try:
+            wait_until(lambda: members() == set(self.cluster.worker_names), 120, "all live")
+        except AssertionError:
+            raise AssertionError(
+                f"after the heal, live workers {sorted(members())} of "
+                f"{self.cluster.worker_names}:\n{self.cluster.log_tails(40)}"
+            ) from None
+        tables = json.loads(self.cli("table", "list", "--json").stdout)
+        grants = json.loads(self.cli("acl", "list", "--json").stdout)
+        inspected = json.loads(self.cli("workers", "inspect", "--json").stdout)
+        return {
+            "tables": sorted(f"{t['namespace']}.{t['name']}" for t in tables),
+            "grants": sorted(_grant_key(g) for g in grants),
+            "workers": {
+                m["member_id"]: {
+                    "tables": sorted(m["report"]["tables"]),
+                    "grants": sorted(_grant_key(a) for a in m["report"]["access"]),
+                }
+                for m in inspected["members"]
+                if m.get("report") is not None
+            },
+            "folders": sorted(
+                f"{namespace.name}.{table.name}"
+                for namespace in self.cluster.warehouse.iterdir()
+                if namespace.is_dir()
+                for table in namespace.iterdir()
+                if table.is_dir()
+            ),
+        }
+
+
+async def _wait_all(
+    address: str, procedure_ids: list[str], seconds: float
+) -> dict[str, dict[str, Any]]:
+    """Through one client: each procedure's end (its status as `procbus proc status --json`
+    shows it) and when it closed, the order X locks let them commit in."""
+    client = await Client.connect(address, data_converter=procbus_data_converter)
+    deadline = time.monotonic() + seconds
+    found: dict[str, dict[str, Any]] = {}
+    for procedure_id in procedure_ids:
+        try:
+            status = await wait_for_procedure(
+                client, procedure_id, timeout_seconds=max(1.0, deadline - time.monotonic())
+            )
+            found[procedure_id] = status.model_dump(mode="json")
+        except ProcbusError as error:  # never ended: the checker says so
+            found[procedure_id] = {"state": None, "error": str(error)}
+        described = await client.get_workflow_handle(procedure_id).describe()
+        close_time = described.close_time
+        found[procedure_id]["closed_at"] = None if close_time is None else close_time.isoformat()
+    return found
+
+
+def _grant_key(grant: dict[str, Any]) -> str:
+    return f"{grant['principal']}:{grant['namespace']}.{grant['table']}:{grant['permission']}"
+
+
+# ---- checkers: each returns the violations it found, as sentences ----
+
+
+def check_procedures(outcomes: dict[str, dict[str, Any]]) -> list[str]:
+    """Every procedure ended SUCCEEDED, ROLLED_BACK, or STUCK with its reason."""
+    violations = []
+    for procedure_id, status in sorted(outcomes.items()):
+        state = status.get("state")
+        if state not in ENDED:
+            violations.append(f"{procedure_id} did not end: {state}")
+        elif state == "STUCK" and not status.get("stuck_error"):
+            violations.append(f"{procedure_id} is STUCK without a reason")
+    return violations
+
+
+def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> list[str]:
+    """Each table exists at the end exactly when the last procedure that succeeded on it (in
+    the order they ended: X locks serialize them) created it, and its folder with it: a
+    procedure that was undone left nothing behind."""
+    last: dict[str, tuple[str, str]] = {}
+    for procedure_id, status in sorted(outcomes.items(), key=lambda item: _ended_at(item[1])):
+        kind = status.get("procedure_type")
+        if status.get("state") == "SUCCEEDED" and kind in ("CreateTable", "DeleteTable"):
+            last[status["target"]] = (kind, procedure_id)
+    violations = []
+    for table in sorted({*last, *end["tables"]}):
+        expected = table in last and last[table][0] == "CreateTable"
+        if expected != (table in end["tables"]):
+            said = last.get(table, ("nothing", "-"))
+            violations.append(
+                f"{table}: {'missing' if expected else 'present'} in the catalog, but the last "
+                f"procedure that succeeded on it was {said[0]} {said[1]}"
+            )
+    for table in sorted(set(end["folders"]) ^ set(end["tables"])):
+        where = "a folder without a catalog entry" if table in end["folders"] else "no folder"
+        violations.append(f"{table}: {where} (residue of an undone or half-done procedure)")
+    return violations
+
+
+def check_caches(end: dict[str, Any]) -> list[str]:
+    """After the heal, every live worker's caches (tables, grants) equal the catalog. A worker
+    keeps a deleted table's grants, unused, until a table of that name is created again (which
+    drops them first: docs/concepts/bus.md); those are not counted."""
+    violations = []
+    for worker, caches in sorted(end["workers"].items()):
+        in_use = {
+            "tables": caches["tables"],
+            "grants": [g for g in caches["grants"] if _grant_table(g) in end["tables"]]
+            + [g for g in caches["grants"] if _grant_table(g).endswith(".*")],
+        }
+        for what in ("tables", "grants"):
+            if sorted(in_use[what]) != end[what]:
+                missing = sorted(set(end[what]) - set(in_use[what]))
+                extra = sorted(set(in_use[what]) - set(end[what]))
+                violations.append(
+                    f"{worker}'s {what} differ from the catalog: missing {missing}, extra {extra}"
+                )
+    return violations
+
+
+def _grant_table(grant: str) -> str:
+    return grant.split(":")[1]
+
+
+def _ended_at(status: dict[str, Any]) -> str:
+    return str(status.get("closed_at") or "")
+
+
+CHECKERS: dict[str, Callable[..., list[str]]] = {
+    "procedures": check_procedures,
+    "catalog": check_catalog,
+    "caches": check_caches,
+}
+
+
+def verdicts(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        "procedures": check_procedures(outcomes),
+        "catalog": check_catalog(outcomes, end),
+        "caches": check_caches(end),
+    }
