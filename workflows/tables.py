@@ -98,6 +98,10 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
         return TableResult(table=table)
 
 
+# workflow.patched ID of DeleteTable's evict_cache_again step (docs/how-to/upgrading.md).
+DELETE_TABLE_EVICTS_AFTER_REMOVAL = "procbus-delete-table-evicts-after-removal"
+
+
 @workflow.defn(name="DeleteTable")
 class DeleteTable(Procedure[DeleteTableInput, TableResult]):
     authenticates = True  # deleting a table's data is writing it
@@ -139,6 +143,13 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
             pivot=True,
             summary=f"remove {table.qualified_name} from the catalog (point of no return)",
         )
+        # A worker that rebuilt its caches between the first eviction and the removal (its
+        # heartbeat had lapsed) read the table back from the catalog: evict it once more, now
+        # that no rebuild can. Runs begun before this step existed go on without it.
+        if workflow.patched(DELETE_TABLE_EVICTS_AFTER_REMOVAL):
+            await self.broadcast(
+                "evict_cache_again", EvictDescriptor(qualified_name=table.qualified_name)
+            )
         await self.step(
             "delete_data",
             TableActivities.delete_data,

@@ -23,9 +23,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from procbus.errors import StackError
@@ -222,6 +224,16 @@ class Network:
         _in_netns(host.netns, "nft", "-f", "-", stdin=rules)
 
 
+def _timestamped(process: subprocess.Popen[bytes], log_file: Path) -> None:
+    """The process's output into `log_file`, each line with the time it came: a nemesis run's
+    logs are read beside its history."""
+    assert process.stdout is not None
+    with log_file.open("ab") as log:
+        for line in process.stdout:
+            log.write(datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3].encode() + b" " + line)
+            log.flush()
+
+
 @dataclass
 class WorkerProcess:
     """A `procbus worker` on one host, with its worker ID."""
@@ -233,14 +245,16 @@ class WorkerProcess:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        with self.log_file.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.host.command(str(Path(sys.executable).parent / "procbus"), "worker"),
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        self.process = subprocess.Popen(
+            self.host.command(str(Path(sys.executable).parent / "procbus"), "worker"),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        threading.Thread(
+            target=_timestamped, args=(self.process, self.log_file), daemon=True
+        ).start()
 
     @property
     def pid(self) -> int:
@@ -277,8 +291,16 @@ class WorkerProcess:
 class Cluster:
     """PostgreSQL on `db`, Temporal on `temporal`, and `procbus worker`s on `w1`..`wN`."""
 
-    def __init__(self, workers: int = 3, *, member_timeout_seconds: float = 5.0) -> None:
+    def __init__(
+        self,
+        workers: int = 3,
+        *,
+        member_timeout_seconds: float = 5.0,
+        worker_settings: dict[str, str] | None = None,
+    ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
+        # PROCBUS_* settings of every worker beyond the cluster's own (faults=..., say).
+        self.worker_settings = worker_settings or {}
         self.network = Network(["db", "temporal", *self.worker_names])
         self.root = service_dir("procbus-cluster-")
         self.warehouse = self.root / "warehouse"
@@ -356,6 +378,7 @@ class Cluster:
             state_dir=str(self.root / f"{name}-state"),
             worker_id=name,
             member_timeout_seconds=str(self.member_timeout_seconds),
+            **self.worker_settings,
         )
         worker = WorkerProcess(host, name, env, self.root / f"{name}.log")
         worker.start()
@@ -386,9 +409,16 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster(workers: int = 3, **options: float) -> Iterator[Cluster]:
+def running_cluster(
+    workers: int = 3,
+    *,
+    member_timeout_seconds: float = 5.0,
+    worker_settings: dict[str, str] | None = None,
+) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
-    cluster = Cluster(workers, **options)
+    cluster = Cluster(
+        workers, member_timeout_seconds=member_timeout_seconds, worker_settings=worker_settings
+    )
     try:
         cluster.start()
         yield cluster

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,8 @@ class Run:
         )
 
     def setup(self) -> None:
+        # The wall clock at the start: the hosts' logs are stamped with it.
+        self.history.record("began", wall=datetime.now(UTC).isoformat(), seed=self.seed)
         for namespace in NAMESPACES:
             created = self.cli("namespace", "create", namespace, "--wait", timeout=120)
             assert created.returncode == 0, created.stderr
@@ -218,7 +221,14 @@ class Run:
         started = [event["procedure_id"] for event in self.history.of("started")]
         found = asyncio.run(_wait_all(self.cluster.temporal.address, started, timeout))
         for procedure_id, status in found.items():
-            keep = ("state", "closed_at", "failed_step", "stuck_step", "rollback_reason")
+            keep = (
+                "state",
+                "closed_at",
+                "failed_step",
+                "stuck_step",
+                "rollback_reason",
+                "broadcasts",
+            )
             self.history.record(
                 "ended", procedure_id=procedure_id, **{key: status.get(key) for key in keep}
             )

@@ -23,9 +23,17 @@ from procbus.testing.cluster import (
 MEMBER_TIMEOUT = 3.0
 
 
+# Only DeleteTable's catalog removal waits (no other test here deletes a table): a window
+# between its first eviction and the removal, for a worker to rebuild its caches in.
+REMOVAL_DELAY = 8
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with running_cluster(3, member_timeout_seconds=MEMBER_TIMEOUT) as running:
+    faults = f"DeleteTable.remove_from_catalog:delay_first={REMOVAL_DELAY}"
+    with running_cluster(
+        3, member_timeout_seconds=MEMBER_TIMEOUT, worker_settings={"faults": faults}
+    ) as running:
         yield running
 
 
@@ -107,6 +115,35 @@ def test_a_worker_started_while_postgresql_is_down_joins_once_it_is_back(
         cluster.postgres.wait_ready()
     wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "w2 joined")
     assert applied_on(cluster, "after_postgresql_came_back") == {"w1", "w2", "w3"}
+
+
+def test_a_worker_that_rebuilds_its_caches_mid_delete_drops_the_table_too(
+    cluster: Cluster,
+) -> None:
+    """Found by the nemesis (seed 2): DeleteTable evicts the table from every worker's cache,
+    then removes it from the catalog. A worker whose heartbeat lapsed in between read it back
+    from the catalog, and kept it for good."""
+    wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "three live workers")
+    cli(cluster, "namespace", "create", "purge", "--wait")
+    cli(cluster, "table", "create", "purge.old", "--schema", "id:bigint", "--wait")
+    procedure_id = cli(cluster, "table", "delete", "purge.old").split()[0]
+
+    def steps_done() -> list[str]:
+        status = json.loads(cli(cluster, "proc", "status", procedure_id, "--json"))
+        done: list[str] = status["steps_done"]
+        return done
+
+    wait_until(lambda: "evict_cache" in steps_done(), 30, "the first eviction")
+    # Paused past its lease while the removal waits: back, it reads its caches from the
+    # catalog, which still lists the table.
+    cluster.workers["w3"].pause()
+    time.sleep(MEMBER_TIMEOUT + 1)
+    cluster.workers["w3"].resume()
+    cli(cluster, "proc", "wait", procedure_id, "--timeout", "90")
+    inspected = json.loads(cli(cluster, "workers", "inspect", "--json"))
+    cached = {m["member_id"]: m["report"]["tables"] for m in inspected["members"]}
+    assert all("purge.old" not in tables for tables in cached.values()), cached
+    assert "purge.old" not in cli(cluster, "table", "list")
 
 
 def test_the_namespaces_of_a_dead_run_are_removed_and_a_live_runs_kept(cluster: Cluster) -> None:
