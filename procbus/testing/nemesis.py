@@ -9,6 +9,7 @@ depends on timing, which is the point of running it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import subprocess
@@ -23,7 +24,7 @@ from typing import Any
 from temporalio.client import Client
 
 from procbus.errors import ProcbusError
-from procbus.procedures.client import wait_for_procedure
+from procbus.procedures.client import procedure_status, wait_for_procedure
 from procbus.temporal.payloads import procbus_data_converter
 from procbus.testing.cluster import Cluster, wait_until
 
@@ -286,11 +287,20 @@ async def _wait_all(
                 client, procedure_id, timeout_seconds=max(1.0, deadline - time.monotonic())
             )
             found[procedure_id] = status.model_dump(mode="json")
-        except ProcbusError as error:  # never ended: the checker says so
+        except ProcbusError as error:  # never ended: the checker says so, with what it waits on
             found[procedure_id] = {"state": None, "error": str(error)}
+            with contextlib.suppress(ProcbusError):
+                last = await procedure_status(client, procedure_id, query_timeout=5)
+                found[procedure_id]["last_seen"] = last.model_dump(mode="json")
         described = await client.get_workflow_handle(procedure_id).describe()
         close_time = described.close_time
         found[procedure_id]["closed_at"] = None if close_time is None else close_time.isoformat()
+        if close_time is None:
+            found[procedure_id]["pending"] = [
+                f"{pending.activity_type.name} attempt {pending.attempt}: "
+                f"{pending.last_failure.message}"
+                for pending in described.raw_description.pending_activities
+            ]
     return found
 
 
