@@ -47,36 +47,31 @@ check-chromium:
 	    exit 1; \
 	  fi; }
 
+# $(call apt_install,PACKAGE,WHO NEEDS IT,WHY): Debian's PACKAGE, installed when allowed (root
+# with apt-get; the package lists are refreshed only if the first try fails), else a message
+# saying how. No commas in the arguments: they separate them.
+define apt_install
+if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+  echo "installing $(1) (Debian package $(1)) for $(2) ..."; \
+  { apt-get install -y -qq --no-install-recommends $(1) >/dev/null 2>&1 \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+         --no-install-recommends $(1) >/dev/null; }; } \
+    || { echo "could not install $(1) with apt-get"; exit 1; }; \
+else \
+  echo "$(1) is missing: $(3)"; \
+  echo "Install it, e.g. 'sudo apt-get install -y $(1)' (Debian/Ubuntu), then run this again."; \
+  exit 1; \
+fi
+endef
+
 # The AMQP tests start a RabbitMQ broker of their own from the OS package.
 check-rabbitmq:
-	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing RabbitMQ (Debian package rabbitmq-server) for the AMQP tests ..."; \
-	    { apt-get install -y -qq --no-install-recommends rabbitmq-server >/dev/null 2>&1 \
-	      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	           --no-install-recommends rabbitmq-server >/dev/null; }; } \
-	      || { echo "could not install RabbitMQ with apt-get"; exit 1; }; \
-	  else \
-	    echo "RabbitMQ is missing: the AMQP tests start a broker of their own."; \
-	    echo "Install it, e.g. 'sudo apt-get install -y rabbitmq-server' (Debian/Ubuntu), then run this again."; \
-	    exit 1; \
-	  fi; }
+	@test -x /usr/lib/rabbitmq/bin/rabbitmq-server || { $(call apt_install,rabbitmq-server,the AMQP tests,the AMQP tests start a broker of their own.); }
 
 # The cluster tests (tests/cluster/) cut links between hosts with nftables rules inside a
-# host's network namespace; Debian's package, installed here when missing and allowed.
+# host's network namespace.
 check-nftables:
-	@command -v nft >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing nftables (Debian package nftables) for the cluster tests ..."; \
-	    { apt-get install -y -qq --no-install-recommends nftables >/dev/null 2>&1 \
-	      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	           --no-install-recommends nftables >/dev/null; }; } \
-	      || { echo "could not install nftables with apt-get"; exit 1; }; \
-	  else \
-	    echo "nftables is missing: the cluster tests cut links between hosts with it (as root)."; \
-	    echo "Install it, e.g. 'sudo apt-get install -y nftables' (Debian/Ubuntu), then run this again."; \
-	    exit 1; \
-	  fi; }
+	@command -v nft >/dev/null 2>&1 || { $(call apt_install,nftables,the cluster tests,the cluster tests cut links between hosts with it (as root).); }
 
 demo: bytecode check-java
 	$(BIN)/procbus demo
