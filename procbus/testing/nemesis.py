@@ -35,6 +35,11 @@ NAMESPACES = ("sales", "crm")
 TABLES = ("orders", "customers", "events")
 PRINCIPALS = ("etl", "analyst")
 PERMISSIONS = ("read", "write")
+# What the history keeps of each procedure's end (and of one that never ended, what it waited on).
+ENDED_KEPT = (
+    *("state", "closed_at", "failed_step", "stuck_step", "rollback_reason", "broadcasts"),
+    *("error", "last_seen", "pending"),
+)
 # What a procedure may end as after the final heal; STUCK only with its reason.
 ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
 
@@ -222,16 +227,8 @@ class Run:
         started = [event["procedure_id"] for event in self.history.of("started")]
         found = asyncio.run(_wait_all(self.cluster.temporal.address, started, timeout))
         for procedure_id, status in found.items():
-            keep = (
-                "state",
-                "closed_at",
-                "failed_step",
-                "stuck_step",
-                "rollback_reason",
-                "broadcasts",
-            )
             self.history.record(
-                "ended", procedure_id=procedure_id, **{key: status.get(key) for key in keep}
+                "ended", procedure_id=procedure_id, **{key: status.get(key) for key in ENDED_KEPT}
             )
         return found
 
