@@ -24,7 +24,7 @@ from typing import Any
 from temporalio.client import Client
 
 from procbus.errors import ProcbusError
-from procbus.procedures.client import procedure_status, wait_for_procedure
+from procbus.procedures.client import procedure_status
 from procbus.temporal.payloads import procbus_data_converter
 from procbus.testing.cluster import Cluster, wait_until
 
@@ -273,31 +273,36 @@ class Run:
 async def _wait_all(
     address: str, procedure_ids: list[str], seconds: float
 ) -> dict[str, dict[str, Any]]:
-    """Through one client: each procedure's end (its status as `procbus proc status --json`
-    shows it) and when it closed, the order X locks let them commit in."""
+    """Through one client: each procedure's end, as `procbus proc status --json` shows it, and
+    when it closed (the order X locks let them commit in). A procedure is waited for by
+    Temporal's own record, not by asking its workers: a run whose workflow tasks are failing for
+    now cannot answer a query, and is still running."""
     client = await Client.connect(address, data_converter=procbus_data_converter)
     deadline = time.monotonic() + seconds
     found: dict[str, dict[str, Any]] = {}
     for procedure_id in procedure_ids:
-        try:
-            status = await wait_for_procedure(
-                client, procedure_id, timeout_seconds=max(1.0, deadline - time.monotonic())
-            )
-            found[procedure_id] = status.model_dump(mode="json")
-        except ProcbusError as error:  # never ended: the checker says so, with what it waits on
-            found[procedure_id] = {"state": None, "error": str(error)}
+        handle = client.get_workflow_handle(procedure_id)
+        described = await handle.describe()
+        while described.close_time is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            described = await handle.describe()
+        if described.close_time is None:  # never ended: the checker says so, and on what
+            found[procedure_id] = {
+                "state": None,
+                "error": f"still {described.status.name if described.status else 'RUNNING'}",
+                "pending": [
+                    f"{pending.activity_type.name} attempt {pending.attempt}: "
+                    f"{pending.last_failure.message}"
+                    for pending in described.raw_description.pending_activities
+                ],
+            }
             with contextlib.suppress(ProcbusError):
                 last = await procedure_status(client, procedure_id, query_timeout=5)
                 found[procedure_id]["last_seen"] = last.model_dump(mode="json")
-        described = await client.get_workflow_handle(procedure_id).describe()
-        close_time = described.close_time
-        found[procedure_id]["closed_at"] = None if close_time is None else close_time.isoformat()
-        if close_time is None:
-            found[procedure_id]["pending"] = [
-                f"{pending.activity_type.name} attempt {pending.attempt}: "
-                f"{pending.last_failure.message}"
-                for pending in described.raw_description.pending_activities
-            ]
+            continue
+        status = await procedure_status(client, procedure_id, query_timeout=30)
+        found[procedure_id] = status.model_dump(mode="json")
+        found[procedure_id]["closed_at"] = described.close_time.isoformat()
     return found
 
 
