@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -30,6 +31,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--history", type=Path, help="write the run's history here (JSON lines)")
     options = parser.parse_args()
+    # SIGTERM (a timeout, a CI's cancel) ends it like Ctrl-C: the cluster is torn down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     began = time.monotonic()
     with running_cluster(options.workers, member_timeout_seconds=5.0) as cluster:
         run = Run(cluster, options.seed, options.minutes * 60, PROCBUS)
@@ -45,7 +48,8 @@ def main() -> int:
     for fault in run.history.of("fault"):
         print(f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s")
     ended = collections.Counter(status.get("state", "UNKNOWN") for status in outcomes.values())
-    print(f"operations: {len(run.operations)} planned, {len(outcomes)} started, ended {dict(ended)}")
+    planned = len(run.operations)
+    print(f"operations: {planned} planned, {len(outcomes)} started, ended {dict(ended)}")
     for checker, violations in found.items():
         print(f"{checker}: {len(violations)} violation(s)")
         for violation in violations:

@@ -105,6 +105,17 @@ class BusMember:
         lease = self.lease
         return lease is not None and lease.incarnation is not None and not lease.current
 
+    async def back_in_lease(self) -> bool:
+        """Wait, up to its membership timeout, for the lease to run again (a heartbeat getting
+        through: PostgreSQL back after a restart, say); whether it does."""
+        lease = self.lease
+        if lease is None:
+            return True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(lease.timeout_seconds), self._changed:
+                await self._changed.wait_for(lambda: not self.out_of_lease())
+        return not self.out_of_lease()
+
     def check_current(self) -> None:
         """MemberNotCurrent unless this process may serve from its caches right now: it holds
         its member ID, its lease runs, and its caches were rebuilt since its last lapse."""

@@ -62,9 +62,10 @@ async def bus_member(
 class MemberGuard(Interceptor):
     """Activities, local ones included, start only while this process's bus lease runs. A
     worker that cannot renew its membership (cut from its database, or paused past its lease)
-    refuses them at once with MemberNotCurrent, a retryable error: Temporal runs them again,
-    on any worker, instead of this one waiting on a database it cannot reach. (A local
-    activity's refusal fails its workflow task instead: procbus/engine/local.py.)"""
+    waits for that up to its membership timeout (a PostgreSQL restart is over by then), then
+    refuses them with MemberNotCurrent, a retryable error: Temporal runs them again, on any
+    worker, instead of this one waiting on a database it cannot reach. (A local activity's
+    refusal fails its workflow task instead: procbus/engine/local.py.)"""
 
     def __init__(self, member: Callable[[], BusMember | None]) -> None:
         self._member = member
@@ -82,7 +83,7 @@ class _GuardedActivities(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         member = self._member()
-        if member is not None and member.out_of_lease():
+        if member is not None and member.out_of_lease() and not await member.back_in_lease():
             raise MemberNotCurrent(
                 f"worker {member.member_id!r} cannot renew its bus membership (its database "
                 "is out of reach, or it was paused): it takes no work until it can"
