@@ -15,7 +15,6 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -376,13 +375,6 @@ def _grant_table(grant: str) -> str:
 
 def _ended_at(status: dict[str, Any]) -> str:
     return str(status.get("closed_at") or "")
-
-
-CHECKERS: dict[str, Callable[..., list[str]]] = {
-    "procedures": check_procedures,
-    "catalog": check_catalog,
-    "caches": check_caches,
-}
 
 
 def verdicts(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> dict[str, list[str]]:
