@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import asyncpg
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from procbus.bus.membership import LEASE_SHARE, MemberLease, Membership
 from procbus.bus.models import BroadcastInput, ReportState
@@ -288,35 +288,48 @@ async def test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_t
     assert await Catalog(pool).list_access() == []  # the table took its grants with it
 
 
+async def decision_runner_pid(handle: WorkflowHandle[Any, Any]) -> int:
+    """The process ID of the worker running the procedure's one pending step (the SDK's worker
+    identity is PID@HOST)."""
+    [pending] = (await handle.describe()).raw_description.pending_activities
+    return int(pending.last_worker_identity.split("@")[0])
+
+
 async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
     client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
 ) -> None:
-    # The catalog write (the decision) is slow, so w2 can be restarted while it runs: long
+    # The catalog write (the decision) is slow, so a member can be restarted while it runs: long
     # enough for a `procbus worker` to start and join on 2 busy cores (10 s was not always,
-    # in a CI run beside two other test processes: the commit then found no w2).
+    # in a CI run beside two other test processes: the commit then found no new member).
     slow_decision = "ChangeAccess.record_in_catalog:delay=20"
-    with start_members(w1=slow_decision, w3=slow_decision):
-        with start_members(w2=slow_decision) as first_w2:
-            await wait_for_members(pool, "w1", "w2", "w3")
-            await create_orders(client, task_queue)
-            procedure_id = new_id("grant")
-            handle = await client.start_workflow(
-                ChangeAccess.run,
-                ChangeAccessInput(
-                    action="grant",
-                    principal="etl",
-                    table="sales.orders",
-                    permission="write",
-                    step_timeout_seconds=45,
-                ),
-                id=procedure_id,
-                task_queue=task_queue,
-            )
-            async with asyncio.timeout(60):
-                while (await status_of(client, procedure_id)).step_running != "record_in_catalog":
-                    await asyncio.sleep(0.05)
-            os.kill(first_w2["w2"].pid, signal.SIGKILL)  # it had staged the grant
-        with start_members(w2=slow_decision):  # the same ID: the commit finds its queue
+    with contextlib.ExitStack() as first_members:
+        first = {
+            member_id: first_members.enter_context(start_members(**{member_id: slow_decision}))
+            for member_id in ("w1", "w2", "w3")
+        }
+        await wait_for_members(pool, "w1", "w2", "w3")
+        await create_orders(client, task_queue)
+        procedure_id = new_id("grant")
+        handle = await client.start_workflow(
+            ChangeAccess.run,
+            ChangeAccessInput(
+                action="grant",
+                principal="etl",
+                table="sales.orders",
+                permission="write",
+                step_timeout_seconds=45,
+            ),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        async with asyncio.timeout(60):
+            while (await status_of(client, procedure_id)).step_running != "record_in_catalog":
+                await asyncio.sleep(0.05)
+        # Not the member writing the decision: that step would wait out its 45 s timeout.
+        runner = await decision_runner_pid(handle)
+        restarted = next(m for m in ("w2", "w3") if first[m][m].pid != runner)
+        os.kill(first[restarted][restarted].pid, signal.SIGKILL)  # it had staged the grant
+        with start_members(**{restarted: slow_decision}):  # the same ID: the commit finds it
             result: AccessResult = await handle.result()
             report = await inspect(client, task_queue)
             status = await status_of(client, procedure_id)
@@ -334,11 +347,12 @@ async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
         "w2": [entry],
         "w3": [entry],
     }
-    # The new w2 started before the decision was in the catalog: it learned it from the commit.
+    # The new member started before the decision was in the catalog: it learned it from the
+    # commit.
     granted_at = await pool.fetchval('SELECT "granted_at" FROM "procbus_acl"')
-    new_w2 = next(m.report for m in report.members if m.member_id == "w2")
-    assert new_w2 is not None and new_w2.started_at < granted_at
-    assert new_w2.applied == {f"{procedure_id}/stage_on_workers": 1}
+    new_member = next(m.report for m in report.members if m.member_id == restarted)
+    assert new_member is not None and new_member.started_at < granted_at
+    assert new_member.applied == {f"{procedure_id}/stage_on_workers": 1}
 
 
 async def test_a_commit_a_live_member_keeps_refusing_is_resent_a_bounded_number_of_times(
