@@ -108,12 +108,17 @@ async def run_command(
     return process.returncode, stdout.decode(), stderr.decode()
 
 
+KILLED_MEMBER_TIMEOUT = "4"
+
+
 @contextlib.contextmanager
 def worker_process(env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
-    """A `procbus worker` subprocess, for tests that kill it; killed and reaped at the end."""
+    """A `procbus worker` subprocess, for tests that kill it; killed and reaped at the end. Its
+    bus membership lapses after KILLED_MEMBER_TIMEOUT unless `env` says otherwise: a killed
+    member holds up every broadcast until then (15 s by default)."""
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "procbus"), "worker"],
-        env={**TEST_AUTH_ENV, **env},
+        env={**TEST_AUTH_ENV, "PROCBUS_MEMBER_TIMEOUT_SECONDS": KILLED_MEMBER_TIMEOUT, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
