@@ -1,10 +1,12 @@
 """procbus under a nemesis: a cluster of hosts on this machine (network namespaces: run as
-root), faults and a workload of procedures from a seed, then the checkers' verdicts.
+root), faults and a workload of procedures and application transactions publishing to topics
+(delivered to a webhook receiver on the `sink` host) from a seed, then the checkers' verdicts.
 
     python bench/nemesis.py --seed 7 --minutes 30
 
 Prints each fault and each procedure's end, then the checkers' violations; the last line is
-JSON: faults, operations, violations, and each checker's count. The same seed gives the same
+JSON: faults, operations, transactions by outcome, requests the sink received, violations, and
+each checker's count. The same seed gives the same
 schedule of faults and operations (docs/internals/testing.md says how to reproduce one).
 """
 
@@ -34,7 +36,7 @@ def main() -> int:
     # SIGTERM (a timeout, a CI's cancel) ends it like Ctrl-C: the cluster is torn down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     began = time.monotonic()
-    with running_cluster(options.workers, member_timeout_seconds=5.0) as cluster:
+    with running_cluster(options.workers, member_timeout_seconds=5.0, sink=True) as cluster:
         run = Run(cluster, options.seed, options.minutes * 60, PROCBUS)
         try:
             run.setup()
@@ -44,12 +46,15 @@ def main() -> int:
         finally:
             if options.history is not None:
                 run.history.write(options.history)
-        found = verdicts(outcomes, end)
+        found = verdicts(outcomes, end, run.history)
     for fault in run.history.of("fault"):
         print(f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s")
     ended = collections.Counter(status.get("state", "UNKNOWN") for status in outcomes.values())
     planned = len(run.operations)
     print(f"operations: {planned} planned, {len(outcomes)} started, ended {dict(ended)}")
+    transactions = collections.Counter(txn["outcome"] for txn in run.history.of("txn"))
+    requests = len(end["sink_requests"])
+    print(f"transactions: {dict(transactions)}; the sink received {requests} requests")
     for checker, violations in found.items():
         print(f"{checker}: {len(violations)} violation(s)")
         for violation in violations:
@@ -64,6 +69,8 @@ def main() -> int:
                 "faults": len(run.history.of("fault")),
                 "operations": len(outcomes),
                 "ended": dict(ended),
+                "transactions": dict(transactions),
+                "sink_requests": requests,
                 "violations": total,
                 **{checker: len(violations) for checker, violations in found.items()},
             }

@@ -1,8 +1,9 @@
 """A procbus cluster on one machine: hosts in network namespaces on one bridge, each service
 listening on its own host's address only, and the faults a nemesis injects between them.
 
-Hosts (docs/internals/testing.md): `db` (PostgreSQL), `temporal` (the Temporal server) and
-workers `w1`, `w2`, ... (each a `procbus worker` with its own worker ID). The machine itself is
+Hosts (docs/internals/testing.md): `db` (PostgreSQL), `temporal` (the Temporal server),
+workers `w1`, `w2`, ... (each a `procbus worker` with its own worker ID) and, when asked for,
+`sink` (a webhook receiver that journals every request, procbus.testing.sink). The machine itself is
 on the bridge too, as the first address, so the harness and the `procbus` CLI reach every host;
 the network is a private /24 with no route off the machine.
 
@@ -29,11 +30,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from procbus.errors import StackError
 from procbus.stack.ephemeral import service_dir
 from procbus.stack.postgres import EmbeddedPostgres
+from procbus.stack.processes import ManagedProcess, wait_for_port
 from procbus.stack.temporal_server import DevTemporalServer
+from procbus.testing.sink import read_journal
 
 # Namespaces of a cluster are named for the process that made it, so a later run can tell a
 # dead run's leftovers (its process gone) from a live one's.
@@ -42,6 +46,7 @@ NAME_PREFIX = "pbc"
 SUBNETS = ipaddress.IPv4Network("10.213.0.0/16")
 POSTGRES_PORT = 5432
 TEMPORAL_PORT = 7233
+SINK_PORT = 8080
 OPERATOR = "operator"
 
 
@@ -289,7 +294,8 @@ class WorkerProcess:
 
 
 class Cluster:
-    """PostgreSQL on `db`, Temporal on `temporal`, and `procbus worker`s on `w1`..`wN`."""
+    """PostgreSQL on `db`, Temporal on `temporal`, `procbus worker`s on `w1`..`wN`, and a
+    webhook receiver on `sink` when `sink` is true."""
 
     def __init__(
         self,
@@ -297,11 +303,12 @@ class Cluster:
         *,
         member_timeout_seconds: float = 5.0,
         worker_settings: dict[str, str] | None = None,
+        sink: bool = False,
     ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
         # PROCBUS_* settings of every worker beyond the cluster's own (faults=..., say).
         self.worker_settings = worker_settings or {}
-        self.network = Network(["db", "temporal", *self.worker_names])
+        self.network = Network(["db", "temporal", *self.worker_names, *(["sink"] * sink)])
         self.root = service_dir("procbus-cluster-")
         self.warehouse = self.root / "warehouse"
         self.auth_key = secrets.token_urlsafe(32)
@@ -325,6 +332,35 @@ class Cluster:
             netns=temporal.netns,
         )
         self.workers: dict[str, WorkerProcess] = {}
+        self.sink: ManagedProcess | None = None
+        self.sink_journal = self.root / "sink.jsonl"
+        if sink:
+            where = ["--host", self.sink_address, "--port", str(SINK_PORT)]
+            self.sink = ManagedProcess(
+                "sink",
+                [
+                    sys.executable,
+                    "-m",
+                    "procbus.testing.sink",
+                    *where,
+                    "--journal",
+                    str(self.sink_journal),
+                ],
+                self.root / "sink.log",
+                netns=self.network.hosts["sink"].netns,
+            )
+
+    @property
+    def sink_address(self) -> str:
+        return self.network.hosts["sink"].address
+
+    def sink_url(self, path: str = "/hooks") -> str:
+        """A webhook endpoint on the sink host (`path` may carry a query: `/hooks?batch=1`)."""
+        return f"http://{self.sink_address}:{SINK_PORT}{path}"
+
+    def sink_requests(self) -> list[dict[str, Any]]:
+        """Every request the sink received, in arrival order (procbus.testing.sink)."""
+        return read_journal(self.sink_journal)
 
     @property
     def database_url(self) -> str:
@@ -356,8 +392,12 @@ class Cluster:
         self.temporal.prepare()
         self.postgres.launch()
         self.temporal.launch()
+        if self.sink is not None:
+            self.sink.start()
         self.postgres.wait_ready()
         self.temporal.wait_ready()
+        if self.sink is not None:
+            wait_for_port(self.sink, SINK_PORT, 60, host=self.sink_address)
         migrated = subprocess.run(
             [str(Path(sys.executable).parent / "procbus"), "db", "migrate"],
             env=self.cli_env(),
@@ -393,9 +433,10 @@ class Cluster:
                 shutil.copy(log, Path(keep) / log.name)
         for worker in self.workers.values():
             worker.stop()
-        for server in (self.temporal, self.postgres):
+        for server in (self.sink, self.temporal, self.postgres):
             with contextlib.suppress(Exception):
-                server.stop()
+                if server is not None:
+                    server.stop()
         self.network.down()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -414,10 +455,14 @@ def running_cluster(
     *,
     member_timeout_seconds: float = 5.0,
     worker_settings: dict[str, str] | None = None,
+    sink: bool = False,
 ) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
     cluster = Cluster(
-        workers, member_timeout_seconds=member_timeout_seconds, worker_settings=worker_settings
+        workers,
+        member_timeout_seconds=member_timeout_seconds,
+        worker_settings=worker_settings,
+        sink=sink,
     )
     try:
         cluster.start()

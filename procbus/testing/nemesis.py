@@ -1,6 +1,7 @@
 """A nemesis over a test cluster (procbus.testing.cluster): from a seed, a schedule of faults
-and a workload of procedures run at once, every event written to a history, and checkers that
-read the history and the cluster's end state (docs/internals/testing.md).
+and a workload of procedures and (on a cluster with a sink) application transactions that
+publish to topics, run at once, every event written to a history, and checkers that read the
+history, the sink's journal and the cluster's end state (docs/internals/testing.md).
 
 The same seed gives the same schedule of faults and operations; what the cluster does with them
 depends on timing, which is the point of running it.
@@ -9,6 +10,7 @@ depends on timing, which is the point of running it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import random
@@ -20,9 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from temporalio.client import Client
 
 from procbus.errors import ProcbusError
+from procbus.hooks import transaction
 from procbus.procedures.client import procedure_status
 from procbus.temporal.payloads import procbus_data_converter
 from procbus.testing.cluster import Cluster, wait_until
@@ -30,6 +34,7 @@ from procbus.testing.cluster import Cluster, wait_until
 # How long each fault holds before it is healed, in seconds: (shortest, longest).
 FAULT_SECONDS = (3.0, 12.0)
 FAULT_KINDS = ("kill", "pause", "cut_db", "cut_temporal", "cut_both", "restart_postgres")
+SINK_FAULT_KINDS = ("cut_sink",)  # on a cluster with a sink: a worker cut from the receiver
 NAMESPACES = ("sales", "crm")
 TABLES = ("orders", "customers", "events")
 PRINCIPALS = ("etl", "analyst")
@@ -41,6 +46,11 @@ ENDED_KEPT = (
 )
 # What a procedure may end as after the final heal; STUCK only with its reason.
 ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
+# The topics the application transactions publish to: one event at a time, and in batches that
+# never split a transaction (the sink's path tells them apart).
+HOOKS_TOPIC, GROUPED_TOPIC = "nemesis-hooks", "nemesis-grouped"
+TOPIC_PATHS = {HOOKS_TOPIC: "/hooks", GROUPED_TOPIC: "/grouped?batch=1"}
+KEYS = ("k0", "k1", "k2", "k3", "k4")
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,21 @@ class Operation:
     at: float
     procedure_id: str
     argv: tuple[str, ...]  # the `procbus` command that starts it
+
+
+@dataclass(frozen=True)
+class AppTransaction:
+    """An application transaction: its events (topic, key), committed or rolled back on
+    purpose."""
+
+    at: float
+    txn: str
+    events: tuple[tuple[str, str], ...]
+    roll_back: bool
+
+
+class RolledBackOnPurpose(Exception):
+    """Raised inside an application transaction the workload rolls back."""
 
 
 @dataclass
@@ -78,13 +103,15 @@ class History:
         path.write_text("".join(json.dumps(event) + "\n" for event in self.events))
 
 
-def fault_schedule(seed: int, seconds: float, workers: list[str]) -> list[Fault]:
-    """Faults at random times, one at a time (each healed before the next begins)."""
+def fault_schedule(
+    seed: int, seconds: float, workers: list[str], kinds: tuple[str, ...] = FAULT_KINDS
+) -> list[Fault]:
+    """Faults of `kinds` at random times, one at a time (each healed before the next begins)."""
     rng = random.Random(f"faults-{seed}")
     faults: list[Fault] = []
     at = rng.uniform(2, 5)
     while at < seconds:
-        kind = rng.choice(FAULT_KINDS)
+        kind = rng.choice(kinds)
         target = "db" if kind == "restart_postgres" else rng.choice(workers)
         hold = round(rng.uniform(*FAULT_SECONDS), 2)
         faults.append(Fault(round(at, 2), kind, target, hold))
@@ -116,8 +143,30 @@ def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Op
         operations.append(Operation(round(at, 2), procedure_id, (*argv, "--id", procedure_id)))
 
 
+def app_transactions(
+    seed: int, seconds: float, rate_per_second: float = 2.0
+) -> list[AppTransaction]:
+    """Application transactions at random times, one after another: each publishes one to four
+    events to the two topics, on a few keys; one in five is rolled back."""
+    rng = random.Random(f"transactions-{seed}")
+    transactions: list[AppTransaction] = []
+    at, number = 0.0, 0
+    while True:
+        at += rng.expovariate(rate_per_second)
+        if at >= seconds:
+            return transactions
+        number += 1
+        events = tuple(
+            (rng.choice((HOOKS_TOPIC, GROUPED_TOPIC)), rng.choice(KEYS))
+            for _ in range(rng.randint(1, 4))
+        )
+        roll_back = rng.random() < 0.2
+        transactions.append(AppTransaction(round(at, 2), f"t{seed}-{number}", events, roll_back))
+
+
 class Run:
-    """One nemesis run on `cluster`: faults and operations from `seed` over `seconds`."""
+    """One nemesis run on `cluster`: faults and operations from `seed` over `seconds`, and
+    application transactions when the cluster has a sink."""
 
     def __init__(self, cluster: Cluster, seed: int, seconds: float, procbus: str) -> None:
         self.cluster = cluster
@@ -125,8 +174,11 @@ class Run:
         self.seconds = seconds
         self.procbus = procbus
         self.history = History()
-        self.faults = fault_schedule(seed, seconds, cluster.worker_names)
+        self.with_topics = cluster.sink is not None
+        kinds = FAULT_KINDS + SINK_FAULT_KINDS if self.with_topics else FAULT_KINDS
+        self.faults = fault_schedule(seed, seconds, cluster.worker_names, kinds)
         self.operations = workload(seed, seconds)
+        self.transactions = app_transactions(seed, seconds) if self.with_topics else []
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -143,18 +195,67 @@ class Run:
         for namespace in NAMESPACES:
             created = self.cli("namespace", "create", namespace, "--wait", timeout=120)
             assert created.returncode == 0, created.stderr
+        if self.with_topics:
+            grouped = ["--group-transactions", "--batch-size", "5"]
+            for topic, path in TOPIC_PATHS.items():
+                options = grouped if topic == GROUPED_TOPIC else []
+                endpoint = self.cluster.sink_url(path)
+                created = self.cli("topic", "create", topic, "--endpoint", endpoint, *options)
+                assert created.returncode == 0, created.stderr
 
     def run(self) -> None:
-        """Faults in one thread, operations in this one; then the final heal."""
+        """Faults in one thread, application transactions in another, operations in this one;
+        then the final heal."""
         nemesis = threading.Thread(target=self._inject_all, name="nemesis")
         nemesis.start()
+        application = threading.Thread(
+            target=lambda: asyncio.run(self._run_transactions()), name="application"
+        )
+        application.start()
         try:
             for operation in self.operations:
                 self._sleep_until(operation.at)
                 self._start(operation)
         finally:
             nemesis.join()
+            application.join()
             self.heal_all()
+
+    async def _run_transactions(self) -> None:
+        """Each application transaction in turn on one connection (so they commit in the
+        order they were planned), written to the history with its outcome: committed, rolled
+        back (on purpose, or by an error before its commit), or unknown (the commit itself
+        failed: PostgreSQL restarting)."""
+        connection: asyncpg.Connection | None = None
+        for planned in self.transactions:
+            self._sleep_until(planned.at)
+            outcome, error = "committed", None
+            published = False
+            try:
+                if connection is None or connection.is_closed():
+                    connection = await asyncpg.connect(self.cluster.database_url, timeout=5)
+                async with transaction(connection) as tx:
+                    for n, (topic, key) in enumerate(planned.events):
+                        await tx.publish(topic, {"txn": planned.txn, "n": n}, key=key)
+                    published = True
+                    if planned.roll_back:
+                        raise RolledBackOnPurpose
+            except RolledBackOnPurpose:
+                outcome = "rolled_back"
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+                outcome, error = ("unknown" if published else "failed"), repr(e)
+                if connection is not None:
+                    connection.terminate()
+                    connection = None
+            self.history.record(
+                "txn",
+                txn=planned.txn,
+                outcome=outcome,
+                events=[list(event) for event in planned.events],
+                **({"error": error} if error else {}),
+            )
+        if connection is not None:
+            await connection.close()
 
     def _sleep_until(self, at: float) -> None:
         left = at - (time.monotonic() - self.history.started)
@@ -199,7 +300,7 @@ class Run:
             time.sleep(fault.hold)
             cluster.workers[fault.target].resume()
         elif fault.kind.startswith("cut_"):
-            peers = {"cut_db": ["db"], "cut_temporal": ["temporal"]}.get(
+            peers = {"cut_db": ["db"], "cut_temporal": ["temporal"], "cut_sink": ["sink"]}.get(
                 fault.kind, ["db", "temporal"]
             )
             network.cut(fault.target, *peers)
@@ -245,6 +346,7 @@ class Run:
                 f"after the heal, live workers {sorted(members())} of "
                 f"{self.cluster.worker_names}:\n{self.cluster.log_tails(40)}"
             ) from None
+        depths = {topic: self._drained(topic) for topic in TOPIC_PATHS if self.with_topics}
         tables = json.loads(self.cli("table", "list", "--json").stdout)
         grants = json.loads(self.cli("acl", "list", "--json").stdout)
         inspected = json.loads(self.cli("workers", "inspect", "--json").stdout)
@@ -266,7 +368,24 @@ class Run:
                 for table in namespace.iterdir()
                 if table.is_dir()
             ),
+            "topic_depths": depths,
+            "sink_requests": self.cluster.sink_requests() if self.with_topics else [],
         }
+
+    def _drained(self, topic: str, timeout: float = 120) -> int:
+        """The topic's depth once it is 0 (or after `timeout`): every committed event was
+        delivered, or the checker says which were not."""
+        depth = -1
+
+        def empty() -> bool:
+            nonlocal depth
+            shown = self.cli("topic", "stats", topic, "--json")
+            depth = json.loads(shown.stdout)["depth"] if shown.returncode == 0 else -1
+            return depth == 0
+
+        with contextlib.suppress(AssertionError):
+            wait_until(empty, timeout, f"{topic} drained")
+        return depth
 
 
 async def _wait_all(
@@ -369,6 +488,72 @@ def check_caches(end: dict[str, Any]) -> list[str]:
     return violations
 
 
+def check_topics(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str]:
+    """Every event of a committed transaction was delivered (at least once), none of a
+    transaction that did not commit ever was, a transaction whose commit failed was delivered
+    whole or not at all, per topic and key the first deliveries came in commit order, and no
+    request of the grouped topic held part of a transaction."""
+    committed: dict[tuple[str, int], tuple[str, str]] = {}  # (txn, n) -> (topic, key)
+    not_committed: set[tuple[str, int]] = set()
+    unknown: dict[str, set[int]] = {}
+    order: list[tuple[str, int]] = []  # the events that may be delivered, in commit order
+    events_of: dict[tuple[str, str], set[int]] = collections.defaultdict(set)  # (txn, topic)
+    for recorded in history:
+        if recorded["event"] != "txn":
+            continue
+        for n, (topic, key) in enumerate(recorded["events"]):
+            event = (recorded["txn"], n)
+            if recorded["outcome"] in ("committed", "unknown"):
+                committed[event] = (topic, key)
+                order.append(event)
+                events_of[(recorded["txn"], topic)].add(n)
+                if recorded["outcome"] == "unknown":
+                    unknown.setdefault(recorded["txn"], set()).add(n)
+            else:
+                not_committed.add(event)
+    first_seen: dict[tuple[str, int], int] = {}
+    violations = []
+    for index, request in enumerate(end["sink_requests"]):
+        by_txn: dict[str, set[int]] = collections.defaultdict(set)
+        for body in request["events"]:
+            event = (body["data"]["txn"], body["data"]["n"])
+            first_seen.setdefault(event, index)
+            by_txn[event[0]].add(event[1])
+            if event in not_committed:
+                violations.append(f"{event[0]}#{event[1]} was delivered, but never committed")
+            elif event not in committed:
+                violations.append(f"{event[0]}#{event[1]} was delivered, but never published")
+            elif committed[event] != (body["topic"], body["key"]):
+                violations.append(f"{event[0]}#{event[1]} came as {body['topic']}/{body['key']}")
+        if request["path"] == TOPIC_PATHS[GROUPED_TOPIC].split("?")[0]:
+            for txn, numbers in sorted(by_txn.items()):
+                whole = events_of.get((txn, GROUPED_TOPIC), set())
+                if numbers != whole:
+                    violations.append(
+                        f"a grouped batch held {sorted(numbers)} of {txn}'s {sorted(whole)}"
+                    )
+    for txn, numbers in sorted(unknown.items()):
+        seen = {n for n in numbers if (txn, n) in first_seen}
+        if seen and seen != numbers:
+            violations.append(f"{txn} (commit unknown) was delivered in part: {sorted(seen)}")
+    lost = [e for e in order if e not in first_seen and e[0] not in unknown]
+    violations += [f"{txn}#{n} was committed but never delivered" for txn, n in lost]
+    by_key: dict[tuple[str, str], list[tuple[str, int]]] = collections.defaultdict(list)
+    for event in order:
+        if event in first_seen:
+            by_key[committed[event]].append(event)
+    for (topic, key), events in sorted(by_key.items()):
+        arrived = sorted(events, key=lambda event: first_seen[event])
+        if arrived != events:
+            out_of_order = next(a for a, b in zip(arrived, events, strict=True) if a != b)
+            violations.append(
+                f"{topic}/{key}: {out_of_order[0]}#{out_of_order[1]} arrived out of commit order"
+            )
+    if any(depth != 0 for depth in end.get("topic_depths", {}).values()):
+        violations.append(f"topics not drained after the heal: {end['topic_depths']}")
+    return violations
+
+
 def _grant_table(grant: str) -> str:
     return grant.split(":")[1]
 
@@ -377,9 +562,12 @@ def _ended_at(status: dict[str, Any]) -> str:
     return str(status.get("closed_at") or "")
 
 
-def verdicts(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> dict[str, list[str]]:
+def verdicts(
+    outcomes: dict[str, dict[str, Any]], end: dict[str, Any], history: History
+) -> dict[str, list[str]]:
     return {
         "procedures": check_procedures(outcomes),
         "catalog": check_catalog(outcomes, end),
         "caches": check_caches(end),
+        "topics": check_topics(history.events, end),
     }

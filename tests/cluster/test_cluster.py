@@ -1,6 +1,7 @@
-"""A procbus cluster on hosts of its own (procbus.testing.cluster): PostgreSQL, Temporal and
-three workers each in its network namespace, driven from the machine by the `procbus` CLI, and
-the faults the nemesis injects: a cut link, a killed worker, a paused one."""
+"""A procbus cluster on hosts of its own (procbus.testing.cluster): PostgreSQL, Temporal,
+three workers and a webhook receiver each in its network namespace, driven from the machine by
+the `procbus` CLI, and the faults the nemesis injects: a cut link, a killed worker, a paused
+one."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from examples.cluster import PROCBUS, cut_w1_from_the_database, live_workers
 from procbus.testing.cluster import (
     NAME_PREFIX,
+    SINK_PORT,
     Cluster,
     remove_dead_clusters,
     running_cluster,
@@ -32,7 +34,7 @@ REMOVAL_DELAY = 8
 def cluster() -> Iterator[Cluster]:
     faults = f"DeleteTable.remove_from_catalog:delay_first={REMOVAL_DELAY}"
     with running_cluster(
-        3, member_timeout_seconds=MEMBER_TIMEOUT, worker_settings={"faults": faults}
+        3, member_timeout_seconds=MEMBER_TIMEOUT, worker_settings={"faults": faults}, sink=True
     ) as running:
         yield running
 
@@ -63,11 +65,44 @@ def test_each_service_listens_on_its_own_host_and_the_cli_reaches_them(cluster: 
     assert hosts["db"].listening() == [(hosts["db"].address, 5432)]
     # The dev server binds every address of its namespace: its own and its loopback.
     assert ("*", 7233) in hosts["temporal"].listening()
+    assert hosts["sink"].listening() == [(hosts["sink"].address, SINK_PORT)]
     for name in cluster.worker_names:
         assert all(address in ("127.0.0.1", "*") for address, _ in hosts[name].listening())
     # Every worker is a member from its own host, and a procedure's broadcast reaches each.
     wait_until(lambda: live_workers(cluster) == {"w1", "w2", "w3"}, 60, "three live workers")
     assert applied_on(cluster, "everyone") == {"w1", "w2", "w3"}
+
+
+def test_events_published_while_the_sink_is_cut_off_arrive_in_order_after_the_heal(
+    cluster: Cluster,
+) -> None:
+    """Every worker cut from the sink host: the topic's delivery fails and retries, nothing is
+    lost, and after the heal each event arrives, in key order."""
+    endpoint = cluster.sink_url("/hooks")
+    cli(cluster, "topic", "create", "cut-off", "--endpoint", endpoint, "--retry-sleep", "0.5")
+    for name in cluster.worker_names:
+        cluster.network.cut(name, "sink")
+    try:
+        for n in range(6):
+            payload = json.dumps({"n": n})
+            cli(cluster, "topic", "publish", "cut-off", "--payload", payload, "--key", "k")
+
+        def retrying() -> bool:
+            return bool(json.loads(cli(cluster, "topic", "stats", "cut-off", "--json"))["retrying"])
+
+        wait_until(retrying, 60, "a failed attempt")
+        assert cluster.sink_requests() == []
+    finally:
+        for name in cluster.worker_names:
+            cluster.network.heal(name)
+
+    def arrived() -> list[int]:
+        return [e["data"]["n"] for r in cluster.sink_requests() for e in r["events"]]
+
+    wait_until(lambda: len(set(arrived())) == 6, 90, "six events at the sink after the heal")
+    assert list(dict.fromkeys(arrived())) == [0, 1, 2, 3, 4, 5]  # first arrivals in key order
+    stats = json.loads(cli(cluster, "topic", "stats", "cut-off", "--json"))
+    assert stats["depth"] == 0 and stats["dead_letters"] == 0
 
 
 def test_a_worker_cut_from_the_database_drops_out_and_rejoins_after_the_heal(

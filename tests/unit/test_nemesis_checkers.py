@@ -7,9 +7,15 @@ import itertools
 from typing import Any
 
 from procbus.testing.nemesis import (
+    FAULT_KINDS,
+    GROUPED_TOPIC,
+    HOOKS_TOPIC,
+    SINK_FAULT_KINDS,
+    app_transactions,
     check_caches,
     check_catalog,
     check_procedures,
+    check_topics,
     fault_schedule,
     workload,
 )
@@ -105,7 +111,84 @@ def test_a_seed_gives_the_same_schedule_and_another_seed_another() -> None:
     workers = ["w1", "w2", "w3"]
     assert fault_schedule(7, 600, workers) == fault_schedule(7, 600, workers)
     assert workload(7, 600) == workload(7, 600)
+    assert app_transactions(7, 600) == app_transactions(7, 600) != app_transactions(8, 600)
+    with_sink = fault_schedule(7, 600, workers, FAULT_KINDS + SINK_FAULT_KINDS)
+    assert "cut_sink" in {fault.kind for fault in with_sink}
+    assert "cut_sink" not in {fault.kind for fault in fault_schedule(7, 600, workers)}
     assert fault_schedule(7, 600, workers) != fault_schedule(8, 600, workers)
     faults = fault_schedule(7, 600, workers)
     # One at a time: each healed before the next begins.
     assert all(a.at + a.hold < b.at for a, b in itertools.pairwise(faults))
+
+
+def txn(name: str, outcome: str, *events: tuple[str, str]) -> dict[str, Any]:
+    return {"event": "txn", "txn": name, "outcome": outcome, "events": [list(e) for e in events]}
+
+
+def request(path: str, *events: tuple[str, int, str, str]) -> dict[str, Any]:
+    """A request the sink journaled: its events as (txn, n, topic, key)."""
+    return {
+        "path": path,
+        "events": [{"topic": t, "key": k, "data": {"txn": x, "n": n}} for x, n, t, k in events],
+    }
+
+
+HOOKS, GROUPED = (HOOKS_TOPIC, "k1"), (GROUPED_TOPIC, "k1")
+TRANSACTIONS = [
+    txn("t1", "committed", HOOKS, GROUPED, GROUPED),
+    txn("t2", "rolled_back", HOOKS),
+    txn("t3", "failed", HOOKS),
+    txn("t4", "committed", HOOKS),
+    txn("t5", "unknown", GROUPED, GROUPED),
+]
+DELIVERED = [
+    request("/hooks", ("t1", 0, *HOOKS)),
+    request("/grouped", ("t1", 1, *GROUPED), ("t1", 2, *GROUPED)),
+    request("/hooks", ("t4", 0, *HOOKS)),
+    request("/hooks", ("t1", 0, *HOOKS)),  # a resend after a lost answer: at least once
+]
+DRAINED = {"topic_depths": {HOOKS_TOPIC: 0, GROUPED_TOPIC: 0}}
+
+
+def test_topics_delivered_at_least_once_in_order_and_whole_have_no_violations() -> None:
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": DELIVERED}) == []
+    # A transaction whose commit failed may have committed: delivered whole, it is fine too.
+    t5 = request("/grouped", ("t5", 0, *GROUPED), ("t5", 1, *GROUPED))
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": [*DELIVERED, t5]}) == []
+
+
+def test_a_lost_a_phantom_or_a_reordered_event_is_a_violation() -> None:
+    lost = DELIVERED[1:3]
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": lost}) == [
+        "t1#0 was committed but never delivered"
+    ]
+    phantom = [*DELIVERED, request("/hooks", ("t2", 0, *HOOKS), ("t3", 0, *HOOKS))]
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": phantom}) == [
+        "t2#0 was delivered, but never committed",
+        "t3#0 was delivered, but never committed",
+    ]
+    reordered = [DELIVERED[2], *DELIVERED[:2]]
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": reordered}) == [
+        f"{HOOKS_TOPIC}/k1: t4#0 arrived out of commit order"
+    ]
+
+
+def test_part_of_a_transaction_in_a_grouped_batch_or_an_undrained_topic_is_a_violation() -> None:
+    split = [
+        DELIVERED[0],
+        request("/grouped", ("t1", 1, *GROUPED)),
+        request("/grouped", ("t1", 2, *GROUPED)),
+        DELIVERED[2],
+    ]
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": split}) == [
+        "a grouped batch held [1] of t1's [1, 2]",
+        "a grouped batch held [2] of t1's [1, 2]",
+    ]
+    half = [*DELIVERED, request("/hooks", ("t5", 0, *GROUPED))]
+    assert check_topics(TRANSACTIONS, {**DRAINED, "sink_requests": half}) == [
+        "t5 (commit unknown) was delivered in part: [0]"
+    ]
+    waiting = {"topic_depths": {HOOKS_TOPIC: 0, GROUPED_TOPIC: 2}, "sink_requests": DELIVERED}
+    assert check_topics(TRANSACTIONS, waiting) == [
+        f"topics not drained after the heal: {{'{HOOKS_TOPIC}': 0, '{GROUPED_TOPIC}': 2}}"
+    ]
