@@ -327,6 +327,7 @@ class Cluster:
             TEMPORAL_PORT,
             0,
             self.root / "temporal.log",
+            db_file=self.root / "temporal.db",  # its workflows outlive a restart
             ui=False,
             host=temporal.address,
             netns=temporal.netns,

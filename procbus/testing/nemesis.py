@@ -24,16 +24,24 @@ from typing import Any
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
+from procbus.core.fences import LockMode
+from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
+from procbus.locks.modes import compatible
 from procbus.procedures.client import procedure_status
 from procbus.temporal.payloads import procbus_data_converter
 from procbus.testing.cluster import Cluster, wait_until
 
 # How long each fault holds before it is healed, in seconds: (shortest, longest).
 FAULT_SECONDS = (3.0, 12.0)
-FAULT_KINDS = ("kill", "pause", "cut_db", "cut_temporal", "cut_both", "restart_postgres")
+FAULT_KINDS = (
+    *("kill", "pause", "cut_db", "cut_temporal", "cut_both"),
+    *("restart_postgres", "restart_temporal"),
+)
+SERVER_OF = {"restart_postgres": "db", "restart_temporal": "temporal"}
 SINK_FAULT_KINDS = ("cut_sink",)  # on a cluster with a sink: a worker cut from the receiver
 NAMESPACES = ("sales", "crm")
 TABLES = ("orders", "customers", "events")
@@ -112,7 +120,7 @@ def fault_schedule(
     at = rng.uniform(2, 5)
     while at < seconds:
         kind = rng.choice(kinds)
-        target = "db" if kind == "restart_postgres" else rng.choice(workers)
+        target = SERVER_OF.get(kind) or rng.choice(workers)
         hold = round(rng.uniform(*FAULT_SECONDS), 2)
         faults.append(Fault(round(at, 2), kind, target, hold))
         at += hold + rng.uniform(1, 4)
@@ -195,6 +203,7 @@ class Run:
         for namespace in NAMESPACES:
             created = self.cli("namespace", "create", namespace, "--wait", timeout=120)
             assert created.returncode == 0, created.stderr
+        asyncio.run(self._sql("install_lock_log"))
         if self.with_topics:
             grouped = ["--group-transactions", "--batch-size", "5"]
             for topic, path in TOPIC_PATHS.items():
@@ -204,22 +213,38 @@ class Run:
                 assert created.returncode == 0, created.stderr
 
     def run(self) -> None:
-        """Faults in one thread, application transactions in another, operations in this one;
-        then the final heal."""
-        nemesis = threading.Thread(target=self._inject_all, name="nemesis")
-        nemesis.start()
+        """Operations in one thread, application transactions in another, faults in this one
+        (a server restarted from another thread would die with that thread: its parent-death
+        signal); then the final heal."""
+        operations = threading.Thread(target=self._start_all, name="operations")
+        operations.start()
         application = threading.Thread(
             target=lambda: asyncio.run(self._run_transactions()), name="application"
         )
         application.start()
         try:
-            for operation in self.operations:
-                self._sleep_until(operation.at)
-                self._start(operation)
+            self._inject_all()
         finally:
-            nemesis.join()
+            operations.join()
             application.join()
             self.heal_all()
+
+    async def _sql(self, name: str) -> list[dict[str, Any]]:
+        """One of the harness's own queries (procbus/testing/queries.sql), its rows as JSON."""
+        connection = await asyncpg.connect(self.cluster.database_url, timeout=30)
+        try:
+            rows = await connection.fetch(load_queries("procbus.testing")[name])
+        finally:
+            await connection.close()
+        return [
+            {k: v.isoformat() if isinstance(v, datetime) else v for k, v in dict(row).items()}
+            for row in rows
+        ]
+
+    def _start_all(self) -> None:
+        for operation in self.operations:
+            self._sleep_until(operation.at)
+            self._start(operation)
 
     async def _run_transactions(self) -> None:
         """Each application transaction in turn on one connection (so they commit in the
@@ -264,8 +289,9 @@ class Run:
 
     def _start(self, operation: Operation) -> None:
         """Start it; a start whose answer was lost (Temporal restarting) is asked again with
-        the same ID, which returns the same procedure."""
-        for _ in range(5):
+        the same ID, which returns the same procedure, until a fault has surely healed."""
+        give_up_at = time.monotonic() + FAULT_SECONDS[1] * 3
+        while time.monotonic() < give_up_at:
             try:
                 started = self.cli(*operation.argv, timeout=30)
             except subprocess.TimeoutExpired:
@@ -311,6 +337,11 @@ class Run:
             time.sleep(fault.hold)
             cluster.postgres.launch()
             cluster.postgres.wait_ready()
+        elif fault.kind == "restart_temporal":
+            cluster.temporal.stop()  # SIGTERM; its workflows are in its database file
+            time.sleep(fault.hold)
+            cluster.temporal.launch()
+            cluster.temporal.wait_ready()
 
     def heal_all(self) -> None:
         for name in self.cluster.worker_names:
@@ -323,9 +354,13 @@ class Run:
 
     def outcomes(self, timeout: float = 180) -> dict[str, dict[str, Any]]:
         """Each started procedure's status once it ended (or as last seen, if it did not
-        within `timeout`), with when it closed; each written to the history as "ended"."""
+        within `timeout`), with when it closed; each written to the history as "ended". A
+        start that never got its answer may have started one: it is looked for too."""
         started = [event["procedure_id"] for event in self.history.of("started")]
-        found = asyncio.run(_wait_all(self.cluster.temporal.address, started, timeout))
+        unanswered = [event["procedure_id"] for event in self.history.of("not_started")]
+        found = asyncio.run(
+            _wait_all(self.cluster.temporal.address, [*started, *unanswered], timeout)
+        )
         for procedure_id, status in found.items():
             self.history.record(
                 "ended", procedure_id=procedure_id, **{key: status.get(key) for key in ENDED_KEPT}
@@ -369,6 +404,7 @@ class Run:
                 if table.is_dir()
             ),
             "topic_depths": depths,
+            "lock_log": asyncio.run(self._sql("lock_log")),
             "sink_requests": self.cluster.sink_requests() if self.with_topics else [],
         }
 
@@ -400,7 +436,12 @@ async def _wait_all(
     found: dict[str, dict[str, Any]] = {}
     for procedure_id in procedure_ids:
         handle = client.get_workflow_handle(procedure_id)
-        described = await handle.describe()
+        try:
+            described = await handle.describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                continue  # a start that never reached Temporal
+            raise
         while described.close_time is None and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
             described = await handle.describe()
@@ -554,6 +595,40 @@ def check_topics(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str
     return violations
 
 
+def check_locks(end: dict[str, Any]) -> list[str]:
+    """No two incompatible grants on one resource overlapped in time: replaying every change of
+    the lock table, when a holder is granted a mode, no other holder (outside its family of
+    parent procedures) holds an incompatible one there with its lease still running."""
+    rows: dict[tuple[str, str], dict[str, Any]] = {}  # (resource, holder) -> its row now
+    violations = []
+    for change in end.get("lock_log", []):
+        key = (change["resource"], change["holder"])
+        before = rows.pop(key, None)
+        if change["op"] == "DELETE":
+            continue
+        rows[key] = change
+        granted = change["token"] is not None and (
+            before is None or (before["token"], before["mode"]) != (change["token"], change["mode"])
+        )
+        if not granted:
+            continue
+        at = datetime.fromisoformat(change["at"])
+        for (resource, holder), other in rows.items():
+            if resource != change["resource"] or holder == change["holder"]:
+                continue
+            if other["token"] is None or datetime.fromisoformat(other["lease_expires_at"]) <= at:
+                continue  # waiting, or its lease ran out: no longer held
+            if holder in change["family"] or change["holder"] in other["family"]:
+                continue
+            if not compatible(LockMode(other["mode"]), LockMode(change["mode"])):
+                violations.append(
+                    f"{resource}: {change['holder']} was granted {change['mode']} at "
+                    f"{change['at']} while {holder} held {other['mode']} (leased until "
+                    f"{other['lease_expires_at']})"
+                )
+    return violations
+
+
 def _grant_table(grant: str) -> str:
     return grant.split(":")[1]
 
@@ -570,4 +645,5 @@ def verdicts(
         "catalog": check_catalog(outcomes, end),
         "caches": check_caches(end),
         "topics": check_topics(history.events, end),
+        "locks": check_locks(end),
     }

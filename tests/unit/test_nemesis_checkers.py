@@ -14,6 +14,7 @@ from procbus.testing.nemesis import (
     app_transactions,
     check_caches,
     check_catalog,
+    check_locks,
     check_procedures,
     check_topics,
     fault_schedule,
@@ -192,3 +193,48 @@ def test_part_of_a_transaction_in_a_grouped_batch_or_an_undrained_topic_is_a_vio
     assert check_topics(TRANSACTIONS, waiting) == [
         f"topics not drained after the heal: {{'{HOOKS_TOPIC}': 0, '{GROUPED_TOPIC}': 2}}"
     ]
+
+
+def change(
+    op: str, at: int, resource: str, holder: str, mode: str, token: int | None, lease: int
+) -> dict[str, Any]:
+    """A row of the lock table's change log, at second `at`, its lease to second `lease`."""
+    stamp = "2026-01-01T00:00:{:02d}+00:00".format
+    return {
+        "op": op,
+        "at": stamp(at),
+        "resource": resource,
+        "holder": holder,
+        "mode": mode,
+        "family": [],
+        "token": token,
+        "lease_expires_at": stamp(lease),
+    }
+
+
+LOCK_LOG = [
+    change("INSERT", 1, "sales", "p1", "IX", 1, 30),
+    change("INSERT", 1, "sales/orders", "p1", "X", 1, 30),
+    change("INSERT", 2, "sales", "p2", "IX", 2, 30),  # intentions go together
+    change("INSERT", 2, "sales/orders", "p2", "X", None, 30),  # waits behind p1
+    change("DELETE", 5, "sales/orders", "p1", "X", 1, 30),
+    change("UPDATE", 5, "sales/orders", "p2", "X", 2, 30),  # granted once p1 released
+    change("INSERT", 6, "sales", "p3", "X", None, 40),
+    # p1's and p2's leases on "sales" run out (30 s): p3's X is granted although the rows stay.
+    change("UPDATE", 31, "sales", "p3", "X", 3, 60),
+]
+
+
+def test_grants_that_wait_for_a_release_or_a_lease_have_no_violations() -> None:
+    assert check_locks({"lock_log": LOCK_LOG}) == []
+
+
+def test_two_incompatible_grants_that_overlapped_are_a_violation() -> None:
+    early = [*LOCK_LOG[:4], change("UPDATE", 4, "sales/orders", "p2", "X", 2, 30)]
+    assert check_locks({"lock_log": early}) == [
+        "sales/orders: p2 was granted X at 2026-01-01T00:00:04+00:00 while p1 held X (leased "
+        "until 2026-01-01T00:00:30+00:00)"
+    ]
+    # A child procedure inherits its parent's locks: a grant within the family is no conflict.
+    child = {**change("INSERT", 3, "sales/orders", "p1/c", "X", 4, 30), "family": ["p1"]}
+    assert check_locks({"lock_log": [*LOCK_LOG[:2], child]}) == []
