@@ -230,10 +230,15 @@ class Run:
             self.heal_all()
 
     async def _sql(self, name: str) -> list[dict[str, Any]]:
-        """One of the harness's own queries (procbus/testing/queries.sql), its rows as JSON."""
+        """One of the harness's own queries (procbus/testing/queries.sql), its rows as JSON; a
+        script of several statements (no rows) goes as one simple query."""
         connection = await asyncpg.connect(self.cluster.database_url, timeout=30)
+        query = load_queries("procbus.testing")[name]
         try:
-            rows = await connection.fetch(load_queries("procbus.testing")[name])
+            if name.startswith("install_"):
+                await connection.execute(query)
+                return []
+            rows = await connection.fetch(query)
         finally:
             await connection.close()
         return [
