@@ -5,8 +5,8 @@ root), faults and a workload of procedures and application transactions publishi
     python bench/nemesis.py --seed 7 --minutes 30
 
 Prints each fault and each procedure's end, then the checkers' violations; the last line is
-JSON: faults, operations, transactions by outcome, requests the sink received, violations, and
-each checker's count. The same seed gives the same
+JSON: faults, operations, transactions by outcome, requests the sink received, lock table changes
+replayed, violations, and each checker's count. The same seed gives the same
 schedule of faults and operations (docs/internals/testing.md says how to reproduce one).
 """
 
@@ -55,6 +55,8 @@ def main() -> int:
     transactions = collections.Counter(txn["outcome"] for txn in run.history.of("txn"))
     requests = len(end["sink_requests"])
     print(f"transactions: {dict(transactions)}; the sink received {requests} requests")
+    lock_changes = len(end["lock_log"])
+    print(f"lock table changes replayed: {lock_changes}")
     for checker, violations in found.items():
         print(f"{checker}: {len(violations)} violation(s)")
         for violation in violations:
@@ -71,6 +73,7 @@ def main() -> int:
                 "ended": dict(ended),
                 "transactions": dict(transactions),
                 "sink_requests": requests,
+                "lock_changes": lock_changes,
                 "violations": total,
                 **{checker: len(violations) for checker, violations in found.items()},
             }
