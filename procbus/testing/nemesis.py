@@ -36,7 +36,7 @@ from procbus.temporal.payloads import procbus_data_converter
 from procbus.testing.cluster import Cluster, wait_until
 
 # How long each fault holds before it is healed, in seconds: (shortest, longest).
-FAULT_SECONDS = (3.0, 12.0)
+FAULT_SECONDS = (2.5, 11.0)
 FAULT_KINDS = (
     *("kill", "pause", "cut_db", "cut_temporal", "cut_both"),
     *("restart_postgres", "restart_temporal"),
@@ -123,7 +123,7 @@ def fault_schedule(
         target = SERVER_OF.get(kind) or rng.choice(workers)
         hold = round(rng.uniform(*FAULT_SECONDS), 2)
         faults.append(Fault(round(at, 2), kind, target, hold))
-        at += hold + rng.uniform(1, 4)
+        at += hold + rng.uniform(0.5, 1.5)
     return faults
 
 
