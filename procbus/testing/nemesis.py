@@ -17,6 +17,7 @@ import random
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -127,16 +128,19 @@ def fault_schedule(
     return faults
 
 
+def _arrivals(rng: random.Random, seconds: float, rate_per_second: float) -> Iterator[float]:
+    """Random times within `seconds` (a Poisson process of `rate_per_second`)."""
+    at = rng.expovariate(rate_per_second)
+    while at < seconds:
+        yield at
+        at += rng.expovariate(rate_per_second)
+
+
 def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Operation]:
     """Table procedures and grants on shared tables (their locks contend), at random times."""
     rng = random.Random(f"workload-{seed}")
     operations: list[Operation] = []
-    at, number = 0.0, 0
-    while True:
-        at += rng.expovariate(rate_per_second)
-        if at >= seconds:
-            return operations
-        number += 1
+    for number, at in enumerate(_arrivals(rng, seconds, rate_per_second), start=1):
         table = f"{rng.choice(NAMESPACES)}.{rng.choice(TABLES)}"
         kind = rng.choice(("create", "create", "delete", "grant", "revoke"))
         procedure_id = f"nemesis-{seed}-{number}-{kind}"
@@ -149,6 +153,7 @@ def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Op
             principal, permission = rng.choice(PRINCIPALS), rng.choice(PERMISSIONS)
             argv = ("acl", kind, principal, table, permission)
         operations.append(Operation(round(at, 2), procedure_id, (*argv, "--id", procedure_id)))
+    return operations
 
 
 def app_transactions(
@@ -158,18 +163,14 @@ def app_transactions(
     events to the two topics, on a few keys; one in five is rolled back."""
     rng = random.Random(f"transactions-{seed}")
     transactions: list[AppTransaction] = []
-    at, number = 0.0, 0
-    while True:
-        at += rng.expovariate(rate_per_second)
-        if at >= seconds:
-            return transactions
-        number += 1
+    for number, at in enumerate(_arrivals(rng, seconds, rate_per_second), start=1):
         events = tuple(
             (rng.choice((HOOKS_TOPIC, GROUPED_TOPIC)), rng.choice(KEYS))
             for _ in range(rng.randint(1, 4))
         )
         roll_back = rng.random() < 0.2
         transactions.append(AppTransaction(round(at, 2), f"t{seed}-{number}", events, roll_back))
+    return transactions
 
 
 class Run:
