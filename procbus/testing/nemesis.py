@@ -273,7 +273,7 @@ class Run:
                         raise RolledBackOnPurpose
             except RolledBackOnPurpose:
                 outcome = "rolled_back"
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as e:
+            except Exception as e:  # whatever broke, the outcome is what we know of it
                 outcome, error = ("unknown" if published else "failed"), repr(e)
                 if connection is not None:
                     connection.terminate()
