@@ -464,6 +464,8 @@ async def _wait_all(
             with contextlib.suppress(ProcbusError):
                 last = await procedure_status(client, procedure_id, query_timeout=5)
                 found[procedure_id]["last_seen"] = last.model_dump(mode="json")
+                if last.state.value == "STUCK":  # it ended: it waits for an operator, open
+                    found[procedure_id] = last.model_dump(mode="json") | {"closed_at": None}
             continue
         status = await procedure_status(client, procedure_id, query_timeout=30)
         found[procedure_id] = status.model_dump(mode="json")
