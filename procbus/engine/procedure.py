@@ -161,6 +161,9 @@ class Procedure(Generic[InputT, ResultT]):
         maximum_attempts=5,
     )
     step_timeout: ClassVar[timedelta] = timedelta(minutes=5)
+    # Steps and undos heartbeat while they run (procbus.temporal.heartbeats): a worker lost
+    # mid-step is found after this, not after the step timeout, while its locks are held.
+    step_heartbeat_timeout: ClassVar[timedelta] = timedelta(seconds=30)
     # A Spark job may run for hours; its heartbeat, not its step timeout, tells a dead worker
     # from a slow job.
     spark_step_timeout: ClassVar[timedelta] = timedelta(hours=12)
@@ -518,7 +521,7 @@ class Procedure(Generic[InputT, ResultT]):
                     result_type=result_type,
                     start_to_close_timeout=step_timeout or self._step_timeout,
                     retry_policy=self.step_retry,
-                    heartbeat_timeout=heartbeat_timeout,
+                    heartbeat_timeout=heartbeat_timeout or self.step_heartbeat_timeout,
                     # Undo only once the action has stopped, or it could redo its work after.
                     cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                     summary=summary or name,
@@ -787,6 +790,7 @@ class Procedure(Generic[InputT, ResultT]):
                 compensation.arg,
                 activity_id=str(activity_id),
                 start_to_close_timeout=self._step_timeout,
+                heartbeat_timeout=self.step_heartbeat_timeout,
                 retry_policy=self.compensation_retry,
                 summary=f"undo {activity_id.label}",
             )

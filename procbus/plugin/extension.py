@@ -46,6 +46,7 @@ from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
 from procbus.stack.addresses import resolve_addresses
 from procbus.temporal.faults import FaultInterceptor
+from procbus.temporal.heartbeats import StepHeartbeats
 from procbus.temporal.interceptors import ProcbusErrorInterceptor
 from procbus.temporal.payloads import procbus_data_converter
 
@@ -152,6 +153,8 @@ class ProcbusPlugin(SimplePlugin):
             PLUGIN_NAME,
             data_converter=procbus_data_converter,
             interceptors=[
+                # Outermost: a step held up inside (an injected delay) heartbeats like a slow one.
+                StepHeartbeats(),
                 *worker_interceptors(self.faults),
                 # Inside the error mapping: its refusal reaches Temporal as MemberNotCurrent.
                 MemberGuard(lambda: self.member),

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 from temporalio.client import Client
 
+from procbus.engine.procedure import Procedure
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
 from procbus.procedures import ProcedureState, ProcedureStatus
@@ -93,3 +94,52 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
 def sent_to_a_member(status: ProcedureStatus) -> bool:
     broadcast = status.broadcasts.get("refresh_cache")
     return broadcast is not None and any(member.sends for member in broadcast.members)
+
+
+async def test_a_worker_lost_mid_step_is_replaced_after_the_heartbeat_timeout(
+    client: Client,
+    start_worker: Any,
+    temporal_address: str,
+    database_url: str,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    """Found by the nemesis (seed 6): a step whose worker died was tried again only after its
+    whole step timeout (5 minutes), its procedure holding its locks meanwhile and every one
+    queued behind them failing at its lock timeout. Steps heartbeat now: the step goes on
+    elsewhere once its heartbeat timeout (30 s) passes."""
+    env = subprocess_environment(
+        tmp_path / "state",
+        temporal_address=temporal_address,
+        database_url=database_url,
+        task_queue=task_queue,
+        warehouse=str(warehouse),
+        faults="CreateTable.create_layout:delay=600",  # a slow step, heartbeating
+    )
+    with worker_process(env) as doomed:
+        await client.execute_workflow(
+            CreateNamespace.run,
+            CreateNamespaceInput(namespace="sales"),
+            id=new_id("ns"),
+            task_queue=task_queue,
+        )
+        procedure_id = new_id("create")
+        handle = await client.start_workflow(
+            CreateTable.run,
+            CreateTableInput(table="sales.orders", columns="id:bigint"),  # the default timeouts
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        async with asyncio.timeout(60):
+            while (await status_of(client, procedure_id)).step_running != "create_layout":
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(Procedure.step_heartbeat_timeout.total_seconds() / 2)
+        os.kill(doomed.pid, signal.SIGKILL)  # alive past a heartbeat or two, then lost
+    async with start_worker():
+        # Far short of the step's 5-minute timeout, which is all that found the loss before.
+        async with asyncio.timeout(120):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert status.steps_done[:2] == ["preflight", "create_layout"]
