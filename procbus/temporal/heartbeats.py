@@ -1,9 +1,12 @@
-"""Heartbeats for every activity that has a heartbeat timeout: a procedure's steps and undos
-(procbus.engine) heartbeat while they run, so a step whose worker died or was cut off is tried
-again on another worker once its heartbeat timeout passes, not after its whole step timeout.
+"""Heartbeats for a procedure's steps and undos: each async activity with a heartbeat timeout
+that does not heartbeat itself is heartbeaten while it runs, so a step whose worker died or was
+cut off is tried again on another worker once its heartbeat timeout passes, not after its whole
+step timeout.
 
-The activity's own heartbeats (a Spark job's progress) go through as they are; in between, the
-last details it sent are sent again, so what the Temporal UI shows is never erased.
+An activity that heartbeats itself (the lock keeper, a topic's delivery, a Spark job's
+progress) keeps its own judgement of when it is alive: the first heartbeat it sends ends the
+interceptor's, so a keeper hung on a database it cannot reach still stops heartbeating and is
+replaced.
 """
 
 from __future__ import annotations
@@ -27,21 +30,25 @@ class StepHeartbeats(Interceptor):
         return _HeartbeatingInbound(next)
 
 
-class _LastDetails(ActivityOutboundInterceptor):
-    """Keeps the details of the activity's own last heartbeat."""
+class _OwnHeartbeats(ActivityOutboundInterceptor):
+    """Notes whether the activity has heartbeaten by itself."""
 
-    details: tuple[Any, ...] = ()
+    heartbeaten = False
 
     def heartbeat(self, *details: Any) -> None:
-        self.details = details
+        self.heartbeaten = True
         super().heartbeat(*details)
+
+    def beat(self) -> None:
+        """A heartbeat of the interceptor's, without details."""
+        super().heartbeat()
 
 
 class _HeartbeatingInbound(ActivityInboundInterceptor):
-    _outbound: _LastDetails | None = None
+    _outbound: _OwnHeartbeats | None = None
 
     def init(self, outbound: ActivityOutboundInterceptor) -> None:
-        self._outbound = _LastDetails(outbound)
+        self._outbound = _OwnHeartbeats(outbound)
         super().init(self._outbound)
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
@@ -58,7 +65,9 @@ class _HeartbeatingInbound(ActivityInboundInterceptor):
                 await beating
 
     @staticmethod
-    async def _beat(outbound: _LastDetails, every_seconds: float) -> None:
+    async def _beat(outbound: _OwnHeartbeats, every_seconds: float) -> None:
         while True:
             await asyncio.sleep(every_seconds)
-            outbound.heartbeat(*outbound.details)
+            if outbound.heartbeaten:
+                return  # it keeps its own heartbeat
+            outbound.beat()
