@@ -13,12 +13,11 @@ from temporalio.client import Client
 
 from procbus.engine.procedure import Procedure
 from procbus.lakehouse.cache import DescriptorCache
-from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
+from procbus.lakehouse.models import CreateTableInput
 from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.workflows.namespaces import CreateNamespace
 from procbus.workflows.tables import CreateTable
 from tests.integration.tables_state import snapshot
-from tests.integration.test_table_procedures import new_id, status_of
+from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import subprocess_environment, worker_process
 
 
@@ -46,12 +45,7 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
         member_timeout_seconds="4",
     )
     with worker_process(env) as doomed:
-        await client.execute_workflow(
-            CreateNamespace.run,
-            CreateNamespaceInput(namespace="sales"),
-            id=new_id("ns"),
-            task_queue=task_queue,
-        )
+        await create_namespace(client, task_queue)
         procedure_id = new_id("create")
         handle = await client.start_workflow(
             CreateTable.run,
@@ -118,12 +112,7 @@ async def test_a_worker_lost_mid_step_is_replaced_after_the_heartbeat_timeout(
         faults="CreateTable.create_layout:delay=600",  # a slow step, heartbeating
     )
     with worker_process(env) as doomed:
-        await client.execute_workflow(
-            CreateNamespace.run,
-            CreateNamespaceInput(namespace="sales"),
-            id=new_id("ns"),
-            task_queue=task_queue,
-        )
+        await create_namespace(client, task_queue)
         procedure_id = new_id("create")
         handle = await client.start_workflow(
             CreateTable.run,
