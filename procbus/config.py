@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from procbus.core.endpoints import parse_allowlist
+from procbus.core.endpoints import KafkaCredentials, parse_allowlist
 from procbus.core.faults import parse_faults
 from procbus.core.names import check_member_id, check_principal
 from procbus.errors import ConfigError, InvalidRequest
@@ -100,6 +100,12 @@ class Settings(BaseSettings):
         default=None,
         description="hosts and CIDRs topics may send to, comma-separated; unset: any but "
         "link-local and cloud metadata addresses",
+    )
+    kafka_credentials: dict[str, KafkaCredentials] = Field(
+        default_factory=dict,
+        description='Kafka logins by name, as JSON: {"prod": {"username": "procbus", "password": '
+        '"...", "sasl_mechanism": "SCRAM-SHA-512", "ca_location": "/etc/kafka/ca.pem"}}; a '
+        "kafka:// endpoint names one with ?credentials=prod",
     )
     outbox_workflow_types: str | None = Field(
         default=None,

@@ -5,6 +5,10 @@
     amqp://user:password@host/vhost?exchange=X&routing_key=Y   (amqps:// too) a RabbitMQ broker
     table://NS, table://NS.TABLE         lake tables: each batch of captured changes applied by a
                                          Spark job and one catalog commit (procbus.pipeline)
+    kafka://HOST:PORT[,HOST:PORT]/TOPIC  a Kafka topic: a message per event, keyed by the event's
+                                         key; a grouped topic's batch is one Kafka transaction
+                                         (?compression=, ?client_id=, ?credentials=NAME naming
+                                         an entry of PROCBUS_KAFKA_CREDENTIALS, ?create=1)
 
 PROCBUS_ENDPOINT_ALLOWLIST (hosts and CIDRs, comma-separated), when set, refuses every other
 endpoint. Link-local and cloud metadata addresses are refused always: an endpoint must never
@@ -19,10 +23,14 @@ delivery client checks what a name resolves to when it connects (procbus.deliver
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeAlias
+from pathlib import Path
+from typing import Literal, TypeAlias
 from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from procbus.core.names import validate_name
 from procbus.errors import InvalidRequest
@@ -48,6 +56,51 @@ class EndpointKind(StrEnum):
     WEBHOOK = "webhook"  # HTTP POST, Standard Webhooks signatures
     AMQP = "amqp"  # a message to a RabbitMQ exchange, with publisher confirms
     TABLE = "table"  # lake tables of a namespace (procbus.pipeline applies the changes)
+    KAFKA = "kafka"  # a Kafka topic, acks=all, through an idempotent or transactional producer
+
+
+KAFKA_DEFAULT_PORT = 9092
+# Kafka's own rule for topic names (its Topic.validate), "." and ".." aside.
+KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+KAFKA_COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+KAFKA_OPTIONS = ("compression", "client_id", "credentials", "create", "partitions", "acks")
+_KAFKA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_BROKER = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(?P<port>[0-9]{1,5}))?$")
+
+
+class KafkaCredentials(BaseModel):
+    """How procbus logs in to a Kafka cluster: an entry of PROCBUS_KAFKA_CREDENTIALS (JSON, by
+    name), which a kafka:// endpoint names with ?credentials=NAME. Never in a URL: topics keep
+    their endpoint, and workflow history shows it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    security_protocol: Literal["SASL_SSL", "SASL_PLAINTEXT", "SSL"] = "SASL_SSL"
+    sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] = "SCRAM-SHA-512"
+    username: str | None = None
+    password: SecretStr | None = None
+    ca_location: Path | None = Field(default=None, description="CA certificates (PEM)")
+    certificate_location: Path | None = Field(default=None, description="client certificate")
+    key_location: Path | None = Field(default=None, description="client private key")
+
+
+@dataclass(frozen=True)
+class KafkaTarget:
+    """What a kafka:// endpoint names: its bootstrap brokers, its topic and its options."""
+
+    brokers: tuple[tuple[str, int], ...]  # (host, port), the host lower-cased, IPv6 unbracketed
+    topic: str
+    compression: str = "none"
+    client_id: str = "procbus"
+    credentials: str | None = None  # a key of PROCBUS_KAFKA_CREDENTIALS
+    create: bool = False  # create the Kafka topic when it does not exist
+    partitions: int = 1  # the partitions of a topic created by ?create=1
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.brokers
+        )
 
 
 @dataclass(frozen=True)
@@ -58,6 +111,7 @@ class Endpoint:
     batch: bool = False  # webhooks: a JSON array of events per POST
     namespace: str | None = None  # table://: the lake namespace
     table: str | None = None  # table://NS.TABLE: the one lake table
+    kafka: KafkaTarget | None = None  # kafka://: the brokers, the topic and the options
 
     @property
     def display(self) -> str:
@@ -160,13 +214,15 @@ def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
     scheme = parts.scheme.lower()
     if scheme == "table":
         return _table_endpoint(url, parts.netloc, parts.path + parts.query)
+    if scheme == "kafka":
+        return _kafka_endpoint(url, parts.netloc, parts.path, parts.query, allowlist or [])
     if scheme in ("http", "https"):
         kind = EndpointKind.WEBHOOK
     elif scheme in ("amqp", "amqps"):
         kind = EndpointKind.AMQP
     else:
         raise InvalidRequest(
-            f"endpoint {shown!r}: the scheme must be http, https, amqp, amqps or table, not "
+            f"endpoint {shown!r}: the scheme must be http, https, amqp, amqps, kafka or table, not "
             f"{parts.scheme or '(none)'!r}"
         )
     try:
@@ -176,13 +232,7 @@ def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
         raise InvalidRequest(f"endpoint {shown!r}: the port is not a number") from None
     if not host:
         raise InvalidRequest(f"endpoint {shown!r} names no host")
-    refusal = refused_address(host)
-    if refusal is not None:
-        raise InvalidRequest(f"endpoint {shown!r} is refused: {refusal}")
-    if not allowed(host, allowlist or []):
-        raise InvalidRequest(
-            f"endpoint {shown!r} is refused: {host} is not in PROCBUS_ENDPOINT_ALLOWLIST"
-        )
+    _check_host(shown, host, allowlist or [])
     query = parse_qs(parts.query)
     batch = query.get("batch", ["0"])[-1] in ("1", "true")
     if kind is EndpointKind.AMQP and not query.get("exchange") and not query.get("routing_key"):
@@ -190,6 +240,16 @@ def parse_endpoint(url: str, allowlist: list[str] | None = None) -> Endpoint:
             f"endpoint {shown!r}: an AMQP endpoint needs ?exchange=NAME and/or ?routing_key=KEY"
         )
     return Endpoint(url=url, kind=kind, host=host, batch=batch)
+
+
+def _check_host(shown: str, host: str, allowlist: list[str]) -> None:
+    refusal = refused_address(host)
+    if refusal is not None:
+        raise InvalidRequest(f"endpoint {shown!r} is refused: {refusal}")
+    if not allowed(host, allowlist):
+        raise InvalidRequest(
+            f"endpoint {shown!r} is refused: {host} is not in PROCBUS_ENDPOINT_ALLOWLIST"
+        )
 
 
 def endpoint_refused(topic: str, refusal: InvalidRequest) -> str:
@@ -218,4 +278,76 @@ def _table_endpoint(url: str, target: str, rest: str) -> Endpoint:
         batch=True,
         namespace=namespace,
         table=table or None,
+    )
+
+
+def _kafka_endpoint(url: str, netloc: str, path: str, query: str, allowlist: list[str]) -> Endpoint:
+    """kafka://HOST:PORT[,HOST:PORT]/TOPIC?options: every broker checked as any endpoint host."""
+    shown = masked(url)
+    if "@" in netloc:
+        raise InvalidRequest(
+            f"endpoint {shown!r}: a Kafka login goes in PROCBUS_KAFKA_CREDENTIALS, named by "
+            "?credentials=NAME, never in the URL (topics keep it, and history shows it)"
+        )
+    brokers: list[tuple[str, int]] = []
+    for written in netloc.split(","):
+        match = _BROKER.match(written.strip())
+        port = int(match["port"]) if match and match["port"] else KAFKA_DEFAULT_PORT
+        if match is None or not 0 < port < 65536:
+            raise InvalidRequest(
+                f"endpoint {shown!r}: {written!r} is not a broker: kafka://HOST:PORT[,HOST:PORT]"
+                "/TOPIC"
+            )
+        host = match["host"].strip("[]").lower()
+        _check_host(shown, host, allowlist)
+        brokers.append((host, port))
+    topic = path.removeprefix("/")
+    if not KAFKA_TOPIC.match(topic) or topic in (".", ".."):
+        raise InvalidRequest(
+            f"endpoint {shown!r}: {topic or '(none)'!r} is not a Kafka topic name (1-249 of "
+            "A-Z a-z 0-9 . _ -): kafka://HOST:PORT/TOPIC"
+        )
+    options = {name: values[-1] for name, values in parse_qs(query, keep_blank_values=True).items()}
+    unknown = sorted(set(options) - set(KAFKA_OPTIONS))
+    if unknown:
+        raise InvalidRequest(
+            f"endpoint {shown!r}: unknown option {unknown[0]!r}; a Kafka endpoint takes "
+            f"{', '.join(KAFKA_OPTIONS)}"
+        )
+    if options.get("acks", "all") != "all":
+        raise InvalidRequest(
+            f"endpoint {shown!r}: acks is always all (an event counts as delivered only once "
+            "every in-sync replica has it)"
+        )
+    compression = options.get("compression", "none")
+    if compression not in KAFKA_COMPRESSIONS:
+        raise InvalidRequest(
+            f"endpoint {shown!r}: compression must be one of {', '.join(KAFKA_COMPRESSIONS)}"
+        )
+    for name in ("client_id", "credentials"):
+        if name in options and not _KAFKA_NAME.match(options[name]):
+            raise InvalidRequest(
+                f"endpoint {shown!r}: {name} must be 1-100 of A-Z a-z 0-9 . _ -, starting with "
+                "a letter or digit"
+            )
+    create = options.get("create", "0")
+    if create not in ("0", "1", "true", "false"):
+        raise InvalidRequest(f"endpoint {shown!r}: create must be 1 or 0")
+    partitions = options.get("partitions", "1")
+    if not partitions.isdigit() or not 1 <= int(partitions) <= 10_000:
+        raise InvalidRequest(f"endpoint {shown!r}: partitions must be a number from 1 to 10000")
+    return Endpoint(
+        url=url,
+        kind=EndpointKind.KAFKA,
+        host=brokers[0][0],
+        batch=True,  # a batch of events per send, each its own Kafka message
+        kafka=KafkaTarget(
+            brokers=tuple(brokers),
+            topic=topic,
+            compression=compression,
+            client_id=options.get("client_id", "procbus"),
+            credentials=options.get("credentials"),
+            create=create in ("1", "true"),
+            partitions=int(partitions),
+        ),
     )

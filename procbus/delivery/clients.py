@@ -75,6 +75,7 @@ def message(topic: str, entry: Entry, now: datetime) -> Message:
         body=to_json(event_body(topic, entry)).decode(),
         timestamp=now,
         key=entry.key,
+        entries=(entry,),  # for clients that encode each event themselves (Kafka)
     )
 
 

@@ -3,9 +3,10 @@ it here, given `send_now`); the endpoint's answer is the publish's, and a refusa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from procbus.core.endpoints import parse_endpoint
+from procbus.core.endpoints import KafkaCredentials, parse_endpoint
 from procbus.delivery.clients import Outcome, message
 from procbus.delivery.factory import client_for
 from procbus.errors import InvalidRequest
@@ -14,8 +15,16 @@ from procbus.topics.publishing import encode_payload, new_webhook_id
 from procbus.topics.queue import Topics
 
 
-async def send_now(topics: Topics, topic: Topic, event: Event, timeout_seconds: float) -> Published:
-    """Send `event` to `topic`'s endpoint now; its Published says ack or nack (and why)."""
+async def send_now(
+    topics: Topics,
+    topic: Topic,
+    event: Event,
+    timeout_seconds: float,
+    *,
+    kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
+) -> Published:
+    """Send `event` to `topic`'s endpoint now; its Published says ack or nack (and why).
+    `kafka_credentials`: the logins a kafka:// endpoint may name (functools.partial it in)."""
     payload = encode_payload(event.payload)
     if len(payload.encode()) > topic.max_payload_bytes:
         raise InvalidRequest(
@@ -44,7 +53,14 @@ async def send_now(topics: Topics, topic: Topic, event: Event, timeout_seconds: 
     )
     endpoint = parse_endpoint(topic.endpoint, topics.allowlist)
     secrets = await topics.signing_secrets(topic.name)
-    async with client_for(endpoint, secrets, timeout_seconds=timeout_seconds) as client:
+    async with client_for(
+        endpoint,
+        secrets,
+        timeout_seconds=timeout_seconds,
+        topic=topic.name,
+        allowlist=topics.allowlist,
+        kafka_credentials=kafka_credentials,
+    ) as client:
         sent = await client.send(message(topic.name, entry, now))
     if sent.outcome is Outcome.GONE:
         await topics.disable(topic.name, f"the endpoint answered {sent.error}")

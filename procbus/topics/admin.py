@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 import asyncpg
 
-from procbus.core.endpoints import EndpointKind, masked, parse_endpoint
+from procbus.core.endpoints import Endpoint, EndpointKind, masked, parse_endpoint
 from procbus.errors import InvalidRequest
 from procbus.topics.leases import lease_setting
 from procbus.topics.models import (
@@ -31,6 +32,9 @@ ROTATION_OVERLAP_SECONDS = 24 * 3600.0
 
 
 class TopicAdministration(TopicStore):
+    # Asks the endpoint before a topic is made of it (Topics' check_endpoint); None: not asked.
+    check_endpoint: Callable[[Endpoint], Awaitable[None]] | None = None
+
     async def create(
         self, name: str, settings: TopicSettings, secret: str | None = None
     ) -> tuple[Topic, str]:
@@ -55,6 +59,8 @@ class TopicAdministration(TopicStore):
                 f"{endpoint.display!r} takes one event per message: add ?batch=1 to its URL"
             )
         secret = check_secret(secret) if secret is not None else new_secret()
+        if self.check_endpoint is not None:
+            await self.check_endpoint(endpoint)
         async with self.pool.acquire() as connection, connection.transaction():
             created = await connection.fetchval(
                 self.queries["insert_topic"],
@@ -185,6 +191,7 @@ class TopicAdministration(TopicStore):
             retried=topic.retried,
             dead_lettered=topic.dead_lettered,
             dead_letters=row["dead_letters"],
+            last_error=row["last_error"],
             nacked=topic.nacked,
             group_transactions=topic.group_transactions,
             incomplete_batches=topic.incomplete_batches,

@@ -348,6 +348,9 @@ class TopicGauges(BaseModel):
 
     depth: int = Field(description="committed entries waiting")
     dead_letters: int = Field(description="dead letters kept now")
+    last_error: str | None = Field(
+        default=None, description="why the oldest waiting entry that failed did, if one did"
+    )
 
 
 class TopicStats(BaseModel):
@@ -374,6 +377,9 @@ class TopicStats(BaseModel):
     retried: int = Field(description="failed delivery attempts, all told")
     dead_lettered: int
     dead_letters: int = Field(description="dead letters kept now")
+    last_error: str | None = Field(
+        default=None, description="why the oldest waiting entry that failed did, if one did"
+    )
     nacked: int = Field(default=0, description="synchronous sends not acknowledged")
     group_transactions: bool = False
     incomplete_batches: int = Field(

@@ -431,6 +431,10 @@ SELECT
      WHERE "topic" = $1 AND "key" IS NOT NULL AND "next_attempt_at" > clock_timestamp())
         AS "blocked_keys",
     (SELECT count(*) FROM "procbus_topic_dead_letters" WHERE "topic" = $1) AS "dead_letters",
+    -- Why the oldest waiting entry that failed did: what holds the queue up now.
+    (SELECT "last_error" FROM "procbus_topic_entries"
+     WHERE "topic" = $1 AND "attempts" > 0 AND "last_error" IS NOT NULL
+     ORDER BY "id" LIMIT 1) AS "last_error",
     clock_timestamp() AS "now";
 
 -- name: count_sync_send

@@ -19,10 +19,12 @@ stops instead, until an operator enables it or skips the batch it stopped at).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import asyncpg
 
+from procbus.core.endpoints import Endpoint
 from procbus.topics.admin import TopicAdministration
 from procbus.topics.consuming import Consuming
 from procbus.topics.leases import PROCESS_LEASES, LeaseCache
@@ -51,7 +53,9 @@ class Topics(TopicAdministration, Reservations, Consuming):
     An instance that took a topic over (`take_over`) is that topic's delivery owner at the epoch
     it took: its claims carry that epoch, and are refused (AttemptFencedOut) once a later
     take-over ended it. One instance per delivery attempt, then. `send_now` sends the events of
-    synchronous topics (procbus.delivery.sync.send_now): without it they are refused."""
+    synchronous topics (procbus.delivery.sync.send_now): without it they are refused.
+    `check_endpoint` asks an endpoint before `create` makes a topic of it
+    (procbus.delivery.factory.endpoint_check: a Kafka cluster's brokers, login and topic)."""
 
     def __init__(
         self,
@@ -60,9 +64,11 @@ class Topics(TopicAdministration, Reservations, Consuming):
         *,
         leases: LeaseCache = PROCESS_LEASES,
         send_now: SendNow | None = None,
+        check_endpoint: Callable[[Endpoint], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(pool, allowlist, leases=leases)
         self.send_now = send_now
+        self.check_endpoint = check_endpoint
 
     async def publish(
         self, topic: str, event: Event, *, timeout_seconds: float = SYNC_TIMEOUT_SECONDS

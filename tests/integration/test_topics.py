@@ -63,7 +63,7 @@ async def test_create_returns_a_secret_and_refuses_bad_input_whole(
     for name, endpoint, says in [
         ("orders", RECEIVER, "exists already"),
         ("bad name!", RECEIVER, "bad topic name"),
-        ("t1", "ftp://host/x", "scheme must be http, https, amqp, amqps or table"),
+        ("t1", "ftp://host/x", "scheme must be http, https, amqp, amqps, kafka or table"),
         ("t7", "table://", "names no namespace"),
         ("t8", "table://Bank", "may hold only lower-case letters"),
         ("t9", "table://bank.accounts/x", "expected table://NAMESPACE or table://NS.TABLE"),
