@@ -10,12 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import asyncpg
 from temporalio import activity
 
-from procbus.core.endpoints import Endpoint, EndpointKind, endpoint_refused, parse_endpoint
+from procbus.core.endpoints import (
+    Endpoint,
+    EndpointKind,
+    KafkaCredentials,
+    endpoint_refused,
+    parse_endpoint,
+)
 from procbus.core.metrics import TopicMetrics
 from procbus.core.tracing import TRACER, tracer_configured
 from procbus.delivery.clients import EndpointClient
@@ -50,11 +56,13 @@ class TopicActivities:
         pool: asyncpg.Pool,
         allowlist: list[str] | None = None,
         spark: Callable[[], Awaitable[SparkBackend]] | None = None,
+        kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
     ) -> None:
         """`spark`: the backend that applies table:// topics' batches (None: this worker
-        cannot deliver them)."""
+        cannot deliver them); `kafka_credentials`: the logins kafka:// endpoints may name."""
         self.topics = Topics(pool, allowlist)
         self.allowlist = allowlist or []
+        self.kafka_credentials = kafka_credentials or {}
         self.pipelines = Pipelines(pool)
         self.spark = spark
 
@@ -150,7 +158,14 @@ class TopicActivities:
             if self.spark is None:
                 raise InvalidRequest(f"this worker runs no Spark to apply {endpoint.url}")
             return TableApplier(topic.name, endpoint, self.pipelines, self.spark)
-        return client_for(endpoint, secrets)
+        return client_for(
+            endpoint,
+            secrets,
+            topic=topic.name,
+            transactional=topic.group_transactions,
+            allowlist=self.allowlist,
+            kafka_credentials=self.kafka_credentials,
+        )
 
     @staticmethod
     async def _heartbeat(progress: Callable[[], DeliveryResult]) -> None:

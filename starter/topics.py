@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Coroutine
+import functools
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -13,6 +14,7 @@ import typer
 from procbus.starter.output import console, error_console, print_json
 
 if TYPE_CHECKING:
+    from procbus.core.endpoints import Endpoint, KafkaCredentials
     from procbus.topics.models import Event, Published, Topic
     from procbus.topics.queue import Topics
 
@@ -38,20 +40,44 @@ async def _topics() -> AsyncIterator[Topics]:
     from procbus.topics.queue import Topics
 
     settings = load_settings()
+    allowlist = parse_allowlist(settings.endpoint_allowlist)
     pool = await create_pool(resolve_addresses(settings).database_url, min_size=1, max_size=2)
     try:
-        yield Topics(pool, parse_allowlist(settings.endpoint_allowlist), send_now=_send_now)
+        yield Topics(
+            pool,
+            allowlist,
+            send_now=functools.partial(_send_now, kafka_credentials=settings.kafka_credentials),
+            check_endpoint=functools.partial(
+                _check_endpoint, allowlist=allowlist, kafka_credentials=settings.kafka_credentials
+            ),
+        )
     finally:
         await pool.close()
 
 
 async def _send_now(
-    topics: Topics, topic: Topic, event: Event, timeout_seconds: float
+    topics: Topics,
+    topic: Topic,
+    event: Event,
+    timeout_seconds: float,
+    *,
+    kafka_credentials: Mapping[str, KafkaCredentials],
 ) -> Published:
     # The HTTP client (aiohttp, ~0.3 s to import) loads only for a synchronous topic's publish.
     from procbus.delivery.sync import send_now
 
-    return await send_now(topics, topic, event, timeout_seconds)
+    return await send_now(
+        topics, topic, event, timeout_seconds, kafka_credentials=kafka_credentials
+    )
+
+
+async def _check_endpoint(
+    endpoint: Endpoint, *, allowlist: list[str], kafka_credentials: Mapping[str, KafkaCredentials]
+) -> None:
+    # The Kafka client loads only for a kafka:// endpoint.
+    from procbus.delivery.factory import endpoint_check
+
+    await endpoint_check(allowlist, kafka_credentials)(endpoint)
 
 
 async def _start_delivery(topic: str) -> str | None:
@@ -90,7 +116,7 @@ def _kind(topic: Topic) -> str:
 def create(
     name: str,
     endpoint: str = typer.Option(
-        ..., "--endpoint", help="http(s):// webhook, amqp(s):// URL, or table://NAMESPACE"
+        ..., "--endpoint", help="http(s):// webhook, amqp(s):// URL, kafka://HOST:PORT/TOPIC, or table://NAMESPACE"
     ),
     sync: bool = typer.Option(False, "--sync", help="Deliver in the publishing call, no queue."),
     secret: str | None = typer.Option(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from procbus.auth.policy import WorkerAuth
 from procbus.bus.member import BusMember
 from procbus.bus.membership import default_member_id, member_task_queue
 from procbus.config import Settings
-from procbus.core.endpoints import parse_allowlist
+from procbus.core.endpoints import KafkaCredentials, parse_allowlist
 from procbus.core.faults import Fault
 from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
@@ -89,13 +89,14 @@ def activities_for(
     spark: SparkActivities,
     outbox_workflow_types: frozenset[str] | None = None,
     auth: WorkerAuth | None = None,
+    kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
 ) -> list[Callable[..., object]]:
     """The built-in procedures' activities (the engine's own come with the plugin)."""
     return [
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),
-        *TopicActivities(pool, endpoint_allowlist, spark.local_backend).all(),
+        *TopicActivities(pool, endpoint_allowlist, spark.local_backend, kafka_credentials).all(),
         *RetentionActivities(pool, warehouse_root).all(),
         *spark.all(),
     ]
@@ -167,6 +168,7 @@ def build_worker(
             spark,
             outbox_workflow_types,
             auth,
+            plugin.settings.kafka_credentials,
         )
         + list(user_activities),
         plugins=[plugin],
