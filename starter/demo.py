@@ -25,7 +25,9 @@ from procbus.config import Settings
 from procbus.core.faults import parse_faults
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
-from procbus.delivery.owner import ensure_delivery
+from procbus.delivery.factory import endpoint_check
+from procbus.delivery.kafka import read_committed
+from procbus.delivery.owner import delivery_workflow_id, ensure_delivery
 from procbus.delivery.sync import send_now
 from procbus.errors import ConfigError, InvalidRequest, ProcbusError, StackError
 from procbus.hooks import TransactionAborted, transaction
@@ -52,6 +54,7 @@ from procbus.spark.backends import JobProgress
 from procbus.stack.addresses import ServiceAddresses, resolve_addresses
 from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
+from procbus.stack.kafka import KafkaBroker
 from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
 from procbus.starter.output import console, styled
 from procbus.starter.receiver import WebhookReceiver
@@ -94,6 +97,7 @@ DEMO_STEPS = (
     "bad-input",
     "topics",
     "grouped",
+    "kafka",
     "bus",
     "table-data",
     "pipeline",
@@ -172,6 +176,16 @@ class DemoGroupedBatches(BaseModel):
     sync_nack_error: str | None
 
 
+class DemoKafka(BaseModel):
+    topic: str
+    kafka_topic: str
+    broker: str
+    transaction_events: int
+    seen_by_read_committed: int
+    one_batch_id: bool
+    keys_in_order: bool
+
+
 class DemoAccess(BaseModel):
     grant_id: str
     revoke_id: str
@@ -240,6 +254,7 @@ class DemoReport(BaseModel):
     bad_input: DemoBadInput | None = None
     topics: DemoTopics | None = None
     grouped: DemoGroupedBatches | None = None
+    kafka: DemoKafka | None = None
     access: DemoAccess | None = None
     table_data: DemoTableData | None = None
     pipeline: DemoPipeline | None = None
@@ -710,6 +725,57 @@ class Demo:
             with contextlib.suppress(ProcbusError):
                 await topics.delete(direct, force=True)
 
+    async def kafka(self) -> DemoKafka:
+        name = f"demo-kafka-{self.run_id}"
+        kafka_topic = f"ledger-{self.run_id}"
+        self.say(
+            "9. Kafka: a grouped topic's batch is one Kafka transaction, read back by a "
+            "read_committed consumer"
+        )
+        with KafkaBroker(self.settings.state_dir.resolve() / "kafka") as broker:
+            endpoint = f"kafka://{broker.bootstrap}/{kafka_topic}?create=1&partitions=2"
+            # As `procbus topic create` does: the cluster is asked first (?create=1 makes the
+            # Kafka topic).
+            topics = Topics(self.pool, check_endpoint=endpoint_check())
+            await topics.create(name, TopicSettings(endpoint=endpoint, group_transactions=True))
+            try:
+                async with self.pool.acquire() as connection, transaction(connection) as tx:
+                    for step in range(6):  # one transfer: three accounts, two entries each
+                        await tx.publish(name, {"step": step, "moved": 10}, key=f"acct-{step % 3}")
+                await ensure_delivery(self.client, name, self.services.task_queue)
+                await self._until(topics, name, lambda stats: stats.depth == 0)
+                read = await asyncio.to_thread(
+                    read_committed, broker.bootstrap, kafka_topic, 6, timeout_seconds=30
+                )
+                batch_ids = {message.headers.get("procbus-batch-id") for message in read}
+                order: dict[str, list[int]] = {}
+                for message in read:
+                    order.setdefault(message.key or "", []).append(message.value["data"]["step"])
+                in_order = all(steps == sorted(steps) for steps in order.values())
+                self.say(
+                    f"   {broker.bootstrap} (a Kafka-protocol broker of the demo's own): a "
+                    f"transaction of 6 events went as one Kafka transaction (batch-id "
+                    f"{batch_ids.pop() if len(batch_ids) == 1 else batch_ids}); a read_committed "
+                    f"consumer read {len(read)}, each account's in order: {in_order}"
+                )
+                if len(read) != 6 or not in_order:
+                    raise ProcbusError("demo: the Kafka transaction was not read back whole")
+                return DemoKafka(
+                    topic=name,
+                    kafka_topic=kafka_topic,
+                    broker=broker.bootstrap,
+                    transaction_events=6,
+                    seen_by_read_committed=len(read),
+                    one_batch_id=len({m.headers.get("procbus-batch-id") for m in read}) == 1,
+                    keys_in_order=in_order,
+                )
+            finally:
+                await topics.delete(name, force=True)  # its delivery workflow ends with it
+                # Ended before the broker stops, so its producer never calls a broker gone.
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(15):
+                        await self.client.get_workflow_handle(delivery_workflow_id(name)).result()
+
     async def _until(
         self, topics: Topics, name: str, condition: Callable[[TopicStats], bool]
     ) -> TopicStats:
@@ -733,7 +799,7 @@ class Demo:
 
     async def access(self, namespace: str) -> DemoAccess:
         table = f"{namespace}.orders"
-        self.say(f"9. Notification bus: grant, then revoke, write on {table} on every worker")
+        self.say(f"10. Notification bus: grant, then revoke, write on {table} on every worker")
         outcomes: dict[str, dict[str, str]] = {}
         ids = {}
         for action in ("grant", "revoke"):
@@ -792,7 +858,7 @@ class Demo:
     async def table_data(self, namespace: str) -> DemoTableData:
         table = f"{namespace}.orders"
         self.say(
-            f"10. Table data on Spark: load {table} from three files, read it, compact it (its "
+            f"11. Table data on Spark: load {table} from three files, read it, compact it (its "
             "progress shown), read it again, and a Schedule"
         )
         # Under a folder the workers load from (WAREHOUSE/incoming unless PROCBUS_LOAD_ROOTS).
@@ -917,7 +983,7 @@ class Demo:
         topic = f"demo-pipeline-{self.run_id}"
         total = DEMO_ACCOUNTS * DEMO_OPENING
         self.say(
-            f"11. Change pipeline: the application's table {source} captured, transfers "
+            f"12. Change pipeline: the application's table {source} captured, transfers "
             f"applied to the lake table {lake_table} by Spark, whole transactions only"
         )
         await self.pool.execute(bank["create_accounts"])
@@ -1020,7 +1086,7 @@ class Demo:
         """A user's own procedure (examples/user_procedures.py) on a user's own worker: Temporal's
         Worker with procbus's plugin, as `procbus worker --workflows` runs it too."""
         module = USER_PROCEDURES
-        self.say(f"12. Your own procedure: RefreshCaches from {module} on a worker of your own")
+        self.say(f"13. Your own procedure: RefreshCaches from {module} on a worker of your own")
         try:
             user = load_user_procedures([module], WORKFLOWS)
         except ConfigError as error:
@@ -1198,6 +1264,8 @@ async def run_demo(
                     report.topics = await demo.topics()
                 if "grouped" in steps:
                     report.grouped = await demo.grouped_batches()
+                if "kafka" in steps:
+                    report.kafka = await demo.kafka()
                 if "bus" in steps:
                     report.access = await demo.access(namespace)
                 if "table-data" in steps:

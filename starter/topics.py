@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import functools
+import json
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -116,7 +116,9 @@ def _kind(topic: Topic) -> str:
 def create(
     name: str,
     endpoint: str = typer.Option(
-        ..., "--endpoint", help="http(s):// webhook, amqp(s):// URL, kafka://HOST:PORT/TOPIC, or table://NAMESPACE"
+        ...,
+        "--endpoint",
+        help="http(s):// webhook, amqp(s):// URL, kafka://HOST:PORT/TOPIC, or table://NAMESPACE",
     ),
     sync: bool = typer.Option(False, "--sync", help="Deliver in the publishing call, no queue."),
     secret: str | None = typer.Option(

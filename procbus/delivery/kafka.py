@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -420,3 +421,58 @@ class KafkaClient(EndpointClient):
         if producer is not None:
             # Whatever was sent was acknowledged or failed already: nothing waits in its queue.
             await asyncio.to_thread(producer.flush, 0)
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    """A message as a consumer read it: its key, its headers, its JSON value decoded."""
+
+    key: str | None
+    headers: dict[str, str]
+    value: Any
+
+
+def read_committed(
+    bootstrap_servers: str,
+    topic: str,
+    count: int,
+    *,
+    timeout_seconds: float,
+    committed_only: bool = True,
+) -> list[KafkaRecord]:
+    """Up to `count` messages of every partition of `topic`, from its start, as a read_committed
+    consumer sees them (read_uncommitted with `committed_only=False`); fewer once
+    `timeout_seconds` pass. For the demo, the tests and a look at what procbus sent: it joins no
+    consumer group and commits no offset."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": LOGGER}
+    partitions = AdminClient(settings).list_topics(timeout=timeout_seconds).topics[topic].partitions
+    consumer = Consumer(
+        settings
+        | {
+            "group.id": "procbus-reader",  # required, never joined: partitions are assigned
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+        }
+    )
+    consumer.assign([TopicPartition(topic, number, OFFSET_BEGINNING) for number in partitions])
+    found: list[KafkaRecord] = []
+    deadline = time.monotonic() + timeout_seconds
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            pairs: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
+            key = message.key()
+            found.append(
+                KafkaRecord(
+                    key=key.decode() if isinstance(key, bytes) else key,
+                    headers={name: (value or b"").decode() for name, value in pairs},
+                    value=json.loads(message.value() or b"null"),
+                )
+            )
+    finally:
+        consumer.close()
+    return found

@@ -163,6 +163,9 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
     assert topics["delivered_once_each"] and topics["key_order_kept"]
     assert topics["failed_attempts_while_down"] >= 3 and topics["signatures_verified"] >= 6
     assert topics["delivered_while_a_key_failed"] == 3 and topics["redriven_with_its_webhook_id"]
+    kafka = report["kafka"]
+    assert kafka["seen_by_read_committed"] == kafka["transaction_events"] == 6
+    assert kafka["one_batch_id"] and kafka["keys_in_order"]
     own = report["own_procedure"]
     assert (own["state"], own["refused_state"]) == ("SUCCEEDED", "ROLLED_BACK")
     assert own["notes_after_rollback"] == ["orders"] and len(own["broadcast_reached"]) == 4

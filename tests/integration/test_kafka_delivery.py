@@ -8,11 +8,9 @@ not (docs/how-to/kafka.md), so no test here reads what an aborted attempt wrote.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -20,7 +18,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from pydantic import SecretStr
 from temporalio.client import Client
@@ -30,7 +28,7 @@ from procbus.core.endpoints import KafkaCredentials, parse_endpoint
 from procbus.delivery.clients import Outcome, batch_message, message
 from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.factory import endpoint_check
-from procbus.delivery.kafka import KafkaClient
+from procbus.delivery.kafka import KafkaClient, KafkaRecord, read_committed
 from procbus.delivery.owner import ensure_delivery
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
@@ -60,33 +58,10 @@ def consume(
     *,
     committed_only: bool = True,
     seconds: float = 30.0,
-) -> list[tuple[bytes | None, dict[str, str], dict[str, object]]]:
-    """Up to `count` messages of every partition of `topic` from the start (key, headers,
-    decoded value); fewer when `seconds` pass first."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    partitions = admin.list_topics(timeout=10).topics[topic].partitions
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed" if committed_only else "read_uncommitted",
-        }
+) -> list[KafkaRecord]:
+    return read_committed(
+        bootstrap, topic, count, timeout_seconds=seconds, committed_only=committed_only
     )
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-    found: list[tuple[bytes | None, dict[str, str], dict[str, object]]] = []
-    deadline = time.monotonic() + seconds
-    try:
-        while len(found) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None or message.error() is not None:
-                continue
-            pairs: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
-            headers = {name: (value or b"").decode() for name, value in pairs}
-            found.append((message.key(), headers, json.loads(message.value() or b"null")))
-    finally:
-        consumer.close()
-    return found
 
 
 async def settled(topics: Topics, name: str, **wanted: int) -> TopicStats:
@@ -123,14 +98,14 @@ async def test_events_reach_kafka_in_key_order_with_their_headers(
     ]
     await settled(topics, name, depth=0, delivered=30)
     messages = await asyncio.to_thread(consume, broker.bootstrap, kafka_topic, 30)
-    assert sorted(headers["webhook-id"] for _, headers, _ in messages) == sorted(
+    assert sorted(m.headers["webhook-id"] for m in messages) == sorted(
         p.webhook_id for p in published
     )
     order: dict[str, list[int]] = {}
-    for key, headers, body in messages:
-        assert headers["type"] == "order.placed" and headers["topic"] == name
-        assert key is not None and body["key"] == key.decode() and body["topic"] == name
-        order.setdefault(key.decode(), []).append(body["data"]["i"])  # type: ignore[index]
+    for m in messages:
+        assert m.headers["type"] == "order.placed" and m.headers["topic"] == name
+        assert m.key is not None and m.value["key"] == m.key and m.value["topic"] == name
+        order.setdefault(m.key, []).append(m.value["data"]["i"])
     assert order == {f"k{k}": list(range(k, 30, 3)) for k in range(3)}
 
 
@@ -253,9 +228,7 @@ async def test_a_broker_stopped_mid_run_counts_nothing_it_did_not_acknowledge(
         await settled(topics, name, depth=0, delivered=200)
         messages = await asyncio.to_thread(consume, own.bootstrap, kafka_topic, 10_000, seconds=5)
         # Every event counted delivered is on the broker (a repeat carries the same ID).
-        assert {headers["webhook-id"] for _, headers, _ in messages} == {
-            p.webhook_id for p in published
-        }
+        assert {m.headers["webhook-id"] for m in messages} == {p.webhook_id for p in published}
         assert counted_while_down < 200
 
 
@@ -283,10 +256,10 @@ async def test_a_grouped_topic_sends_each_batch_as_one_kafka_transaction(
     messages = await asyncio.to_thread(consume, broker.bootstrap, kafka_topic, sum(sizes))
     by_transaction: dict[str, list[dict[str, object]]] = {}
     batches_of: dict[str, set[str]] = {}
-    for _, headers, body in messages:
-        txn = body["transaction"]["id"]  # type: ignore[index]
-        by_transaction.setdefault(txn, []).append(body)
-        batches_of.setdefault(txn, set()).add(headers["procbus-batch-id"])
+    for m in messages:
+        txn = m.value["transaction"]["id"]
+        by_transaction.setdefault(txn, []).append(m.value)
+        batches_of.setdefault(txn, set()).add(m.headers["procbus-batch-id"])
     assert sorted(len(events) for events in by_transaction.values()) == sorted(sizes)
     assert all(len(batches) == 1 for batches in batches_of.values())  # never split
 
@@ -335,8 +308,8 @@ async def grouped_topic(
     return name, kafka_topic
 
 
-def numbers(messages: list[tuple[bytes | None, dict[str, str], dict[str, object]]]) -> list[int]:
-    return sorted(body["data"]["i"] for _, _, body in messages)  # type: ignore[index]
+def numbers(messages: list[KafkaRecord]) -> list[int]:
+    return sorted(m.value["data"]["i"] for m in messages)
 
 
 async def test_a_read_committed_consumer_sees_a_batch_only_once_committed(
@@ -430,3 +403,19 @@ async def test_a_zombie_owners_writes_are_refused(pool: asyncpg.Pool, broker: Ka
     await Topics(pool).take_over(name)
     settled_by_zombie = await first.settle(claim, [entry.id for entry in claim.entries], [])
     assert settled_by_zombie.delivered == 0 and (await first.stats(name)).depth == 5
+
+
+async def test_the_docs_kafka_example_runs(
+    client: Client, worker: Worker, pool: asyncpg.Pool, task_queue: str, broker: KafkaBroker
+) -> None:
+    from examples.kafka import create_ledger_topic, read_back, transfer
+
+    topic = f"ledger-{uuid.uuid4().hex[:6]}"
+    await create_ledger_topic(pool, topic, broker.bootstrap)
+    await ensure_delivery(client, topic, task_queue)
+    await transfer(pool, topic, 1, 2)
+    await transfer(pool, topic, 2, 3)
+    await settled(Topics(pool), topic, depth=0, delivered=4)
+    records = await asyncio.to_thread(read_back, broker.bootstrap, topic, 4)
+    assert sum(record.value["data"]["delta"] for record in records) == 0
+    assert {record.headers["procbus-batch-id"] for record in records}  # in batches, whole

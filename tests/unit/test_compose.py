@@ -28,6 +28,7 @@ def test_the_whole_system_is_there(compose: dict[str, Any]) -> None:
         "temporal-search-attributes",
         "spark-master",
         "spark-worker",
+        "kafka",
         "procbus-worker",
     } <= set(compose["services"])
 
