@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from procbus.delivery.kafka import read_committed
+from procbus.stack.kafka import KafkaBroker
 from procbus.starter.receiver import WebhookReceiver
 from tests.e2e.conftest import DevStack, procbus
 
@@ -154,3 +156,19 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> 
     batch = receiver.accepted[-1]
     assert [event["data"] for event in batch.events] == [8, 9]
     assert batch.headers["procbus-batch-id"].startswith("batch_")
+
+    # Kafka: the cluster is asked at create; a grouped transaction is one Kafka transaction.
+    with KafkaBroker(dev_stack.state_dir / "kafka") as kafka:
+        missing = procbus(
+            dev_stack.env, "topic", "create", "k1", "--endpoint", f"kafka://{kafka.bootstrap}/nope"
+        )
+        assert missing.returncode == 1 and "add ?create=1" in missing.stderr, missing.stderr
+        assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
+        endpoint = f"kafka://{kafka.bootstrap}/cli-ledger?create=1"
+        ok(dev_stack, "topic", "create", "k2", "--endpoint", endpoint, "--group-transactions")
+        for number, last in [(10, []), (11, ["--last"])]:
+            ok(dev_stack, "topic", "publish", "k2", "--payload", str(number), "--txn", "t2", *last)
+        read = read_committed(kafka.bootstrap, "cli-ledger", 2, timeout_seconds=30)
+        assert [record.value["data"] for record in read] == [10, 11]
+        assert read[0].headers["procbus-batch-id"] == read[1].headers["procbus-batch-id"]
+        ok(dev_stack, "topic", "delete", "k2")
