@@ -26,6 +26,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +37,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pydantic_core import to_json
 
-from procbus.core.endpoints import Endpoint, KafkaCredentials, KafkaTarget, allowed
+from procbus.core.endpoints import (
+    Endpoint,
+    KafkaCredentials,
+    KafkaTarget,
+    allowed,
+    literal_address,
+    refused_address,
+)
 from procbus.delivery.clients import (
     BATCH_ID_HEADER,
     EndpointClient,
@@ -45,7 +53,7 @@ from procbus.delivery.clients import (
     Sent,
     event_body,
 )
-from procbus.delivery.resolution import checked_addresses
+from procbus.delivery.resolution import refused_resolution
 from procbus.errors import InvalidRequest
 
 SEND_TIMEOUT_SECONDS = 10.0
@@ -87,6 +95,9 @@ def connection_config(
         "bootstrap.servers": target.bootstrap_servers,
         "client.id": target.client_id,
         "socket.connection.setup.timeout.ms": int(timeout_seconds * 1000),
+        # A broker down is tried again at 0.5 s, backing off to 10 s: its log is a line a try.
+        "reconnect.backoff.ms": 500,
+        "reconnect.backoff.max.ms": 10_000,
         "logger": LOGGER,
     }
     if errors is not None:
@@ -146,23 +157,66 @@ def _why(error: BaseException, client_errors: list[KafkaError]) -> str:
     return text[:ERROR_TEXT_LIMIT]
 
 
-async def check_brokers(
-    target: KafkaTarget, allowlist: list[str], listed: list[tuple[str, int]]
-) -> None:
+async def check_brokers(allowlist: list[str], listed: list[tuple[str, int]]) -> None:
     """KafkaRefused when a broker (written in the endpoint, or named by the cluster) is not one
-    procbus may connect to: a refused address, a name resolving to one, or off the allowlist."""
-    for host, port in listed:
-        if not allowed(host.lower(), allowlist):
-            raise KafkaRefused(
-                f"the cluster names broker {host}:{port}, which is not in "
-                "PROCBUS_ENDPOINT_ALLOWLIST"
+    procbus may connect to: a refused address, a name resolving to one, or off the allowlist.
+    OSError when a name does not resolve now (a failure to retry, not a refusal)."""
+    for written, port in listed:
+        host = written.lower()
+        if not allowed(host, allowlist):
+            raise KafkaRefused(f"broker {host}:{port} is not in PROCBUS_ENDPOINT_ALLOWLIST")
+        refusal = refused_address(host)
+        if refusal is None and literal_address(host) is None:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
             )
-        try:
-            await checked_addresses(host.lower(), port)
-        except OSError as refused:
-            if "refused" in str(refused):
-                raise KafkaRefused(f"broker {host}:{port}: {refused}") from None
-            raise  # it does not resolve now: a failure to retry, not a refusal
+            refusal = refused_resolution(host, [str(info[4][0]) for info in infos])
+        if refusal is not None:
+            raise KafkaRefused(f"broker {host}:{port} is refused: {refusal}")
+
+
+def learned_brokers(config: dict[str, Any], timeout_seconds: float) -> list[tuple[str, int]]:
+    """The brokers the cluster names in its metadata, as a client of `config` learns them from a
+    bootstrap server: read from librdkafka's statistics, which list a broker it has not (or
+    could not) connect to, where a metadata request would go to that broker and time out.
+    [] when no bootstrap server answered in time."""
+    reports: list[str] = []
+    watcher = AdminClient(config | {"stats_cb": reports.append, "statistics.interval.ms": 50})
+    deadline = time.monotonic() + timeout_seconds
+    try:
+        while time.monotonic() < deadline:
+            watcher.poll(0.05)
+            for report in reports:
+                brokers = json.loads(report).get("brokers", {}).values()
+                named = [b["nodename"] for b in brokers if b.get("nodeid", -1) >= 0]
+                if named:
+                    return [_host_port(name) for name in named]
+            reports.clear()
+    finally:
+        del watcher
+    return []
+
+
+async def check_named_brokers(
+    config: dict[str, Any], allowlist: list[str], timeout_seconds: float
+) -> None:
+    """The brokers the cluster names, checked (check_brokers); a KafkaException when no
+    bootstrap server answered in time (a refused login says why through the config's
+    error_cb)."""
+    named = await asyncio.to_thread(learned_brokers, config, timeout_seconds)
+    if not named:
+        raise KafkaException(
+            KafkaError(
+                KafkaError._TRANSPORT,
+                f"no broker of {config['bootstrap.servers']} answered within {timeout_seconds:g} s",
+            )
+        )
+    await check_brokers(allowlist, named)
+
+
+def _host_port(nodename: str) -> tuple[str, int]:
+    host, _, port = nodename.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 @dataclass
@@ -197,14 +251,19 @@ async def check_kafka_endpoint(
     assert target is not None
     shown = endpoint.display
     errors: list[KafkaError] = []
+    try:
+        config = connection_config(
+            target, credentials, timeout_seconds=timeout_seconds, errors=errors
+        )
+    except InvalidRequest as error:
+        raise InvalidRequest(f"endpoint {shown!r}: {error}") from None
     admin: AdminClient | None = None
     try:
-        await check_brokers(target, allowlist, list(target.brokers))
-        admin = AdminClient(
-            connection_config(target, credentials, timeout_seconds=timeout_seconds, errors=errors)
-        )
+        await check_brokers(allowlist, list(target.brokers))
+        await check_named_brokers(config, allowlist, timeout_seconds)
+        admin = AdminClient(config)
         cluster = await asyncio.to_thread(_metadata, admin, target.topic, timeout_seconds)
-        await check_brokers(target, allowlist, cluster.brokers)
+        await check_brokers(allowlist, cluster.brokers)
         if not cluster.topic_exists:
             if not target.create:
                 raise InvalidRequest(
@@ -269,13 +328,22 @@ class KafkaClient(EndpointClient):
     async def _ready(self) -> Producer:
         """The producer, the cluster's brokers checked (and checked again now and then)."""
         if self._producer is None:
-            await check_brokers(self.target, self.allowlist, list(self.target.brokers))
+            await check_brokers(self.allowlist, list(self.target.brokers))
             config = producer_config(
                 self.target,
                 self.credentials,
                 timeout_seconds=self.timeout_seconds,
                 errors=self.errors,
             )
+            # Learned before a producer connects to them (it would to a partition's leader).
+            named = await asyncio.to_thread(
+                learned_brokers,
+                connection_config(
+                    self.target, self.credentials, timeout_seconds=self.timeout_seconds
+                ),
+                self.timeout_seconds,
+            )
+            await check_brokers(self.allowlist, named)
             if self.transactional:
                 config["transactional.id"] = transactional_id(self.topic)
             producer = Producer(config)
@@ -298,7 +366,7 @@ class KafkaClient(EndpointClient):
         cluster = await asyncio.to_thread(
             _metadata, producer, self.target.topic, self.timeout_seconds
         )
-        await check_brokers(self.target, self.allowlist, cluster.brokers)
+        await check_brokers(self.allowlist, cluster.brokers)
         if not cluster.topic_exists:
             raise KafkaException(
                 KafkaError(

@@ -121,12 +121,16 @@ async def test_topic_create_says_what_is_wrong_with_a_kafka_endpoint(
         f"kafka://{broker.bootstrap}/{missing}": "does not exist",
         f"kafka://{broker.bootstrap}/{missing}?credentials=prod": "not in PROCBUS_KAFKA_CREDENTIALS",
     }
-    for endpoint, why in cases.items():
+
+    async def refused(endpoint: str, why: str) -> None:
         name = f"kafka-{uuid.uuid4().hex[:8]}"
         with pytest.raises(InvalidRequest, match=why):
             await topics.create(name, TopicSettings(endpoint=endpoint))
         with pytest.raises(TopicNotFound):  # nothing half-made
             await topics.get(name)
+
+    # At once: each unreachable cluster takes the check's whole timeout to say so.
+    await asyncio.gather(*(refused(endpoint, why) for endpoint, why in cases.items()))
     # Asked without creating it: the Kafka topic is still missing.
     assert (
         missing
@@ -137,13 +141,14 @@ async def test_topic_create_says_what_is_wrong_with_a_kafka_endpoint(
         refusing = Topics(
             pool,
             check_endpoint=endpoint_check(
+                timeout_seconds=3,
                 kafka_credentials={
                     "prod": KafkaCredentials(
                         security_protocol="SASL_PLAINTEXT",
                         username="procbus",
                         password=SecretStr("wrong"),
                     )
-                }
+                },
             ),
         )
         name = f"kafka-{uuid.uuid4().hex[:8]}"
@@ -159,8 +164,8 @@ async def test_topic_create_says_what_is_wrong_with_a_kafka_endpoint(
 @pytest.mark.parametrize(
     ("advertised", "allowlist", "why"),
     [
-        ("169.254.169.254", [], "refused, it is a link-local or cloud metadata address"),
-        ("127.0.0.2", ["127.0.0.1"], "not in PROCBUS_ENDPOINT_ALLOWLIST"),
+        ("169.254.169.254", [], "is refused: it is a link-local or cloud metadata address"),
+        ("127.0.0.2", ["127.0.0.1"], "is not in PROCBUS_ENDPOINT_ALLOWLIST"),
     ],
 )
 async def test_every_broker_the_cluster_names_is_checked_before_a_message_goes(
@@ -168,7 +173,7 @@ async def test_every_broker_the_cluster_names_is_checked_before_a_message_goes(
 ) -> None:
     with KafkaBroker(tmp_path / "kafka", advertised_host=advertised) as named:
         endpoint = parse_endpoint(f"kafka://{named.bootstrap}/t?create=1", allowlist)
-        with pytest.raises(InvalidRequest, match=f"names broker {advertised}.*{why}|{why}"):
+        with pytest.raises(InvalidRequest, match=f"broker {advertised}:{named.port} {why}"):
             await endpoint_check(allowlist, timeout_seconds=3)(endpoint)
         # A topic made without asking stops at its first send, with the reason.
         async with KafkaClient(endpoint, "t", allowlist=allowlist, timeout_seconds=3) as kafka:
