@@ -12,8 +12,9 @@ producer fences the old one's by Kafka's producer epoch, as procbus's claim epoc
 claims. A batch whose transaction failed is sent again whole, in a new transaction.
 
 Every broker address is checked as any endpoint host (the metadata-address rules and
-PROCBUS_ENDPOINT_ALLOWLIST): the bootstrap servers before the client connects, and the brokers
-the cluster names in its metadata before anything is produced, then every METADATA_CHECK_SECONDS.
+PROCBUS_ENDPOINT_ALLOWLIST): the bootstrap servers before a client connects; the brokers the
+cluster names, as a first client learns them from a bootstrap server (learned_brokers), before
+the producer starts; and those of a metadata request every METADATA_CHECK_SECONDS after.
 librdkafka resolves names itself, so a name is checked by resolving it first, not pinned.
 
 Why confluent-kafka: it runs idempotent and transactional producers; aiokafka 0.14 sends only
@@ -28,7 +29,8 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -60,6 +62,8 @@ SEND_TIMEOUT_SECONDS = 10.0
 # The brokers a cluster names are checked again this often (a cluster may add brokers).
 METADATA_CHECK_SECONDS = 30.0
 ERROR_TEXT_LIMIT = 300
+# A client's own last errors kept (librdkafka reports one at each failed reconnect).
+CLIENT_ERRORS_KEPT = 8
 LOGGER = logging.getLogger("procbus.delivery.kafka")
 
 
@@ -88,7 +92,7 @@ def connection_config(
     credentials: Mapping[str, KafkaCredentials],
     *,
     timeout_seconds: float,
-    errors: list[KafkaError] | None = None,
+    errors: deque[KafkaError] | None = None,
 ) -> dict[str, Any]:
     """librdkafka settings every client of the endpoint shares: where, who, how to log in."""
     config: dict[str, Any] = {
@@ -130,7 +134,7 @@ def producer_config(
     credentials: Mapping[str, KafkaCredentials],
     *,
     timeout_seconds: float,
-    errors: list[KafkaError] | None = None,
+    errors: deque[KafkaError] | None = None,
 ) -> dict[str, Any]:
     """The producer's settings: acks=all and idempotence always."""
     return connection_config(
@@ -146,7 +150,7 @@ def producer_config(
     }
 
 
-def _why(error: BaseException, client_errors: list[KafkaError]) -> str:
+def _why(error: BaseException, client_errors: Sequence[KafkaError]) -> str:
     """An error's text, with the client's last own error when that says more (a refused login
     reaches a metadata call as a mere transport failure)."""
     text = f"{type(error).__name__}: {error}"
@@ -250,7 +254,7 @@ async def check_kafka_endpoint(
     target = endpoint.kafka
     assert target is not None
     shown = endpoint.display
-    errors: list[KafkaError] = []
+    errors: deque[KafkaError] = deque(maxlen=CLIENT_ERRORS_KEPT)
     try:
         config = connection_config(
             target, credentials, timeout_seconds=timeout_seconds, errors=errors
@@ -318,7 +322,7 @@ class KafkaClient(EndpointClient):
         self.allowlist = allowlist or []
         self.credentials = credentials or {}
         self.timeout_seconds = timeout_seconds
-        self.errors: list[KafkaError] = []
+        self.errors: deque[KafkaError] = deque(maxlen=CLIENT_ERRORS_KEPT)
         self._producer: Producer | None = None
         self._checked_at = 0.0
         # Why a newer delivery owner's producer fenced this one out: it sends nothing more (a
@@ -336,14 +340,16 @@ class KafkaClient(EndpointClient):
                 errors=self.errors,
             )
             # Learned before a producer connects to them (it would to a partition's leader).
-            named = await asyncio.to_thread(
-                learned_brokers,
+            await check_named_brokers(
                 connection_config(
-                    self.target, self.credentials, timeout_seconds=self.timeout_seconds
+                    self.target,
+                    self.credentials,
+                    timeout_seconds=self.timeout_seconds,
+                    errors=self.errors,
                 ),
+                self.allowlist,
                 self.timeout_seconds,
             )
-            await check_brokers(self.allowlist, named)
             if self.transactional:
                 config["transactional.id"] = transactional_id(self.topic)
             producer = Producer(config)
@@ -385,8 +391,8 @@ class KafkaClient(EndpointClient):
             headers: list[tuple[str, str | bytes | None]] = [
                 ("webhook-id", entry.webhook_id.encode()),
                 ("topic", self.topic.encode()),
+                ("type", entry.type.encode()),
             ]
-            headers.append(("type", entry.type.encode()))
             if self.transactional and message.batch_id is not None:
                 headers.append((BATCH_ID_HEADER, message.batch_id.encode()))
             records.append(

@@ -38,6 +38,7 @@ from procbus.topics import Event, Topics, TopicSettings, TopicStats
 from procbus.topics.models import Entry
 from procbus.topics.refusals import TopicNotFound
 from procbus.workflows.topics import TopicDelivery
+from tests.services import subprocess_environment, worker_process
 
 
 @pytest.fixture
@@ -424,3 +425,70 @@ async def test_the_docs_kafka_example_runs(
     records = await asyncio.to_thread(read_back, broker.bootstrap, topic, 4)
     assert sum(record.value["data"]["delta"] for record in records) == 0
     assert {record.headers["procbus-batch-id"] for record in records}  # in batches, whole
+
+
+async def test_a_worker_killed_mid_transaction_is_replaced_and_the_batch_committed_whole(
+    client: Client,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    database_url: str,
+    task_queue: str,
+    state_dir: Path,
+    tmp_path: Path,
+) -> None:
+    with KafkaBroker(tmp_path / "kafka") as own:
+        assert own.process is not None
+        name, kafka_topic = await grouped_topic(pool, own, 2)
+        topics = Topics(pool)
+        env = subprocess_environment(
+            state_dir,
+            temporal_address=temporal_address,
+            database_url=database_url,
+            task_queue=task_queue,
+        )
+        # `procbus worker` starts the topic's delivery itself (its ownership loop).
+        with worker_process(env) as doomed:
+            await settled(topics, name, depth=0, delivered=2)  # its producer is up
+            # The broker stops answering: the next batch's transaction is begun, and the worker
+            # waits on the broker to add its partitions and take its messages when it is
+            # killed. (A dead attempt whose messages reached the broker uncommitted:
+            # test_a_new_owner_resends_a_dead_owners_batch_whole.)
+            os.kill(own.process.pid, signal.SIGSTOP)
+            try:
+                async with pool.acquire() as connection, transaction(connection) as tx:
+                    for i in range(50):
+                        await tx.publish(name, {"i": i}, key=f"k{i % 3}")
+                async with asyncio.timeout(30):  # assembled into a batch, and being sent
+                    while not await assembled(pool, name):
+                        await asyncio.sleep(0.1)
+                await asyncio.sleep(0.5)  # its messages on their way
+                doomed.send_signal(signal.SIGKILL)
+                doomed.wait()
+            finally:
+                os.kill(own.process.pid, signal.SIGCONT)
+        assert (await topics.stats(name)).depth == 50
+        # The dead attempt committed nothing: only the first transaction is there to read.
+        before = await asyncio.to_thread(consume, own.bootstrap, kafka_topic, 3, seconds=2)
+        assert numbers(before) == [0, 1]
+        with worker_process(env):
+            stats = await settled(topics, name, depth=0, delivered=52)
+        assert stats.dead_letters == 0
+        # Committed by the next owner, whole and with every event: nothing lost. (The dead
+        # attempt's open transaction was aborted by the new producer's start; this broker
+        # hands aborted messages out too, so no count of copies is asserted.)
+        read = await asyncio.to_thread(consume, own.bootstrap, kafka_topic, 1000, seconds=5)
+        by_transaction: dict[str, list[KafkaRecord]] = {}
+        for m in read:
+            by_transaction.setdefault(m.value["transaction"]["id"], []).append(m)
+        [resent] = [found for found in by_transaction.values() if len(found) > 2]
+        assert sorted({m.value["data"]["i"] for m in resent}) == list(range(50))
+        assert len({m.headers["procbus-batch-id"] for m in resent}) == 1  # the same kept batch
+
+
+async def assembled(pool: asyncpg.Pool, topic: str) -> bool:
+    """Whether a delivery attempt assembled a batch of the topic that it has not settled."""
+    return bool(
+        await pool.fetchval(
+            'SELECT count(*) FROM "procbus_topic_batches" WHERE "topic" = $1', topic
+        )
+    )
