@@ -30,6 +30,7 @@ from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.factory import endpoint_check
 from procbus.delivery.kafka import KafkaClient, KafkaRecord, read_committed
 from procbus.delivery.owner import ensure_delivery
+from procbus.delivery.sync import send_now
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.stack.kafka import KafkaBroker
@@ -492,3 +493,24 @@ async def assembled(pool: asyncpg.Pool, topic: str) -> bool:
             'SELECT count(*) FROM "procbus_topic_batches" WHERE "topic" = $1', topic
         )
     )
+
+
+async def test_a_sync_topic_sends_to_kafka_in_the_publishing_call(
+    pool: asyncpg.Pool, broker: KafkaBroker
+) -> None:
+    kafka_topic = f"direct-{uuid.uuid4().hex[:6]}"
+    topics = Topics(pool, send_now=send_now, check_endpoint=endpoint_check())
+    name = f"kafka-{uuid.uuid4().hex[:8]}"
+    endpoint = f"kafka://{broker.bootstrap}/{kafka_topic}?create=1"
+    await topics.create(name, TopicSettings(endpoint=endpoint, sync=True))
+    sent = await topics.publish(name, Event(payload={"disk": "full"}, key="host-1", type="alert"))
+    assert sent.delivery == "ack", sent.error
+    [record] = await asyncio.to_thread(consume, broker.bootstrap, kafka_topic, 1)
+    assert (record.key, record.value["data"], record.headers["type"]) == (
+        "host-1",
+        {"disk": "full"},
+        "alert",
+    )
+    assert record.headers["webhook-id"] == sent.webhook_id
+    stats = await topics.stats(name)
+    assert (stats.delivered, stats.depth) == (1, 0)
