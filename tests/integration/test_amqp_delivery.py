@@ -26,8 +26,9 @@ from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.stack.processes import free_port
-from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from procbus.topics import Event, Topics, TopicSettings
 from procbus.workflows.topics import TopicDelivery
+from tests.integration.topic_waits import settled
 from tests.services import RabbitMQ
 
 
@@ -72,15 +73,6 @@ async def consume(
             await message.ack()
             messages.append(message)
     return messages
-
-
-async def settled(topics: Topics, name: str, **wanted: int) -> TopicStats:
-    async with asyncio.timeout(60):
-        while True:
-            stats = await topics.stats(name)
-            if all(getattr(stats, field) == value for field, value in wanted.items()):
-                return stats
-            await asyncio.sleep(0.1)
 
 
 async def new_topic(

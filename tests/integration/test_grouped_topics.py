@@ -24,7 +24,7 @@ from procbus.hooks import transaction
 from procbus.topics import Event, Failure, Topic, Topics, TopicSettings
 from procbus.topics.publishing import publish_in_transaction
 from procbus.workflows.topics import TopicDelivery
-from tests.integration.test_topic_delivery import settled
+from tests.integration.topic_waits import settled
 from tests.integration.webhook_receiver import WebhookReceiver
 
 

@@ -35,10 +35,11 @@ from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.stack.kafka import KafkaBroker
 from procbus.stack.processes import free_port
-from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from procbus.topics import Event, Topics, TopicSettings
 from procbus.topics.models import Entry
 from procbus.topics.refusals import TopicNotFound
 from procbus.workflows.topics import TopicDelivery
+from tests.integration.topic_waits import settled
 from tests.services import subprocess_environment, worker_process
 
 
@@ -64,15 +65,6 @@ def consume(
     return read_committed(
         bootstrap, topic, count, timeout_seconds=seconds, committed_only=committed_only
     )
-
-
-async def settled(topics: Topics, name: str, **wanted: int) -> TopicStats:
-    async with asyncio.timeout(60):
-        while True:
-            stats = await topics.stats(name)
-            if all(getattr(stats, field) == value for field, value in wanted.items()):
-                return stats
-            await asyncio.sleep(0.1)
 
 
 def checked_topics(pool: asyncpg.Pool) -> Topics:

@@ -26,9 +26,10 @@ from procbus.delivery.webhook import ERROR_TEXT_LIMIT
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.stack.processes import LOOPBACK, free_port
-from procbus.topics import Event, Topics, TopicSettings, TopicStats
+from procbus.topics import Event, Topics, TopicSettings
 from procbus.worker import build_worker
 from procbus.workflows.topics import TopicDelivery
+from tests.integration.topic_waits import settled
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_AUTH, subprocess_environment, worker_process
 
@@ -46,16 +47,6 @@ async def delivering(
     _, secret = await topics.create(name, TopicSettings(endpoint=endpoint, **settings))
     await ensure_delivery(client, name, task_queue)
     return name, secret
-
-
-async def settled(topics: Topics, name: str, timeout: float = 30.0, **wanted: int) -> TopicStats:
-    """Until the topic's stats show `wanted` (e.g. depth=0, delivered=30)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            stats = await topics.stats(name)
-            if all(getattr(stats, field) == value for field, value in wanted.items()):
-                return stats
-            await asyncio.sleep(0.1)
 
 
 def by_key(events: list[dict[str, Any]]) -> dict[str | None, list[Any]]:
