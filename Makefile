@@ -100,6 +100,7 @@ HISTORY_TESTS := \
 	tests/integration/test_procedure_engine.py::test_parallel_children_one_failing \
 	tests/integration/test_procedure_engine.py::test_continue_as_new_carries_the_undo_stack \
 	tests/integration/test_procedure_locks.py::test_a_procedure_waits_behind_the_holder_and_says_whom_it_waits_for \
+	tests/integration/test_procedure_locks.py::test_the_lock_timeout_rolls_the_procedure_back_before_any_step \
 	tests/integration/test_bus.py::test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_the_catalog \
 	tests/integration/test_table_data.py::test_loads_and_a_compaction_keep_every_row_in_whole_snapshots
 

@@ -91,6 +91,9 @@ CheckedT = TypeVar("CheckedT")
 # Where the results of a finished run_children call are kept, like a step's.
 CHILDREN_RESULT_PREFIX = "children:"
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
+# workflow.patched ID: a procedure whose locks time out ends ROLLED_BACK (FAILED before it;
+# docs/how-to/upgrading.md).
+LOCK_TIMEOUT_ROLLS_BACK = "procbus-lock-timeout-rolls-back"
 # The worker's local activity that verifies the start's principal token (procbus/plugin/auth.py).
 AUTHENTICATE_ACTIVITY = "authenticate"
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
@@ -430,6 +433,15 @@ class Procedure(Generic[InputT, ResultT]):
         except LockTimeout as timed_out:
             self.status.waiting_for = []
             self.status.error = f"{ErrorType.LOCK_TIMEOUT}: {timed_out}"
+            if workflow.patched(LOCK_TIMEOUT_ROLLS_BACK):
+                # Nothing of it ran: it ends undone (an undo stack carried over by
+                # continue-as-new is undone too), not FAILED, which means a bug past the pivot.
+                await self._roll_back(
+                    f"its locks were not granted within {request.lock_timeout_seconds:g} s"
+                )
+                raise self._failure(
+                    ErrorType.LOCK_TIMEOUT, f"rolled back before any step: {self.status.error}"
+                ) from None
             self._set_state(ProcedureState.FAILED)
             raise self._failure(
                 ErrorType.LOCK_TIMEOUT, f"failed before any step: {self.status.error}"
