@@ -3,7 +3,7 @@ and headers, clear refusals at `topic create`, a broker stopped mid-run counting
 not acknowledge, a grouped batch as one Kafka transaction that a read_committed consumer sees
 only once committed, a new owner resending a dead owner's batch whole, and a zombie producer
 fenced out. Whether a broker hides an aborted transaction is the broker's part: this one does
-not (docs/how-to/kafka.md), so no test here reads what an aborted attempt wrote."""
+not (docs/how-to/kafka.md), so no test here counts on what a consumer sees of an aborted one."""
 
 from __future__ import annotations
 
