@@ -187,17 +187,14 @@ def learned_brokers(config: dict[str, Any], timeout_seconds: float) -> list[tupl
     reports: list[str] = []
     watcher = AdminClient(config | {"stats_cb": reports.append, "statistics.interval.ms": 50})
     deadline = time.monotonic() + timeout_seconds
-    try:
-        while time.monotonic() < deadline:
-            watcher.poll(0.05)
-            for report in reports:
-                brokers = json.loads(report).get("brokers", {}).values()
-                named = [b["nodename"] for b in brokers if b.get("nodeid", -1) >= 0]
-                if named:
-                    return [_host_port(name) for name in named]
-            reports.clear()
-    finally:
-        del watcher
+    while time.monotonic() < deadline:
+        watcher.poll(0.05)
+        for report in reports:
+            brokers = json.loads(report).get("brokers", {}).values()
+            named = [b["nodename"] for b in brokers if b.get("nodeid", -1) >= 0]
+            if named:
+                return [_host_port(name) for name in named]
+        reports.clear()
     return []
 
 
@@ -315,7 +312,6 @@ class KafkaClient(EndpointClient):
         timeout_seconds: float = SEND_TIMEOUT_SECONDS,
     ) -> None:
         assert endpoint.kafka is not None
-        self.endpoint = endpoint
         self.target = endpoint.kafka
         self.topic = topic
         self.transactional = transactional
