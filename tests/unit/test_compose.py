@@ -33,6 +33,23 @@ def test_the_whole_system_is_there(compose: dict[str, Any]) -> None:
     } <= set(compose["services"])
 
 
+def test_three_procbus_workers_under_their_own_ids_and_two_spark_workers(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    workers = [s for name, s in services.items() if name.startswith("procbus-worker")]
+    assert len(workers) == 3
+    assert {w["environment"]["PROCBUS_WORKER_ID"] for w in workers} == {
+        "worker-1",
+        "worker-2",
+        "worker-3",
+    }
+    assert all(w["command"] == ["procbus", "worker"] for w in workers)
+    spark_workers = [s for name, s in services.items() if name.startswith("spark-worker")]
+    assert len(spark_workers) == 2
+    assert all("spark://spark-master:7077" in s["command"] for s in spark_workers)
+
+
 def test_images_are_pinned(compose: dict[str, Any]) -> None:
     for name, service in compose["services"].items():
         image = service.get("image")
