@@ -20,8 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from procbus.testing.cluster import running_cluster
-from procbus.testing.nemesis import Run, verdicts
+from procbus.testing.nemesis import run_on_a_new_cluster
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 
@@ -36,17 +35,10 @@ def main() -> int:
     # SIGTERM (a timeout, a CI's cancel) ends it like Ctrl-C: the cluster is torn down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     began = time.monotonic()
-    with running_cluster(options.workers, member_timeout_seconds=5.0, sink=True) as cluster:
-        run = Run(cluster, options.seed, options.minutes * 60, PROCBUS)
-        try:
-            run.setup()
-            run.run()
-            outcomes = run.outcomes()
-            end = run.end_state()
-        finally:
-            if options.history is not None:
-                run.history.write(options.history)
-        found = verdicts(outcomes, end, run.history)
+    report = run_on_a_new_cluster(
+        options.seed, options.minutes * 60, PROCBUS, options.workers, options.history
+    )
+    run, outcomes, end, found = report.run, report.outcomes, report.end, report.violations
     for fault in run.history.of("fault"):
         print(f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s")
     ended = collections.Counter(status.get("state", "UNKNOWN") for status in outcomes.values())

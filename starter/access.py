@@ -13,6 +13,7 @@ import typer
 from procbus.starter.output import console, print_json
 from procbus.starter.procedures import (
     AS_OPTION,
+    DEADLINE_OPTION,
     ID_OPTION,
     JSON_OPTION,
     WAIT_OPTION,
@@ -46,12 +47,19 @@ def _change(
     json_output: bool,
     procedure_id: str | None,
     as_principal: str | None,
+    deadline: float | None,
 ) -> None:
     from procbus.lakehouse.models import ChangeAccessInput
     from procbus.procedures.client import new_procedure_id
 
     request = ChangeAccessInput.model_validate(
-        {"action": action, "principal": principal, "table": table, "permission": permission}
+        {
+            "action": action,
+            "principal": principal,
+            "table": table,
+            "permission": permission,
+            "deadline_seconds": deadline,
+        }
     )
     entry = request.check()  # a bad name or permission never starts anything
     # No '*' in a procedure ID: pasted into a shell unquoted, it would be a glob.
@@ -72,10 +80,21 @@ def acl_grant(
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
     as_principal: str | None = AS_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Grant PERMISSION on TARGET to PRINCIPAL on every worker (all or none). On 'NS.*' it
     holds for every table in NS, now and later; only an admin of the namespace may give it."""
-    _change("grant", principal, table, permission, wait, json_output, procedure_id, as_principal)
+    _change(
+        "grant",
+        principal,
+        table,
+        permission,
+        wait,
+        json_output,
+        procedure_id,
+        as_principal,
+        deadline,
+    )
 
 
 @acl_app.command("revoke")
@@ -87,11 +106,22 @@ def acl_revoke(
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
     as_principal: str | None = AS_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Revoke PERMISSION on TARGET from PRINCIPAL on every worker; once it succeeded, no worker
     lets PRINCIPAL do it through this grant (a grant on the table or on its namespace, whichever
     is left, still counts)."""
-    _change("revoke", principal, table, permission, wait, json_output, procedure_id, as_principal)
+    _change(
+        "revoke",
+        principal,
+        table,
+        permission,
+        wait,
+        json_output,
+        procedure_id,
+        as_principal,
+        deadline,
+    )
 
 
 @acl_app.command("list")

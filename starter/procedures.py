@@ -31,6 +31,13 @@ WAIT_OPTION = typer.Option(
 ID_OPTION = typer.Option(
     None, "--id", help="Procedure ID (idempotent: the same ID returns the same procedure)."
 )
+DEADLINE_OPTION = typer.Option(
+    None,
+    "--deadline",
+    min=0.001,
+    help="Roll it back when it has not finished this many seconds after its start (past its "
+    "point of no return it finishes instead, and its status says the deadline was refused).",
+)
 AS_OPTION = typer.Option(
     None,
     "--as",

@@ -18,6 +18,7 @@ import typer
 from procbus.starter.output import console, print_json
 from procbus.starter.procedures import (
     AS_OPTION,
+    DEADLINE_OPTION,
     ID_OPTION,
     JSON_OPTION,
     WAIT_OPTION,
@@ -89,11 +90,12 @@ def namespace_create(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a CreateNamespace procedure; its creator gets admin on the namespace."""
     from procbus.lakehouse.models import CreateNamespaceInput
 
-    request = CreateNamespaceInput(namespace=name)
+    request = CreateNamespaceInput(namespace=name, deadline_seconds=deadline)
     start_checked("CreateNamespace", name, request, procedure_id, wait, json_output, principal)
 
 
@@ -104,13 +106,36 @@ def namespace_delete(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
-    """Start a DeleteNamespace procedure (refused while the namespace holds tables, or unless
-    the principal is an admin of the namespace)."""
+    """Start a DeleteNamespace procedure: refused while the namespace holds tables, or unless
+    the principal is an admin of the namespace."""
     from procbus.lakehouse.models import DeleteNamespaceInput
 
-    request = DeleteNamespaceInput(namespace=name)
+    request = DeleteNamespaceInput(namespace=name, deadline_seconds=deadline)
     start_checked("DeleteNamespace", name, request, procedure_id, wait, json_output, principal)
+
+
+@namespace_app.command("list")
+def namespace_list(json_output: bool = JSON_OPTION) -> None:
+    """Every namespace in the catalog."""
+
+    async def run() -> int:
+        from rich.table import Table
+
+        async with catalog() as tables:
+            found = await tables.list_namespaces()
+        if json_output:
+            print_json([namespace.model_dump(mode="json") for namespace in found])
+            return 0
+        grid = Table("namespace", "created by", "created at")
+        for namespace in found:
+            created_at = namespace.created_at.isoformat() if namespace.created_at else ""
+            grid.add_row(namespace.name, namespace.created_by, created_at)
+        console.print(grid)
+        return 0
+
+    run_command(run())
 
 
 # ---- tables ----
@@ -129,11 +154,14 @@ def table_create(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a CreateTable procedure: layout, catalog, cache, event; undone if any step fails."""
     from procbus.lakehouse.models import CreateTableInput
 
-    request = CreateTableInput(table=name, columns=schema, partition_by=partition_by)
+    request = CreateTableInput(
+        table=name, columns=schema, partition_by=partition_by, deadline_seconds=deadline
+    )
     start_checked("CreateTable", name, request, procedure_id, wait, json_output, principal)
 
 
@@ -144,11 +172,12 @@ def table_delete(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a DeleteTable procedure: the catalog removal is the point of no return."""
     from procbus.lakehouse.models import DeleteTableInput
 
-    request = DeleteTableInput(table=name)
+    request = DeleteTableInput(table=name, deadline_seconds=deadline)
     start_checked("DeleteTable", name, request, procedure_id, wait, json_output, principal)
 
 
@@ -234,6 +263,7 @@ def table_load(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a LoadTable procedure: Spark checks and writes the input; one commit shows it all."""
     from procbus.errors import InvalidRequest
@@ -244,7 +274,10 @@ def table_load(
             f"unknown format {input_format!r}; known: {', '.join(k.value for k in InputFormat)}"
         )
     request = LoadTableInput(
-        table=name, source=str(Path(source).resolve()), format=InputFormat(input_format)
+        table=name,
+        source=str(Path(source).resolve()),
+        format=InputFormat(input_format),
+        deadline_seconds=deadline,
     )
     start_checked("LoadTable", name, request, procedure_id, wait, json_output, principal)
 
@@ -262,12 +295,15 @@ def table_compact(
     wait: bool = WAIT_OPTION,
     json_output: bool = JSON_OPTION,
     procedure_id: str | None = ID_OPTION,
+    deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a CompactTable procedure: small files rewritten near the target size, rows kept."""
     from procbus.lakehouse.data import CompactTableInput
 
     sized = {} if target_file_size is None else {"target_file_size": target_file_size}
-    request = CompactTableInput.model_validate({"table": name, "partitions": partitions, **sized})
+    request = CompactTableInput.model_validate(
+        {"table": name, "partitions": partitions, "deadline_seconds": deadline, **sized}
+    )
     start_checked("CompactTable", name, request, procedure_id, wait, json_output, principal)
 
 

@@ -34,7 +34,7 @@ from procbus.hooks import transaction
 from procbus.locks.modes import compatible
 from procbus.procedures.client import procedure_status
 from procbus.temporal.payloads import procbus_data_converter
-from procbus.testing.cluster import Cluster, wait_until
+from procbus.testing.cluster import Cluster, running_cluster, wait_until
 
 # How long each fault holds before it is healed, in seconds: (shortest, longest).
 FAULT_SECONDS = (2.5, 11.0)
@@ -475,6 +475,36 @@ async def _wait_all(
 
 def _grant_key(grant: dict[str, Any]) -> str:
     return f"{grant['principal']}:{grant['namespace']}.{grant['table']}:{grant['permission']}"
+
+
+@dataclass
+class Report:
+    """A finished run: what it did, the cluster's state after the quiet period, and each
+    checker's violations."""
+
+    run: Run
+    outcomes: dict[str, dict[str, Any]]
+    end: dict[str, Any]
+    violations: dict[str, list[str]]
+
+
+def run_on_a_new_cluster(
+    seed: int, seconds: float, procbus: str, workers: int = 3, history: Path | None = None
+) -> Report:
+    """A cluster of `workers` workers and a sink up for one run from `seed` (bench/nemesis.py's
+    and the short run of `make test`), torn down after it; its history written to `history`,
+    also when the run failed."""
+    with running_cluster(workers, member_timeout_seconds=5.0, sink=True) as cluster:
+        run = Run(cluster, seed, seconds, procbus)
+        try:
+            run.setup()
+            run.run()
+            outcomes = run.outcomes()
+            end = run.end_state()
+        finally:
+            if history is not None:
+                run.history.write(history)
+    return Report(run, outcomes, end, verdicts(outcomes, end, run.history))
 
 
 # ---- checkers: each returns the violations it found, as sentences ----

@@ -267,7 +267,9 @@ def wait_for_line(process: subprocess.Popen[str], says: str, timeout: float = 60
     raise AssertionError(f"no line with {says!r} in {seen}")
 
 
-def test_a_wait_outlasts_a_paused_worker(slow_env: dict[str, str], state_dir: Path) -> None:
+def test_a_wait_outlasts_a_paused_worker_and_a_deadline_rolls_back(
+    slow_env: dict[str, str], state_dir: Path
+) -> None:
     """The dev stack's worker (the `procbus dev` process, which holds the sticky workflow task)
     is SIGSTOPped: status queries time out, and a wait keeps waiting instead of failing."""
     stack = DevStack(slow_env, state_dir)
@@ -310,5 +312,17 @@ def test_a_wait_outlasts_a_paused_worker(slow_env: dict[str, str], state_dir: Pa
         last = gave_up.stderr.strip().splitlines()[-1]
         assert f"procedure {procedure_id}: its status could not be read" in last, last
         assert "could not be read for the last" in last and "gave up after 6s" in last, last
+
+        # A deadline shorter than its slow step rolls it back, and says so; 0 is refused.
+        late = procbus(
+            stack.env, "namespace", "create", "late", "--deadline", "1", "--json", "--wait"
+        )
+        assert late.returncode == 1, (late.stdout, late.stderr)
+        ended = json.loads(late.stdout)
+        assert (ended["state"], ended["rollback_reason"]) == ("ROLLED_BACK", "its deadline passed")
+        listed = json.loads(ok(stack, "namespace", "list", "--json"))
+        assert {namespace["name"] for namespace in listed} == {"sales", "returns"}
+        refused = procbus(stack.env, "namespace", "create", "never", "--deadline", "0")
+        assert refused.returncode == 2 and "--deadline" in refused.stderr, refused.stderr
     finally:
         stack.stop()

@@ -1,0 +1,30 @@
+"""The short nemesis run of `make test` (bench/nemesis.py runs the long ones): a cluster of its
+own, a fixed seed, two minutes of faults (kills, pauses, cuts, PostgreSQL and Temporal
+restarts) beside table procedures, grants and application transactions publishing to topics,
+then every checker (docs/internals/testing.md). To run the same schedule again:
+`python bench/nemesis.py --seed 3 --minutes 2`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from examples.cluster import PROCBUS
+from procbus.testing.nemesis import run_on_a_new_cluster
+
+SEED, SECONDS = 3, 120
+
+
+def test_a_short_nemesis_run_ends_with_no_violations(tmp_path: Path) -> None:
+    history = tmp_path / f"nemesis-{SEED}.jsonl"
+    report = run_on_a_new_cluster(SEED, SECONDS, PROCBUS, history=history)
+    found = {checker: found for checker, found in report.violations.items() if found}
+    assert not found, f"seed {SEED}: {found}; its history: {history}"
+    # It did what it says: faults of several kinds, procedures that ended, events delivered.
+    faults = report.run.history.of("fault")
+    kinds = {fault["kind"] for fault in faults}
+    assert len(faults) >= 10 and len(kinds) >= 4, kinds
+    ended = [status["state"] for status in report.outcomes.values()]
+    assert ended.count("SUCCEEDED") >= 10, ended
+    committed = [t for t in report.run.history.of("txn") if t["outcome"] == "committed"]
+    assert len(committed) >= 100, len(committed)
+    assert len(report.end["sink_requests"]) >= len(committed) // 4
