@@ -6,7 +6,7 @@ root), faults and a workload of procedures and application transactions publishi
 
 Prints each fault and each procedure's end, then the checkers' violations; the last line is
 JSON: faults, operations, transactions by outcome, requests the sink received, lock table changes
-replayed, violations, and each checker's count. The same seed gives the same
+and catalog writes replayed, violations, and each checker's count. The same seed gives the same
 schedule of faults and operations (docs/internals/testing.md says how to reproduce one).
 """
 
@@ -48,7 +48,8 @@ def main() -> int:
     requests = len(end["sink_requests"])
     print(f"transactions: {dict(transactions)}; the sink received {requests} requests")
     lock_changes = len(end["lock_log"])
-    print(f"lock table changes replayed: {lock_changes}")
+    catalog_writes = len(end["catalog_log"])
+    print(f"lock table changes replayed: {lock_changes}; catalog writes: {catalog_writes}")
     for checker, violations in found.items():
         print(f"{checker}: {len(violations)} violation(s)")
         for violation in violations:
@@ -66,6 +67,7 @@ def main() -> int:
                 "transactions": dict(transactions),
                 "sink_requests": requests,
                 "lock_changes": lock_changes,
+                "catalog_writes": catalog_writes,
                 "violations": total,
                 **{checker: len(violations) for checker, violations in found.items()},
             }

@@ -26,6 +26,11 @@ WHERE (l."resource", l."token") IN (
 )
 FOR SHARE;
 
+-- name: note_fence
+-- The fence a write carries, for the rest of its transaction: an audit trigger reads it as
+-- current_setting('procbus.fence', true) (docs/concepts/locks.md; the nemesis's fencing checker).
+SELECT set_config('procbus.fence', $1, true);
+
 -- name: list_locks
 SELECT "resource", "mode", "holder", "token", "queue_position", "requested_at", "granted_at",
        "lease_expires_at", "lease_expires_at" < clock_timestamp() AS "expired"

@@ -70,11 +70,13 @@ async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
     Refused when the written resource's token is older than its newest one, or when any of the
     fence's locks (the ancestors' intention locks too) is gone: its lease ran out and another
     holder could take a conflicting lock. The rows stay share-locked until the write commits,
-    so no conflicting grant slips in between.
+    so no conflicting grant slips in between. The fence is then noted in the transaction
+    (`procbus.fence`), for audit triggers.
     """
     fenced = [(fence.resource, fence.token)] + [(g.resource, g.token) for g in fence.path]
+    queries = load_queries(QUERIES)
     rows = await connection.fetch(
-        load_queries(QUERIES)["check_fence"],
+        queries["check_fence"],
         [resource for resource, _ in fenced],
         [token for _, token in fenced],
     )
@@ -90,6 +92,7 @@ async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
             f"write to {fence.resource!r} refused: its fencing token {fence.token} is older than "
             f"the newest one, {newest[fence.resource]}; the lock was granted again"
         )
+    await connection.execute(queries["note_fence"], fence.model_dump_json())
 
 
 class LockTable:

@@ -17,17 +17,18 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.service import RPCError, RPCStatusCode
 
-from procbus.core.fences import LockMode
+from procbus.core.fences import Fence, LockMode
+from procbus.core.names import namespace_resource, table_resource
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
@@ -50,8 +51,8 @@ PRINCIPALS = ("etl", "analyst")
 PERMISSIONS = ("read", "write")
 # What the history keeps of each procedure's end (and of one that never ended, what it waited on).
 ENDED_KEPT = (
-    *("state", "closed_at", "failed_step", "stuck_step", "rollback_reason", "broadcasts"),
-    *("error", "last_seen", "pending"),
+    *("state", "started_at", "closed_at", "failed_step", "stuck_step", "rollback_reason"),
+    *("refused", "broadcasts", "error", "last_seen", "pending"),
 )
 # What a procedure may end as after the final heal; STUCK only with its reason.
 ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
@@ -60,6 +61,12 @@ ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
 HOOKS_TOPIC, GROUPED_TOPIC = "nemesis-hooks", "nemesis-grouped"
 TOPIC_PATHS = {HOOKS_TOPIC: "/hooks", GROUPED_TOPIC: "/grouped?batch=1"}
 KEYS = ("k0", "k1", "k2", "k3", "k4")
+# One table procedure in three gets a deadline (`--deadline`), some shorter than a lock wait.
+DEADLINE_SHARE, DEADLINES = 1 / 3, (4.0, 8.0, 15.0, 30.0)
+# A deadline is a timer in the workflow: under a fault (Temporal restarting, the workflow's
+# worker cut off) it is handled late. A procedure that ended later than this past its deadline,
+# and never said a word of it, ran past its deadline unnoticed.
+DEADLINE_GRACE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class Operation:
     at: float
     procedure_id: str
     argv: tuple[str, ...]  # the `procbus` command that starts it
+    deadline_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,8 +145,11 @@ def _arrivals(rng: random.Random, seconds: float, rate_per_second: float) -> Ite
 
 
 def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Operation]:
-    """Table procedures and grants on shared tables (their locks contend), at random times."""
+    """Table procedures and grants on shared tables (their locks contend), at random times;
+    some with a deadline (from a random generator of their own: a seed's schedule of operations
+    stays what it was before deadlines came)."""
     rng = random.Random(f"workload-{seed}")
+    deadline_rng = random.Random(f"deadlines-{seed}")
     operations: list[Operation] = []
     for number, at in enumerate(_arrivals(rng, seconds, rate_per_second), start=1):
         table = f"{rng.choice(NAMESPACES)}.{rng.choice(TABLES)}"
@@ -152,7 +163,12 @@ def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Op
         else:
             principal, permission = rng.choice(PRINCIPALS), rng.choice(PERMISSIONS)
             argv = ("acl", kind, principal, table, permission)
-        operations.append(Operation(round(at, 2), procedure_id, (*argv, "--id", procedure_id)))
+        deadline = None
+        if deadline_rng.random() < DEADLINE_SHARE:
+            deadline = deadline_rng.choice(DEADLINES)
+            argv = (*argv, "--deadline", str(deadline))
+        argv = (*argv, "--id", procedure_id)
+        operations.append(Operation(round(at, 2), procedure_id, argv, deadline))
     return operations
 
 
@@ -201,10 +217,11 @@ class Run:
     def setup(self) -> None:
         # The wall clock at the start: the hosts' logs are stamped with it.
         self.history.record("began", wall=datetime.now(UTC).isoformat(), seed=self.seed)
+        asyncio.run(self._sql("install_lock_log"))
+        asyncio.run(self._sql("install_catalog_log"))
         for namespace in NAMESPACES:
             created = self.cli("namespace", "create", namespace, "--wait", timeout=120)
             assert created.returncode == 0, created.stderr
-        asyncio.run(self._sql("install_lock_log"))
         if self.with_topics:
             grouped = ["--group-transactions", "--batch-size", "5"]
             for topic, path in TOPIC_PATHS.items():
@@ -304,12 +321,18 @@ class Run:
                 continue
             if started.returncode == 0:
                 self.history.record(
-                    "started", procedure_id=operation.procedure_id, argv=list(operation.argv)
+                    "started",
+                    procedure_id=operation.procedure_id,
+                    argv=list(operation.argv),
+                    deadline_seconds=operation.deadline_seconds,
                 )
                 return
             time.sleep(1)
         self.history.record(
-            "not_started", procedure_id=operation.procedure_id, argv=list(operation.argv)
+            "not_started",
+            procedure_id=operation.procedure_id,
+            argv=list(operation.argv),
+            deadline_seconds=operation.deadline_seconds,
         )
 
     def _inject_all(self) -> None:
@@ -411,6 +434,7 @@ class Run:
             ),
             "topic_depths": depths,
             "lock_log": asyncio.run(self._sql("lock_log")),
+            "catalog_log": asyncio.run(self._sql("catalog_log")),
             "sink_requests": self.cluster.sink_requests() if self.with_topics else [],
         }
 
@@ -436,7 +460,8 @@ async def _wait_all(
     """Through one client: each procedure's end, as `procbus proc status --json` shows it, and
     when it closed (the order X locks let them commit in). A procedure is waited for by
     Temporal's own record, not by asking its workers: a run whose workflow tasks are failing for
-    now cannot answer a query, and is still running."""
+    now cannot answer a query, and is still running. When it started is Temporal's too (the
+    start of its first run: a procedure continues as new under the same ID)."""
     client = await Client.connect(address, data_converter=procbus_data_converter)
     deadline = time.monotonic() + seconds
     found: dict[str, dict[str, Any]] = {}
@@ -448,12 +473,14 @@ async def _wait_all(
             if error.status is RPCStatusCode.NOT_FOUND:
                 continue  # a start that never reached Temporal
             raise
+        started_at = await _first_run_start(client, described)
         while described.close_time is None and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
             described = await handle.describe()
         if described.close_time is None:  # never ended: the checker says so, and on what
             found[procedure_id] = {
                 "state": None,
+                "started_at": started_at.isoformat(),
                 "error": f"still {described.status.name if described.status else 'RUNNING'}",
                 "pending": [
                     f"{pending.activity_type.name} attempt {pending.attempt}: "
@@ -465,12 +492,26 @@ async def _wait_all(
                 last = await procedure_status(client, procedure_id, query_timeout=5)
                 found[procedure_id]["last_seen"] = last.model_dump(mode="json")
                 if last.state.value == "STUCK":  # it ended: it waits for an operator, open
-                    found[procedure_id] = last.model_dump(mode="json") | {"closed_at": None}
+                    found[procedure_id] = last.model_dump(mode="json") | {
+                        "started_at": started_at.isoformat(),
+                        "closed_at": None,
+                    }
             continue
         status = await procedure_status(client, procedure_id, query_timeout=30)
-        found[procedure_id] = status.model_dump(mode="json")
-        found[procedure_id]["closed_at"] = described.close_time.isoformat()
+        found[procedure_id] = status.model_dump(mode="json") | {
+            "started_at": started_at.isoformat(),
+            "closed_at": described.close_time.isoformat(),
+        }
     return found
+
+
+async def _first_run_start(client: Client, described: WorkflowExecutionDescription) -> datetime:
+    """When the procedure's first run started (its deadline counts from there)."""
+    first_run_id = described.raw_description.workflow_execution_info.first_run_id
+    if not first_run_id or first_run_id == described.run_id:
+        return described.start_time
+    first = await client.get_workflow_handle(described.id, run_id=first_run_id).describe()
+    return first.start_time
 
 
 def _grant_key(grant: dict[str, Any]) -> str:
@@ -667,6 +708,92 @@ def check_locks(end: dict[str, Any]) -> list[str]:
     return violations
 
 
+def check_deadlines(
+    history: list[dict[str, Any]], outcomes: dict[str, dict[str, Any]]
+) -> list[str]:
+    """No procedure ran past its deadline unnoticed: one that ended SUCCEEDED more than the
+    grace after its deadline must have passed its pivot first (its status then records the
+    deadline's rollback as refused). A rollback for another reason may have begun before the
+    deadline, so it is not counted; one that never ended is the procedures checker's."""
+    deadlines = {
+        recorded["procedure_id"]: recorded["deadline_seconds"]
+        for recorded in history
+        if recorded["event"] in ("started", "not_started") and recorded.get("deadline_seconds")
+    }
+    violations = []
+    for procedure_id, deadline in sorted(deadlines.items()):
+        status = outcomes.get(procedure_id, {})
+        if status.get("state") != "SUCCEEDED" or not status.get("closed_at"):
+            continue
+        ran = (
+            datetime.fromisoformat(status["closed_at"])
+            - datetime.fromisoformat(status["started_at"])
+        ).total_seconds()
+        noticed = any("its deadline passed" in refusal for refusal in status.get("refused", []))
+        if ran > deadline + DEADLINE_GRACE_SECONDS and not noticed:
+            violations.append(
+                f"{procedure_id} SUCCEEDED {ran:.1f} s after its start, past its deadline of "
+                f"{deadline:g} s, and its status says nothing of the deadline"
+            )
+    return violations
+
+
+# The lock resource a write to each catalog relation needs (or an ancestor's), from its row.
+WRITTEN_RESOURCE: dict[str, Callable[[dict[str, Any]], str]] = {
+    "procbus_namespaces": lambda row: namespace_resource(row["name"]),
+    "procbus_namespace_acl": lambda row: namespace_resource(row["namespace"]),
+    "procbus_tables": lambda row: table_resource(row["namespace"], row["name"]),
+    "procbus_acl": lambda row: table_resource(row["namespace"], row["table_name"]),
+    "procbus_events": lambda row: (
+        table_resource(row["namespace"], row["table_name"])
+        if row["table_name"]
+        else namespace_resource(row["namespace"])
+    ),
+}
+
+
+def check_fencing(end: dict[str, Any]) -> list[str]:
+    """Every write that reached the catalog carried a fence covering what it wrote, and when it
+    was written that fence's locks were still held and its token the newest on its resource:
+    replaying the lock log and the catalog log together, in the database's time order."""
+    changes = [(change["at"], 0, change) for change in end.get("lock_log", [])]
+    changes += [(write["at"], 1, write) for write in end.get("catalog_log", [])]
+    rows: dict[tuple[str, str], dict[str, Any]] = {}  # (resource, holder) -> its lock row now
+    newest: dict[str, int] = {}  # resource -> the newest token granted on it
+    violations = []
+    for _, is_write, change in sorted(changes, key=lambda c: (datetime.fromisoformat(c[0]), c[1])):
+        if not is_write:
+            key = (change["resource"], change["holder"])
+            rows.pop(key, None)
+            if change["op"] != "DELETE":
+                rows[key] = change
+                if change["token"] is not None:
+                    newest[key[0]] = max(newest.get(key[0], 0), change["token"])
+            continue
+        row = json.loads(change["row"])
+        written = WRITTEN_RESOURCE[change["relation"]](row)
+        what = f"{change['op']} on {change['relation']} ({written}) at {change['at']}"
+        if change["fence"] is None:
+            violations.append(f"{what} carried no fence")
+            continue
+        fence = Fence.model_validate_json(change["fence"])
+        if written != fence.resource and not written.startswith(f"{fence.resource}/"):
+            violations.append(
+                f"{what} carried a fence on {fence.resource}, which does not cover it"
+            )
+        for resource, token in [(fence.resource, fence.token)] + [
+            (grant.resource, grant.token) for grant in fence.path
+        ]:
+            if not any(r == resource and lock["token"] == token for (r, _), lock in rows.items()):
+                violations.append(f"{what}: its lock on {resource} (token {token}) was not held")
+        if fence.token < newest.get(fence.resource, 0):
+            violations.append(
+                f"{what}: its token {fence.token} on {fence.resource} was older than the newest, "
+                f"{newest[fence.resource]}"
+            )
+    return violations
+
+
 def _grant_table(grant: str) -> str:
     return grant.split(":")[1]
 
@@ -680,8 +807,10 @@ def verdicts(
 ) -> dict[str, list[str]]:
     return {
         "procedures": check_procedures(outcomes),
+        "deadlines": check_deadlines(history.events, outcomes),
         "catalog": check_catalog(outcomes, end),
         "caches": check_caches(end),
         "topics": check_topics(history.events, end),
         "locks": check_locks(end),
+        "fencing": check_fencing(end),
     }

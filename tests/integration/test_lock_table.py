@@ -130,6 +130,38 @@ async def test_an_expired_lease_releases_the_lock_and_fences_the_old_holder(
     assert await pool.fetch('SELECT "value" FROM "fenced_rows"') == [("write of the new holder",)]
 
 
+async def test_a_fenced_write_names_its_fence_to_an_audit_trigger(
+    locks: LockTable, pool: asyncpg.Pool
+) -> None:
+    """check_fence notes the fence in its transaction (procbus.fence), where a trigger reads
+    it; the next transaction on the connection no longer has it."""
+    await pool.execute(AUDITED_ROWS)
+    held = await locks.acquire(lock_set("writer", [("sales/orders", "X")]))
+    fence = fence_of(held.grants, "sales/orders")
+    async with pool.acquire() as connection:
+        async with connection.transaction():
+            await check_fence(connection, fence)
+            await connection.execute('INSERT INTO "audited_rows" VALUES ($1)', "fenced")
+        await connection.execute('INSERT INTO "audited_rows" VALUES ($1)', "unfenced")
+    audited = dict(await pool.fetch('SELECT "value", "fence" FROM "audited_rows"'))
+    assert Fence.model_validate_json(audited["fenced"]) == fence
+    assert audited["unfenced"] is None
+
+
+# An audit trigger of the kind docs/concepts/locks.md shows: each row with the fence it was
+# written under.
+AUDITED_ROWS = """
+CREATE TABLE "audited_rows" ("value" text, "fence" text);
+CREATE FUNCTION "audit_fence"() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW."fence" := nullif(current_setting('procbus.fence', true), '');
+    RETURN NEW;
+END $$;
+CREATE TRIGGER "audit_fence" BEFORE INSERT ON "audited_rows"
+FOR EACH ROW EXECUTE FUNCTION "audit_fence"();
+"""
+
+
 async def test_a_write_is_fenced_by_the_intention_locks_above_it_too(
     locks: LockTable, pool: asyncpg.Pool
 ) -> None:

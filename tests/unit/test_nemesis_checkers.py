@@ -4,6 +4,7 @@ history and finds the violation planted in it."""
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 from procbus.testing.nemesis import (
@@ -14,6 +15,8 @@ from procbus.testing.nemesis import (
     app_transactions,
     check_caches,
     check_catalog,
+    check_deadlines,
+    check_fencing,
     check_locks,
     check_procedures,
     check_topics,
@@ -120,6 +123,53 @@ def test_a_seed_gives_the_same_schedule_and_another_seed_another() -> None:
     faults = fault_schedule(7, 600, workers)
     # One at a time: each healed before the next begins.
     assert all(a.at + a.hold < b.at for a, b in itertools.pairwise(faults))
+
+
+def test_some_operations_have_a_deadline_on_their_command_line() -> None:
+    operations = workload(7, 600)
+    with_deadline = [o for o in operations if o.deadline_seconds is not None]
+    assert 0 < len(with_deadline) < len(operations)
+    for operation in with_deadline:
+        assert operation.argv[-4:-2] == ("--deadline", str(operation.deadline_seconds))
+
+
+def started(procedure_id: str, deadline: float | None) -> dict[str, Any]:
+    return {"event": "started", "procedure_id": procedure_id, "deadline_seconds": deadline}
+
+
+def ended(state: str, seconds: float, *refused: str, reason: str | None = None) -> dict[str, Any]:
+    return {
+        "state": state,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "closed_at": f"2026-01-01T00:{int(seconds) // 60:02d}:{int(seconds) % 60:02d}+00:00",
+        "refused": list(refused),
+        "rollback_reason": reason,
+    }
+
+
+REFUSED = "its deadline passed: refused, the procedure passed its pivot 'add_to_catalog'"
+
+
+def test_deadlines_met_rolled_back_or_refused_past_the_pivot_have_no_violations() -> None:
+    history = [started(p, 10.0) for p in ("in_time", "rolled", "refused", "late_but_grace")]
+    history.append(started("no_deadline", None))
+    outcomes = {
+        "in_time": ended("SUCCEEDED", 9),
+        "rolled": ended("ROLLED_BACK", 55, reason="its deadline passed"),
+        "refused": ended("SUCCEEDED", 95, REFUSED),
+        "late_but_grace": ended("SUCCEEDED", 35),  # within the grace of a timer handled late
+        "no_deadline": ended("SUCCEEDED", 300),
+    }
+    assert check_deadlines(history, outcomes) == []
+
+
+def test_a_procedure_that_succeeded_long_past_its_deadline_unnoticed_is_a_violation() -> None:
+    history = [started("late", 10.0), started("never_ended", 10.0)]
+    outcomes = {"late": ended("SUCCEEDED", 70), "never_ended": {"state": None}}
+    assert check_deadlines(history, outcomes) == [
+        "late SUCCEEDED 70.0 s after its start, past its deadline of 10 s, and its status says "
+        "nothing of the deadline"
+    ]
 
 
 def txn(name: str, outcome: str, *events: tuple[str, str]) -> dict[str, Any]:
@@ -238,3 +288,63 @@ def test_two_incompatible_grants_that_overlapped_are_a_violation() -> None:
     # A child procedure inherits its parent's locks: a grant within the family is no conflict.
     child = {**change("INSERT", 3, "sales/orders", "p1/c", "X", 4, 30), "family": ["p1"]}
     assert check_locks({"lock_log": [*LOCK_LOG[:2], child]}) == []
+
+
+def write(
+    at: int, relation: str, row: dict[str, Any], fence: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A row of the catalog's change log: what was written at second `at`, under which fence."""
+    return {
+        "at": f"2026-01-01T00:00:{at:02d}+00:00",
+        "relation": relation,
+        "op": "INSERT",
+        "row": json.dumps(row),
+        "fence": None if fence is None else json.dumps(fence),
+    }
+
+
+def fence(resource: str, token: int, *path: tuple[str, int]) -> dict[str, Any]:
+    return {
+        "resource": resource,
+        "token": token,
+        "path": [{"resource": r, "mode": "IX", "token": t} for r, t in path],
+    }
+
+
+ORDERS = {"namespace": "sales", "name": "orders"}
+
+
+def test_writes_under_held_current_fences_have_no_violations() -> None:
+    catalog_log = [
+        write(3, "procbus_tables", ORDERS, fence("sales/orders", 1, ("sales", 1))),
+        write(
+            4,
+            "procbus_events",
+            {"namespace": "sales", "table_name": "orders"},
+            fence("sales/orders", 1),
+        ),
+        write(7, "procbus_acl", ORDERS | {"table_name": "orders"}, fence("sales/orders", 2)),
+    ]
+    assert check_fencing({"lock_log": LOCK_LOG, "catalog_log": catalog_log}) == []
+
+
+def test_an_unfenced_uncovered_released_or_stale_write_is_a_violation() -> None:
+    catalog_log = [
+        write(3, "procbus_tables", ORDERS, None),
+        write(
+            3, "procbus_tables", {"namespace": "sales", "name": "returns"}, fence("sales/orders", 1)
+        ),
+        # p1 released its X at second 5, and p2 was granted token 2: p1 writes after.
+        write(6, "procbus_tables", ORDERS, fence("sales/orders", 1)),
+    ]
+    found = check_fencing({"lock_log": LOCK_LOG, "catalog_log": catalog_log})
+    at = "2026-01-01T00:00:0{}+00:00".format
+    assert found == [
+        f"INSERT on procbus_tables (sales/orders) at {at(3)} carried no fence",
+        f"INSERT on procbus_tables (sales/returns) at {at(3)} carried a fence on sales/orders, "
+        "which does not cover it",
+        f"INSERT on procbus_tables (sales/orders) at {at(6)}: its lock on sales/orders (token 1) "
+        "was not held",
+        f"INSERT on procbus_tables (sales/orders) at {at(6)}: its token 1 on sales/orders was "
+        "older than the newest, 2",
+    ]
