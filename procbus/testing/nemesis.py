@@ -61,6 +61,9 @@ ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
 HOOKS_TOPIC, GROUPED_TOPIC = "nemesis-hooks", "nemesis-grouped"
 TOPIC_PATHS = {HOOKS_TOPIC: "/hooks", GROUPED_TOPIC: "/grouped?batch=1"}
 KEYS = ("k0", "k1", "k2", "k3", "k4")
+# Half the deletions run as this principal (deleting a table's data is writing it): the access
+# checker follows its write grants, which the workload's grants and revokes change.
+DELETER, DELETER_SHARE = "etl", 0.5
 # One table procedure in three gets a deadline (`--deadline`), some shorter than a lock wait.
 DEADLINE_SHARE, DEADLINES = 1 / 3, (4.0, 8.0, 15.0, 30.0)
 # A deadline is a timer in the workflow: under a fault (Temporal restarting, the workflow's
@@ -150,6 +153,7 @@ def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Op
     stays what it was before deadlines came)."""
     rng = random.Random(f"workload-{seed}")
     deadline_rng = random.Random(f"deadlines-{seed}")
+    principal_rng = random.Random(f"principals-{seed}")
     operations: list[Operation] = []
     for number, at in enumerate(_arrivals(rng, seconds, rate_per_second), start=1):
         table = f"{rng.choice(NAMESPACES)}.{rng.choice(TABLES)}"
@@ -160,6 +164,8 @@ def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Op
             argv = ("table", "create", table, "--schema", "id:bigint,note:string")
         elif kind == "delete":
             argv = ("table", "delete", table)
+            if principal_rng.random() < DELETER_SHARE:
+                argv = (*argv, "--as", DELETER)
         else:
             principal, permission = rng.choice(PRINCIPALS), rng.choice(PERMISSIONS)
             argv = ("acl", kind, principal, table, permission)
@@ -794,6 +800,57 @@ def check_fencing(end: dict[str, Any]) -> list[str]:
     return violations
 
 
+def check_access(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str]:
+    """No data change was made as a principal whose grant was revoked before it began.
+
+    The workload deletes tables as `etl` (deleting a table's data is writing it). On a table,
+    every procedure that changes it or its grants (create, delete, grant, revoke) holds its X
+    lock, so the lock log orders them. Replayed in that order: etl may write the table once a
+    grant of write on it succeeded, until a revoke of it or the table's deletion (which takes its
+    grants) succeeded. An etl deletion that succeeded while etl could not write is a violation.
+    After a change that never ended, or ended STUCK, the table's grants are unknown until the
+    next one that succeeded."""
+    commands = {
+        recorded["procedure_id"]: recorded["argv"]
+        for recorded in history
+        if recorded["event"] in ("started", "not_started")
+    }
+    ends = {
+        recorded["procedure_id"]: recorded for recorded in history if recorded["event"] == "ended"
+    }
+    granted_first: dict[str, list[str]] = collections.defaultdict(list)  # resource -> holders
+    for change in end.get("lock_log", []):
+        holders, holder = granted_first[change["resource"]], change["holder"]
+        granted = change["token"] is not None and change["mode"] == "X"
+        if granted and holder in commands and holder not in holders:
+            holders.append(holder)
+    violations = []
+    for table in sorted({_table_of(argv) for argv in commands.values()}):
+        may_write: bool | None = False  # None: unknown
+        since = "never granted it"  # why etl may not write, for the violation's sentence
+        for procedure_id in granted_first[table_resource(*table.split("."))]:
+            argv, state = commands[procedure_id], ends.get(procedure_id, {}).get("state")
+            action = argv[1]
+            as_deleter = action == "delete" and "--as" in argv
+            if as_deleter and state == "SUCCEEDED" and may_write is False:
+                violations.append(
+                    f"{procedure_id} deleted {table} as {DELETER}, who could not write it: {since}"
+                )
+            if state not in ("SUCCEEDED", "ROLLED_BACK"):
+                may_write = None  # half-done, or never ended: unknown until the next change
+            elif state == "SUCCEEDED" and action in ("create", "delete"):
+                # A new table has no grants; a deleted one took them.
+                may_write, since = False, f"{procedure_id} {action}d the table"
+            elif state == "SUCCEEDED" and argv[2:3] == [DELETER] and argv[4:5] == ["write"]:
+                may_write, since = action == "grant", f"{procedure_id} revoked it"
+    return violations
+
+
+def _table_of(argv: list[str]) -> str:
+    """The table a workload command acts on: `table ACTION NS.T ...`, `acl ACTION WHO NS.T`."""
+    return argv[2] if argv[0] == "table" else argv[3]
+
+
 def _grant_table(grant: str) -> str:
     return grant.split(":")[1]
 
@@ -813,4 +870,5 @@ def verdicts(
         "topics": check_topics(history.events, end),
         "locks": check_locks(end),
         "fencing": check_fencing(end),
+        "access": check_access(history.events, end),
     }

@@ -13,6 +13,7 @@ from procbus.testing.nemesis import (
     HOOKS_TOPIC,
     SINK_FAULT_KINDS,
     app_transactions,
+    check_access,
     check_caches,
     check_catalog,
     check_deadlines,
@@ -125,8 +126,11 @@ def test_a_seed_gives_the_same_schedule_and_another_seed_another() -> None:
     assert all(a.at + a.hold < b.at for a, b in itertools.pairwise(faults))
 
 
-def test_some_operations_have_a_deadline_on_their_command_line() -> None:
+def test_some_operations_have_a_deadline_and_some_deletions_run_as_etl() -> None:
     operations = workload(7, 600)
+    deletions = [o.argv for o in operations if o.argv[:2] == ("table", "delete")]
+    as_etl = [argv for argv in deletions if argv[3:5] == ("--as", "etl")]
+    assert 0 < len(as_etl) < len(deletions)
     with_deadline = [o for o in operations if o.deadline_seconds is not None]
     assert 0 < len(with_deadline) < len(operations)
     for operation in with_deadline:
@@ -347,4 +351,53 @@ def test_an_unfenced_uncovered_released_or_stale_write_is_a_violation() -> None:
         "was not held",
         f"INSERT on procbus_tables (sales/orders) at {at(6)}: its token 1 on sales/orders was "
         "older than the newest, 2",
+    ]
+
+
+def commands(
+    *steps: tuple[str, str, tuple[str, ...]],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A history of (procedure ID, end state, command) run one after another on sales.orders,
+    and the lock log that orders them: each granted X on the table in turn."""
+    history: list[dict[str, Any]] = []
+    lock_log = []
+    for second, (procedure_id, state, argv) in enumerate(steps, start=1):
+        history.append({"event": "started", "procedure_id": procedure_id, "argv": list(argv)})
+        history.append({"event": "ended", "procedure_id": procedure_id, "state": state})
+        lock_log.append(change("INSERT", second, "sales/orders", procedure_id, "X", second, 90))
+        lock_log.append(change("DELETE", second, "sales/orders", procedure_id, "X", second, 90))
+    return history, {"lock_log": lock_log}
+
+
+CREATE = ("table", "create", "sales.orders", "--schema", "id:bigint")
+DELETE_AS_ETL = ("table", "delete", "sales.orders", "--as", "etl")
+GRANT, REVOKE = (("acl", action, "etl", "sales.orders", "write") for action in ("grant", "revoke"))
+
+
+def test_deletions_as_etl_while_it_may_write_or_refused_have_no_violations() -> None:
+    history, end = commands(
+        ("c1", "SUCCEEDED", CREATE),
+        ("g1", "SUCCEEDED", GRANT),
+        ("r0", "SUCCEEDED", ("acl", "revoke", "analyst", "sales.orders", "write")),
+        ("d1", "SUCCEEDED", DELETE_AS_ETL),  # etl could write it
+        ("c2", "SUCCEEDED", CREATE),
+        ("d2", "ROLLED_BACK", DELETE_AS_ETL),  # refused: the new table has no grants
+        ("g2", "STUCK", GRANT),
+        ("d3", "SUCCEEDED", DELETE_AS_ETL),  # the grant's outcome is unknown: not counted
+    )
+    assert check_access(history, end) == []
+
+
+def test_a_deletion_as_etl_after_its_grant_was_revoked_or_never_given_is_a_violation() -> None:
+    history, end = commands(
+        ("c1", "SUCCEEDED", CREATE),
+        ("g1", "SUCCEEDED", GRANT),
+        ("r1", "SUCCEEDED", REVOKE),
+        ("d1", "SUCCEEDED", DELETE_AS_ETL),
+        ("c2", "SUCCEEDED", CREATE),
+        ("d2", "SUCCEEDED", DELETE_AS_ETL),
+    )
+    assert check_access(history, end) == [
+        "d1 deleted sales.orders as etl, who could not write it: r1 revoked it",
+        "d2 deleted sales.orders as etl, who could not write it: c2 created the table",
     ]
