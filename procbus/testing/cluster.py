@@ -248,10 +248,12 @@ class WorkerProcess:
     env: dict[str, str]
     log_file: Path
     process: subprocess.Popen[bytes] | None = None
+    modules: tuple[str, ...] = ()  # modules of the user's procedures it runs too (--workflows)
 
     def start(self) -> None:
+        user = [argument for module in self.modules for argument in ("--workflows", module)]
         self.process = subprocess.Popen(
-            self.host.command(str(Path(sys.executable).parent / "procbus"), "worker"),
+            self.host.command(str(Path(sys.executable).parent / "procbus"), "worker", *user),
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -304,8 +306,12 @@ class Cluster:
         member_timeout_seconds: float = 5.0,
         worker_settings: dict[str, str] | None = None,
         sink: bool = False,
+        worker_modules: Sequence[str] = (),
     ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
+        # Modules of the user's own procedures every worker runs too (imported from the folder
+        # the harness runs in, as `procbus worker --workflows` does).
+        self.worker_modules = tuple(worker_modules)
         # PROCBUS_* settings of every worker beyond the cluster's own (faults=..., say).
         self.worker_settings = worker_settings or {}
         self.network = Network(["db", "temporal", *self.worker_names, *(["sink"] * sink)])
@@ -385,6 +391,14 @@ class Cluster:
         env = {key: value for key, value in os.environ.items() if not key.startswith("PROCBUS_")}
         return env | self.settings(state_dir=str(self.root / "cli-state"))
 
+    def temporal_cli_env(self) -> dict[str, str]:
+        """The environment of a `temporal` CLI on the machine that talks to this cluster."""
+        return {
+            **os.environ,
+            "TEMPORAL_ADDRESS": self.temporal.address,
+            "TEMPORAL_NAMESPACE": "default",
+        }
+
     def start(self) -> None:
         require_cluster_tools()
         self.warehouse.mkdir()
@@ -421,7 +435,9 @@ class Cluster:
             member_timeout_seconds=str(self.member_timeout_seconds),
             **self.worker_settings,
         )
-        worker = WorkerProcess(host, name, env, self.root / f"{name}.log")
+        worker = WorkerProcess(
+            host, name, env, self.root / f"{name}.log", None, self.worker_modules
+        )
         worker.start()
         self.workers[name] = worker
         return worker
@@ -457,6 +473,7 @@ def running_cluster(
     member_timeout_seconds: float = 5.0,
     worker_settings: dict[str, str] | None = None,
     sink: bool = False,
+    worker_modules: Sequence[str] = (),
 ) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
     cluster = Cluster(
@@ -464,6 +481,7 @@ def running_cluster(
         member_timeout_seconds=member_timeout_seconds,
         worker_settings=worker_settings,
         sink=sink,
+        worker_modules=worker_modules,
     )
     try:
         cluster.start()

@@ -17,7 +17,8 @@ import random
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from procbus.errors import ProcbusError
 from procbus.hooks import transaction
 from procbus.locks.modes import compatible
 from procbus.procedures.client import procedure_status
+from procbus.stack.temporal_server import temporal_binary
 from procbus.temporal.payloads import procbus_data_converter
 from procbus.testing.cluster import Cluster, running_cluster, wait_until
 
@@ -64,6 +66,12 @@ KEYS = ("k0", "k1", "k2", "k3", "k4")
 # Half the deletions run as this principal (deleting a table's data is writing it): the access
 # checker follows its write grants, which the workload's grants and revokes change.
 DELETER, DELETER_SHARE = "etl", 0.5
+# The user's own procedure (examples/user_procedures.py's RefreshCaches, when the cluster's
+# workers run that module), started with the `temporal` CLI as its users do, on the workload's
+# tables in `sales`: its X lock contends with theirs. It writes a note in a file of the table's,
+# then evicts the table from every worker's cache; one in four then fails, to be undone.
+USER_MODULE, USER_PROCEDURE = "examples.user_procedures", "RefreshCaches"
+USER_RATE, USER_REFUSE_SHARE = 0.1, 0.25
 # One table procedure in three gets a deadline (`--deadline`), some shorter than a lock wait.
 DEADLINE_SHARE, DEADLINES = 1 / 3, (4.0, 8.0, 15.0, 30.0)
 # A deadline is a timer in the workflow: under a fault (Temporal restarting, the workflow's
@@ -84,8 +92,9 @@ class Fault:
 class Operation:
     at: float
     procedure_id: str
-    argv: tuple[str, ...]  # the `procbus` command that starts it
+    argv: tuple[str, ...]  # the command that starts it, without its program
     deadline_seconds: float | None = None
+    program: str = "procbus"  # or "temporal": the `temporal` CLI
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,29 @@ def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Op
     return operations
 
 
+def user_operations(seed: int, seconds: float, notes: Path) -> list[Operation]:
+    """The user's procedure at random times (from a generator of its own), each started with
+    `temporal workflow start` under an ID of the seed's, its notes in `notes`/notes-TABLE."""
+    rng = random.Random(f"user-{seed}")
+    operations = []
+    for number, at in enumerate(_arrivals(rng, seconds, USER_RATE), start=1):
+        table = rng.choice(TABLES)
+        request = {
+            "table": table,
+            "notes": str(notes / f"notes-{table}"),
+            "refuse": rng.random() < USER_REFUSE_SHARE,
+        }
+        procedure_id = f"nemesis-{seed}-u{number}-refresh"
+        argv = (
+            *("workflow", "start", "--type", USER_PROCEDURE, "--task-queue", "procbus"),
+            *("--workflow-id", procedure_id, "--input", json.dumps(request)),
+            # Asked again after a lost answer, it must not start a second run of a closed one.
+            *("--id-reuse-policy", "RejectDuplicate"),
+        )
+        operations.append(Operation(round(at, 2), procedure_id, argv, program="temporal"))
+    return operations
+
+
 def app_transactions(
     seed: int, seconds: float, rate_per_second: float = 2.0
 ) -> list[AppTransaction]:
@@ -209,6 +241,10 @@ class Run:
         kinds = FAULT_KINDS + SINK_FAULT_KINDS if self.with_topics else FAULT_KINDS
         self.faults = fault_schedule(seed, seconds, cluster.worker_names, kinds)
         self.operations = workload(seed, seconds)
+        self.with_user_procedure = USER_MODULE in cluster.worker_modules
+        if self.with_user_procedure:
+            users = user_operations(seed, seconds, cluster.root)
+            self.operations = sorted([*self.operations, *users], key=lambda o: o.at)
         self.transactions = app_transactions(seed, seconds) if self.with_topics else []
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -320,26 +356,32 @@ class Run:
         """Start it; a start whose answer was lost (Temporal restarting) is asked again with
         the same ID, which returns the same procedure, until a fault has surely healed."""
         give_up_at = time.monotonic() + FAULT_SECONDS[1] * 3
+        details = {
+            "procedure_id": operation.procedure_id,
+            "argv": list(operation.argv),
+            "deadline_seconds": operation.deadline_seconds,
+            "program": operation.program,
+        }
         while time.monotonic() < give_up_at:
             try:
-                started = self.cli(*operation.argv, timeout=30)
+                if operation.program == "temporal":
+                    started = subprocess.run(
+                        [str(temporal_binary()), *operation.argv],
+                        env=self.cluster.temporal_cli_env(),
+                        capture_output=True,
+                        text=True,
+                        timeout=30,
+                    )
+                else:
+                    started = self.cli(*operation.argv, timeout=30)
             except subprocess.TimeoutExpired:
                 continue
-            if started.returncode == 0:
-                self.history.record(
-                    "started",
-                    procedure_id=operation.procedure_id,
-                    argv=list(operation.argv),
-                    deadline_seconds=operation.deadline_seconds,
-                )
+            # The `temporal` CLI refuses an ID it already started: an earlier answer was lost.
+            if started.returncode == 0 or "already started" in started.stderr.lower():
+                self.history.record("started", **details)
                 return
             time.sleep(1)
-        self.history.record(
-            "not_started",
-            procedure_id=operation.procedure_id,
-            argv=list(operation.argv),
-            deadline_seconds=operation.deadline_seconds,
-        )
+        self.history.record("not_started", **details)
 
     def _inject_all(self) -> None:
         for fault in self.faults:
@@ -442,6 +484,10 @@ class Run:
             "lock_log": asyncio.run(self._sql("lock_log")),
             "catalog_log": asyncio.run(self._sql("catalog_log")),
             "sink_requests": self.cluster.sink_requests() if self.with_topics else [],
+            "notes": {
+                notes.name.removeprefix("notes-"): notes.read_text().splitlines()
+                for notes in sorted(self.cluster.root.glob("notes-*"))
+            },
         }
 
     def _drained(self, topic: str, timeout: float = 120) -> int:
@@ -536,12 +582,20 @@ class Report:
 
 
 def run_on_a_new_cluster(
-    seed: int, seconds: float, procbus: str, workers: int = 3, history: Path | None = None
+    seed: int,
+    seconds: float,
+    procbus: str,
+    workers: int = 3,
+    history: Path | None = None,
+    worker_modules: Sequence[str] = (USER_MODULE,),
 ) -> Report:
     """A cluster of `workers` workers and a sink up for one run from `seed` (bench/nemesis.py's
     and the short run of `make test`), torn down after it; its history written to `history`,
-    also when the run failed."""
-    with running_cluster(workers, member_timeout_seconds=5.0, sink=True) as cluster:
+    also when the run failed. The workers run the user's procedures of `worker_modules` too,
+    imported from the folder this runs in (the project's, for examples.user_procedures)."""
+    with running_cluster(
+        workers, member_timeout_seconds=5.0, sink=True, worker_modules=worker_modules
+    ) as cluster:
         run = Run(cluster, seed, seconds, procbus)
         try:
             run.setup()
@@ -593,10 +647,12 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
     return violations
 
 
-def check_caches(end: dict[str, Any]) -> list[str]:
+def check_caches(end: dict[str, Any], evicted: AbstractSet[str] = frozenset()) -> list[str]:
     """After the heal, every live worker's caches (tables, grants) equal the catalog. A worker
     keeps a deleted table's grants, unused, until a table of that name is created again (which
-    drops them first: docs/concepts/bus.md); those are not counted."""
+    drops them first: docs/concepts/bus.md); those are not counted. A table the user's procedure
+    evicted last (`evicted`) may be missing from a worker's cache, which reads it again when it
+    is used."""
     violations = []
     for worker, caches in sorted(end["workers"].items()):
         in_use = {
@@ -605,9 +661,13 @@ def check_caches(end: dict[str, Any]) -> list[str]:
             + [g for g in caches["grants"] if _grant_table(g).endswith(".*")],
         }
         for what in ("tables", "grants"):
-            if sorted(in_use[what]) != end[what]:
-                missing = sorted(set(end[what]) - set(in_use[what]))
-                extra = sorted(set(in_use[what]) - set(end[what]))
+            missing = sorted(
+                item
+                for item in set(end[what]) - set(in_use[what])
+                if (item if what == "tables" else _grant_table(item)) not in evicted
+            )
+            extra = sorted(set(in_use[what]) - set(end[what]))
+            if missing or extra:
                 violations.append(
                     f"{worker}'s {what} differ from the catalog: missing {missing}, extra {extra}"
                 )
@@ -810,20 +870,9 @@ def check_access(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str
     grants) succeeded. An etl deletion that succeeded while etl could not write is a violation.
     After a change that never ended, or ended STUCK, the table's grants are unknown until the
     next one that succeeded."""
-    commands = {
-        recorded["procedure_id"]: recorded["argv"]
-        for recorded in history
-        if recorded["event"] in ("started", "not_started")
-    }
-    ends = {
-        recorded["procedure_id"]: recorded for recorded in history if recorded["event"] == "ended"
-    }
-    granted_first: dict[str, list[str]] = collections.defaultdict(list)  # resource -> holders
-    for change in end.get("lock_log", []):
-        holders, holder = granted_first[change["resource"]], change["holder"]
-        granted = change["token"] is not None and change["mode"] == "X"
-        if granted and holder in commands and holder not in holders:
-            holders.append(holder)
+    commands = _commands(history, "procbus")
+    ends = _ends(history)
+    granted_first = _first_x_holders(end, commands)
     violations = []
     for table in sorted({_table_of(argv) for argv in commands.values()}):
         may_write: bool | None = False  # None: unknown
@@ -846,6 +895,90 @@ def check_access(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str
     return violations
 
 
+def check_notes(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str]:
+    """The user's procedure left its note exactly when it succeeded: one line keyed by its step
+    in its table's notes for each that SUCCEEDED, none for one ROLLED_BACK (its undo took it
+    away), and no line of a procedure the workload never started."""
+    refreshes = _commands(history, "temporal")
+    ends = _ends(history)
+    written = collections.Counter(
+        (table, line.split(" ")[0])
+        for table, lines in end.get("notes", {}).items()
+        for line in lines
+    )
+    violations = []
+    for procedure_id, argv in sorted(refreshes.items()):
+        table = json.loads(argv[argv.index("--input") + 1])["table"]
+        state, lines = (
+            ends.get(procedure_id, {}).get("state"),
+            written[(table, f"{procedure_id}/note")],
+        )
+        if state == "SUCCEEDED" and lines != 1:
+            violations.append(
+                f"{procedure_id} SUCCEEDED, and its note is in {table}'s notes {lines} times"
+            )
+        elif state == "ROLLED_BACK" and lines:
+            violations.append(
+                f"{procedure_id} was ROLLED_BACK, and its note is still in {table}'s notes"
+            )
+    known = {
+        (json.loads(argv[argv.index("--input") + 1])["table"], f"{pid}/note")
+        for pid, argv in refreshes.items()
+    }
+    for table, key in sorted(set(written) - known):
+        violations.append(f"{table}'s notes hold {key}, of no procedure the workload started")
+    return violations
+
+
+def evicted_tables(history: list[dict[str, Any]], end: dict[str, Any]) -> set[str]:
+    """The tables the user's procedure was the last to evict from the workers' caches (in the
+    order of their X locks, after the last creation or deletion that succeeded): a worker may
+    rightly not have them cached."""
+    commands = _commands(history, "procbus") | _commands(history, "temporal")
+    ends = _ends(history)
+    evicted = set()
+    for resource, holders in _first_x_holders(end, commands).items():
+        last = None
+        for procedure_id in holders:
+            argv = commands[procedure_id]
+            succeeded = ends.get(procedure_id, {}).get("state") == "SUCCEEDED"
+            if argv[0] == "workflow" or (
+                argv[:2] in (["table", "create"], ["table", "delete"]) and succeeded
+            ):
+                last = argv[0]  # an eviction (whether the procedure then failed or not)
+        if last == "workflow":
+            evicted.add(resource.replace("/", "."))
+    return evicted
+
+
+def _commands(history: list[dict[str, Any]], program: str) -> dict[str, list[str]]:
+    """The workload's commands of `program` (procbus or temporal), by procedure ID."""
+    return {
+        recorded["procedure_id"]: recorded["argv"]
+        for recorded in history
+        if recorded["event"] in ("started", "not_started")
+        and recorded.get("program", "procbus") == program
+    }
+
+
+def _ends(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        recorded["procedure_id"]: recorded for recorded in history if recorded["event"] == "ended"
+    }
+
+
+def _first_x_holders(end: dict[str, Any], known: Container[str]) -> dict[str, list[str]]:
+    """Per lock resource, the `known` procedures in the order each was first granted X on it:
+    the order their changes to it took effect."""
+    holders: dict[str, list[str]] = collections.defaultdict(list)
+    for change in end.get("lock_log", []):
+        ordered, holder = holders[change["resource"]], change["holder"]
+        granted = change["token"] is not None and change["mode"] == "X"
+        if granted and holder in known and holder not in ordered:
+            ordered.append(holder)
+    return holders
+
+
 def _table_of(argv: list[str]) -> str:
     """The table a workload command acts on: `table ACTION NS.T ...`, `acl ACTION WHO NS.T`."""
     return argv[2] if argv[0] == "table" else argv[3]
@@ -866,9 +999,10 @@ def verdicts(
         "procedures": check_procedures(outcomes),
         "deadlines": check_deadlines(history.events, outcomes),
         "catalog": check_catalog(outcomes, end),
-        "caches": check_caches(end),
+        "caches": check_caches(end, evicted_tables(history.events, end)),
         "topics": check_topics(history.events, end),
         "locks": check_locks(end),
         "fencing": check_fencing(end),
         "access": check_access(history.events, end),
+        "notes": check_notes(history.events, end),
     }

@@ -19,8 +19,10 @@ from procbus.testing.nemesis import (
     check_deadlines,
     check_fencing,
     check_locks,
+    check_notes,
     check_procedures,
     check_topics,
+    evicted_tables,
     fault_schedule,
     workload,
 )
@@ -400,4 +402,62 @@ def test_a_deletion_as_etl_after_its_grant_was_revoked_or_never_given_is_a_viola
     assert check_access(history, end) == [
         "d1 deleted sales.orders as etl, who could not write it: r1 revoked it",
         "d2 deleted sales.orders as etl, who could not write it: c2 created the table",
+    ]
+
+
+def refresh(table: str) -> tuple[str, ...]:
+    request = {"table": table, "notes": f"/tmp/notes-{table}", "refuse": False}
+    return ("workflow", "start", "--type", "RefreshCaches", "--input", json.dumps(request))
+
+
+def with_program(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `temporal` CLI's starts marked as such (the workload records each start's program)."""
+    for recorded in history:
+        if recorded["event"] == "started" and recorded["argv"][0] == "workflow":
+            recorded["program"] = "temporal"
+    return history
+
+
+def test_notes_left_exactly_by_the_user_procedures_that_succeeded_have_no_violations() -> None:
+    history, _ = commands(
+        ("u1", "SUCCEEDED", refresh("orders")), ("u2", "ROLLED_BACK", refresh("orders"))
+    )
+    end = {"notes": {"orders": ["u1/note orders"]}}
+    assert check_notes(with_program(history), end) == []
+
+
+def test_a_lost_doubled_undone_or_stray_note_is_a_violation() -> None:
+    history, _ = commands(
+        ("u1", "SUCCEEDED", refresh("orders")),
+        ("u2", "SUCCEEDED", refresh("orders")),
+        ("u3", "ROLLED_BACK", refresh("events")),
+    )
+    notes = {
+        "orders": ["u2/note orders", "u2/note orders"],
+        "events": ["u3/note events", "u9/note events"],
+    }
+    assert check_notes(with_program(history), {"notes": notes}) == [
+        "u1 SUCCEEDED, and its note is in orders's notes 0 times",
+        "u2 SUCCEEDED, and its note is in orders's notes 2 times",
+        "u3 was ROLLED_BACK, and its note is still in events's notes",
+        "events's notes hold u9/note, of no procedure the workload started",
+    ]
+
+
+def test_a_table_the_user_procedure_evicted_last_may_be_missing_from_a_cache() -> None:
+    evicted_last, end = commands(
+        ("c1", "SUCCEEDED", CREATE),
+        ("u1", "ROLLED_BACK", refresh("orders")),  # it failed after its eviction
+        ("c2", "ROLLED_BACK", CREATE),  # the table was there: nothing cached anew
+    )
+    assert evicted_tables(with_program(evicted_last), end) == {"sales.orders"}
+    created_after, end = commands(
+        ("u1", "SUCCEEDED", refresh("orders")), ("c1", "SUCCEEDED", CREATE)
+    )
+    assert evicted_tables(with_program(created_after), end) == set()
+    cleared = {**END, "workers": {"w1": {"tables": [], "grants": []}}}
+    assert check_caches(cleared, {"sales.orders"}) == []
+    assert check_caches(cleared) == [
+        "w1's tables differ from the catalog: missing ['sales.orders'], extra []",
+        "w1's grants differ from the catalog: missing ['etl:sales.orders:write'], extra []",
     ]
