@@ -40,7 +40,10 @@ def main() -> int:
     )
     run, outcomes, end, found = report.run, report.outcomes, report.end, report.violations
     for fault in run.history.of("fault"):
-        print(f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s")
+        slowed = f"  +{fault['delay']}s each way" if fault["delay"] else ""
+        print(
+            f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s{slowed}"
+        )
     ended = collections.Counter(status.get("state", "UNKNOWN") for status in outcomes.values())
     planned = len(run.operations)
     print(f"operations: {planned} planned, {len(outcomes)} started, ended {dict(ended)}")

@@ -46,6 +46,9 @@ NAME_PREFIX = "pbc"
 SUBNETS = ipaddress.IPv4Network("10.213.0.0/16")
 POSTGRES_PORT = 5432
 TEMPORAL_PORT = 7233
+# With `latency=True`, worker wN reaches each server through a delaying proxy on the server's
+# host (procbus.testing.proxy), on this port plus N.
+PROXY_PORTS = {"db": 15430, "temporal": 17230}
 SINK_PORT = 8080
 OPERATOR = "operator"
 
@@ -307,8 +310,12 @@ class Cluster:
         worker_settings: dict[str, str] | None = None,
         sink: bool = False,
         worker_modules: Sequence[str] = (),
+        latency: bool = False,
     ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
+        # Each worker's links to `db` and `temporal` through a proxy that can delay them.
+        self.latency = latency
+        self.proxies: dict[str, subprocess.Popen[str]] = {}
         # Modules of the user's own procedures every worker runs too (imported from the folder
         # the harness runs in, as `procbus worker --workflows` does).
         self.worker_modules = tuple(worker_modules)
@@ -422,8 +429,40 @@ class Cluster:
         )
         if migrated.returncode != 0:
             raise StackError(f"procbus db migrate on the cluster failed: {migrated.stderr}")
+        if self.latency:
+            self._start_proxies()
         for name in self.worker_names:
             self.start_worker(name)
+
+    def _proxy_address(self, server: str, worker: str) -> str:
+        host = self.network.hosts[server]
+        return f"{host.address}:{PROXY_PORTS[server] + self.worker_names.index(worker) + 1}"
+
+    def _start_proxies(self) -> None:
+        for server, port in (("db", POSTGRES_PORT), ("temporal", TEMPORAL_PORT)):
+            host = self.network.hosts[server]
+            routes = [
+                f"--route={name}={self._proxy_address(server, name)}/{host.address}:{port}"
+                for name in self.worker_names
+            ]
+            proxy = subprocess.Popen(
+                host.command(sys.executable, "-m", "procbus.testing.proxy", *routes),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            self.proxies[server] = proxy
+            assert proxy.stdout is not None
+            if proxy.stdout.readline().strip() != "ready":
+                raise StackError(f"the latency proxy on {server} did not start")
+
+    def set_latency(self, worker: str, server: str, seconds: float) -> None:
+        """Delay each way of `worker`'s link to `server` (db or temporal) by `seconds` (0: none)
+        from now on, for new and open connections alike."""
+        proxy = self.proxies[server]
+        assert proxy.stdin is not None, "a cluster made without latency=True"
+        proxy.stdin.write(f"{worker} {seconds}\n")
+        proxy.stdin.flush()
 
     def start_worker(self, name: str) -> WorkerProcess:
         """Start (or start again, with the same worker ID) the worker on host `name`."""
@@ -435,6 +474,12 @@ class Cluster:
             member_timeout_seconds=str(self.member_timeout_seconds),
             **self.worker_settings,
         )
+        if self.latency:
+            env["PROCBUS_DATABASE_URL"] = self.database_url.replace(
+                f"{self.network.hosts['db'].address}:{POSTGRES_PORT}",
+                self._proxy_address("db", name),
+            )
+            env["PROCBUS_TEMPORAL_ADDRESS"] = self._proxy_address("temporal", name)
         worker = WorkerProcess(
             host, name, env, self.root / f"{name}.log", None, self.worker_modules
         )
@@ -450,6 +495,14 @@ class Cluster:
                 shutil.copy(log, Path(keep) / log.name)
         for worker in self.workers.values():
             worker.stop()
+        for proxy in self.proxies.values():
+            with contextlib.suppress(OSError):
+                if proxy.stdin is not None:
+                    proxy.stdin.close()  # it exits when its orders end
+            try:
+                proxy.wait(5)
+            except subprocess.TimeoutExpired:
+                proxy.kill()
         for server in (self.sink, self.temporal, self.postgres):
             with contextlib.suppress(Exception):
                 if server is not None:
@@ -474,6 +527,7 @@ def running_cluster(
     worker_settings: dict[str, str] | None = None,
     sink: bool = False,
     worker_modules: Sequence[str] = (),
+    latency: bool = False,
 ) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
     cluster = Cluster(
@@ -482,6 +536,7 @@ def running_cluster(
         worker_settings=worker_settings,
         sink=sink,
         worker_modules=worker_modules,
+        latency=latency,
     )
     try:
         cluster.start()

@@ -47,6 +47,10 @@ FAULT_KINDS = (
 )
 SERVER_OF = {"restart_postgres": "db", "restart_temporal": "temporal"}
 SINK_FAULT_KINDS = ("cut_sink",)  # on a cluster with a sink: a worker cut from the receiver
+# On a cluster with latency proxies: a worker's link to PostgreSQL or Temporal slowed, each way
+# by a delay in LATENCY_SECONDS (slow rather than dead).
+LATENCY_FAULT_KINDS = ("slow_db", "slow_temporal")
+LATENCY_SECONDS = (0.05, 1.0)
 NAMESPACES = ("sales", "crm")
 TABLES = ("orders", "customers", "events")
 PRINCIPALS = ("etl", "analyst")
@@ -86,6 +90,7 @@ class Fault:
     kind: str
     target: str  # a worker, or "db" for a PostgreSQL restart
     hold: float
+    delay: float = 0.0  # a slowed link's, each way
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,8 @@ def fault_schedule(
         kind = rng.choice(kinds)
         target = SERVER_OF.get(kind) or rng.choice(workers)
         hold = round(rng.uniform(*FAULT_SECONDS), 2)
-        faults.append(Fault(round(at, 2), kind, target, hold))
+        delay = round(rng.uniform(*LATENCY_SECONDS), 3) if kind in LATENCY_FAULT_KINDS else 0.0
+        faults.append(Fault(round(at, 2), kind, target, hold, delay))
         at += hold + rng.uniform(0.5, 1.5)
     return faults
 
@@ -238,7 +244,9 @@ class Run:
         self.procbus = procbus
         self.history = History()
         self.with_topics = cluster.sink is not None
-        kinds = FAULT_KINDS + SINK_FAULT_KINDS if self.with_topics else FAULT_KINDS
+        kinds: tuple[str, ...] = FAULT_KINDS
+        kinds += SINK_FAULT_KINDS if self.with_topics else ()
+        kinds += LATENCY_FAULT_KINDS if cluster.latency else ()
         self.faults = fault_schedule(seed, seconds, cluster.worker_names, kinds)
         self.operations = workload(seed, seconds)
         self.with_user_procedure = USER_MODULE in cluster.worker_modules
@@ -409,6 +417,11 @@ class Run:
             network.cut(fault.target, *peers)
             time.sleep(fault.hold)
             network.heal(fault.target)
+        elif fault.kind.startswith("slow_"):
+            server = fault.kind.removeprefix("slow_")
+            cluster.set_latency(fault.target, server, fault.delay)
+            time.sleep(fault.hold)
+            cluster.set_latency(fault.target, server, 0)
         elif fault.kind == "restart_postgres":
             cluster.postgres.stop()  # SIGINT: PostgreSQL's fast shutdown
             time.sleep(fault.hold)
@@ -423,6 +436,8 @@ class Run:
     def heal_all(self) -> None:
         for name in self.cluster.worker_names:
             self.cluster.network.heal(name)
+            for server in self.cluster.proxies:
+                self.cluster.set_latency(name, server, 0)
             worker = self.cluster.workers[name]
             if worker.running():
                 worker.resume()
@@ -594,7 +609,11 @@ def run_on_a_new_cluster(
     also when the run failed. The workers run the user's procedures of `worker_modules` too,
     imported from the folder this runs in (the project's, for examples.user_procedures)."""
     with running_cluster(
-        workers, member_timeout_seconds=5.0, sink=True, worker_modules=worker_modules
+        workers,
+        member_timeout_seconds=5.0,
+        sink=True,
+        worker_modules=worker_modules,
+        latency=True,
     ) as cluster:
         run = Run(cluster, seed, seconds, procbus)
         try:

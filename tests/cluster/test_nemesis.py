@@ -1,7 +1,8 @@
-"""The short nemesis run of `make test` (bench/nemesis.py runs the long ones): a cluster of its
-own, a fixed seed, two minutes of faults (kills, pauses, cuts, PostgreSQL and Temporal
-restarts) beside table procedures, grants, a user's own procedure started with the `temporal`
-CLI and application transactions publishing to topics, then every checker (docs/internals/testing.md). To run the same schedule again:
+"""The short nemesis run of `make test` (bench/nemesis.py runs the long ones): a cluster of
+its own, a fixed seed, two minutes of faults (kills, pauses, cuts, slowed links, PostgreSQL and
+Temporal restarts) beside table procedures, grants, a user's own procedure started with the
+`temporal` CLI and application transactions publishing to topics, then every checker
+(docs/internals/testing.md). To run the same schedule again:
 `python bench/nemesis.py --seed 3 --minutes 2`."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def test_a_short_nemesis_run_ends_with_no_violations(tmp_path: Path) -> None:
     # It did what it says: faults of several kinds, procedures that ended, events delivered.
     faults = report.run.history.of("fault")
     kinds = {fault["kind"] for fault in faults}
-    assert len(faults) >= 10 and len(kinds) >= 4, kinds
+    assert len(faults) >= 10 and len(kinds) >= 8, kinds
     ended = [status["state"] for status in report.outcomes.values()]
     assert ended.count("SUCCEEDED") >= 10, ended
     committed = [t for t in report.run.history.of("txn") if t["outcome"] == "committed"]
