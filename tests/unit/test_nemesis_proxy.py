@@ -4,7 +4,6 @@ order, and once told a delay, each way waits that long."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import time
 
@@ -41,26 +40,30 @@ async def test_it_forwards_in_order_and_delays_each_way_once_told() -> None:
     target = server.sockets[0].getsockname()[1]
     listen = free_port()
     route = f"w1=127.0.0.1:{listen}/127.0.0.1:{target}"
-    proxy = subprocess.Popen(
-        [sys.executable, "-m", "procbus.testing.proxy", "--route", route],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    proxy = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "procbus.testing.proxy",
+        "--route",
+        route,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
     )
     try:
         assert proxy.stdout is not None and proxy.stdin is not None
-        assert proxy.stdout.readline().strip() == "ready"
+        assert (await proxy.stdout.readline()).strip() == b"ready"
         messages = [f"message {n};".encode() for n in range(50)]
         received, _ = await round_trip(listen, messages)
         assert received == b"".join(messages)
-        proxy.stdin.write("w1 0.4\n")
-        proxy.stdin.flush()
+        proxy.stdin.write(b"w1 0.4\n")
+        await proxy.stdin.drain()
         await asyncio.sleep(0.5)  # the proxy reads its orders on its own
         received, took = await round_trip(listen, messages)
         assert received == b"".join(messages)
         assert took >= 0.8  # 0.4 s to the server, 0.4 s back
         proxy.stdin.close()  # its harness gone: it exits
-        assert proxy.wait(10) == 0
+        assert await asyncio.wait_for(proxy.wait(), 10) == 0
     finally:
-        proxy.kill()
+        if proxy.returncode is None:
+            proxy.kill()
         server.close()
