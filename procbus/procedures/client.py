@@ -20,8 +20,8 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.errors import ProcbusError
@@ -73,15 +73,21 @@ async def start_procedure(
     procedure_id: str,
     summary: str | None = None,
 ) -> WorkflowHandle[object, object]:
-    """Start it; the same ID again returns the procedure already running under it."""
-    return await client.start_workflow(
-        procedure_type,
-        request,
-        id=procedure_id,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=summary,
-    )
+    """Start it; the same ID again returns the procedure started under it, running or ended:
+    a start asked again after its answer was lost never runs the procedure twice."""
+    try:
+        return await client.start_workflow(
+            procedure_type,
+            request,
+            id=procedure_id,
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            static_summary=summary,
+        )
+    except WorkflowAlreadyStartedError:  # it ended: the same procedure, its last run
+        described = await client.get_workflow_handle(procedure_id).describe()
+        return client.get_workflow_handle(procedure_id, run_id=described.run_id)
 
 
 async def procedure_status(

@@ -21,6 +21,7 @@ from procbus.engine.runner import workflow_runner
 from procbus.plugin.locks import LockActivities
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
+from procbus.procedures.client import start_procedure
 from procbus.temporal.faults import FaultInterceptor
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
@@ -170,6 +171,27 @@ async def test_the_deadline_rolls_back(
     status = await status_of(client, procedure_id)
     assert status.state is ProcedureState.ROLLED_BACK
     assert await keys(ledger) == []
+
+
+async def test_a_start_asked_again_under_its_id_returns_the_procedure_also_once_it_ended(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    """A start whose answer was lost is asked again with the same ID (the CLI's --id, the
+    nemesis's retries): it must return the procedure, not run it a second time after it ended."""
+    procedure_id = new_id()
+    request = LedgerInput(entries=entries("a"))
+    first = await start_procedure(
+        client, "Ledger", request, task_queue=task_queue, procedure_id=procedure_id
+    )
+    await first.result()
+    again = await start_procedure(
+        client, "Ledger", request, task_queue=task_queue, procedure_id=procedure_id
+    )
+    assert again.result_run_id == first.result_run_id
+    runs = [run async for run in client.list_workflows(f"WorkflowId = '{procedure_id}'")]
+    assert len(runs) <= 1  # visibility may lag; a second run would show its own start
+    assert (await client.get_workflow_handle(procedure_id).describe()).run_id == first.result_run_id
+    assert await keys(ledger) == ["a"]
 
 
 async def test_abort_rolls_back_before_the_pivot(
