@@ -76,10 +76,10 @@ check-nftables:
 demo: bytecode check-java
 	$(BIN)/procbus demo
 
-# The suite runs in 3 processes (pytest-xdist), each with its own PostgreSQL and Temporal
+# The suite runs in 5 processes (pytest-xdist), each with its own PostgreSQL and Temporal
 # server; a test file runs whole in one of them, and the tests of the in-process Spark session
 # all in one (tests/conftest.py names the groups). `make test TEST_WORKERS=0`: one process.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 5
 
 test: bytecode check-java check-chromium check-rabbitmq check-nftables
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
