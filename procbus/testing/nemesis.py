@@ -164,8 +164,8 @@ def _arrivals(rng: random.Random, seconds: float, rate_per_second: float) -> Ite
 
 def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Operation]:
     """Table procedures and grants on shared tables (their locks contend), at random times;
-    some with a deadline (from a random generator of their own: a seed's schedule of operations
-    stays what it was before deadlines came)."""
+    some with a deadline, some deletions as `etl` (each from a random generator of its own, so
+    a seed's operations and their times stayed what they were before these came)."""
     rng = random.Random(f"workload-{seed}")
     deadline_rng = random.Random(f"deadlines-{seed}")
     principal_rng = random.Random(f"principals-{seed}")
@@ -249,8 +249,7 @@ class Run:
         kinds += LATENCY_FAULT_KINDS if cluster.latency else ()
         self.faults = fault_schedule(seed, seconds, cluster.worker_names, kinds)
         self.operations = workload(seed, seconds)
-        self.with_user_procedure = USER_MODULE in cluster.worker_modules
-        if self.with_user_procedure:
+        if USER_MODULE in cluster.worker_modules:
             users = user_operations(seed, seconds, cluster.root)
             self.operations = sorted([*self.operations, *users], key=lambda o: o.at)
         self.transactions = app_transactions(seed, seconds) if self.with_topics else []
