@@ -49,7 +49,11 @@ def main() -> int:
     print(f"operations: {planned} planned, {len(outcomes)} started, ended {dict(ended)}")
     transactions = collections.Counter(txn["outcome"] for txn in run.history.of("txn"))
     requests = len(end["sink_requests"])
-    print(f"transactions: {dict(transactions)}; the sink received {requests} requests")
+    kafka_records = sum(1 for request in end["sink_requests"] if request["path"] == "/kafka")
+    print(
+        f"transactions: {dict(transactions)}; the sink received {requests - kafka_records} "
+        f"requests and its Kafka topic holds {kafka_records} records"
+    )
     lock_changes = len(end["lock_log"])
     catalog_writes = len(end["catalog_log"])
     print(f"lock table changes replayed: {lock_changes}; catalog writes: {catalog_writes}")
@@ -68,7 +72,8 @@ def main() -> int:
                 "operations": len(outcomes),
                 "ended": dict(ended),
                 "transactions": dict(transactions),
-                "sink_requests": requests,
+                "sink_requests": requests - kafka_records,
+                "kafka_records": kafka_records,
                 "lock_changes": lock_changes,
                 "catalog_writes": catalog_writes,
                 "violations": total,

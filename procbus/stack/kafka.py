@@ -31,8 +31,9 @@ def tansu_binary() -> Path:
 
 
 class KafkaBroker:
-    """One broker process on LOOPBACK:port; `stop` kills it (SIGKILL: after a SIGTERM it goes
-    on acknowledging for seconds), and what it held is gone."""
+    """One broker process on LOOPBACK:port (or `host`:port in the network namespace `netns`);
+    `stop` kills it (SIGKILL: after a SIGTERM it goes on acknowledging for seconds), and what it
+    held is gone."""
 
     def __init__(
         self,
@@ -40,23 +41,27 @@ class KafkaBroker:
         port: int | None = None,
         *,
         authentication: bool = False,
-        advertised_host: str = LOOPBACK,
+        advertised_host: str | None = None,
+        host: str = LOOPBACK,
+        netns: str | None = None,
     ) -> None:
         """`authentication`: clients must log in (SASL SCRAM-SHA-512); it knows no user.
         `advertised_host`: the address its metadata names for it (tests of what a cluster may
-        name)."""
+        name); by default the one it listens on."""
         self.folder = folder
         self.port = port or free_port()
         self.authentication = authentication
-        self.advertised_host = advertised_host
+        self.host = host
+        self.netns = netns
+        self.advertised_host = advertised_host or host
         self.process: ManagedProcess | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> None:
-        address = f"tcp://{LOOPBACK}:{self.port}"
+        address = f"tcp://{self.host}:{self.port}"
         self.process = ManagedProcess(
             "Kafka broker (Tansu)",
             [
@@ -72,9 +77,10 @@ class KafkaBroker:
             ],
             self.folder / "kafka-broker.log",
             stop_signal=signal.SIGKILL,
+            netns=self.netns,
         )
         self.process.start()
-        wait_for_port(self.process, self.port, START_TIMEOUT_SECONDS)
+        wait_for_port(self.process, self.port, START_TIMEOUT_SECONDS, host=self.host)
 
     def stop(self) -> None:
         if self.process is not None:

@@ -34,6 +34,7 @@ from typing import Any
 
 from procbus.errors import StackError
 from procbus.stack.ephemeral import service_dir
+from procbus.stack.kafka import KafkaBroker
 from procbus.stack.postgres import EmbeddedPostgres
 from procbus.stack.processes import ManagedProcess, wait_for_port
 from procbus.stack.temporal_server import DevTemporalServer
@@ -49,6 +50,7 @@ TEMPORAL_PORT = 7233
 # With `latency=True`, worker wN reaches each server through a delaying proxy on the server's
 # host (procbus.testing.proxy), on this port plus N.
 PROXY_PORTS = {"db": 15430, "temporal": 17230}
+KAFKA_PORT = 9092  # with `kafka=True`: a Kafka broker (Tansu) on the sink host
 SINK_PORT = 8080
 OPERATOR = "operator"
 
@@ -311,6 +313,7 @@ class Cluster:
         sink: bool = False,
         worker_modules: Sequence[str] = (),
         latency: bool = False,
+        kafka: bool = False,
     ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
         # Each worker's links to `db` and `temporal` through a proxy that can delay them.
@@ -346,6 +349,14 @@ class Cluster:
             netns=temporal.netns,
         )
         self.workers: dict[str, WorkerProcess] = {}
+        self.kafka: KafkaBroker | None = None
+        if kafka:
+            if not sink:
+                raise StackError("a cluster's Kafka broker runs on its sink host: sink=True")
+            sink_host = self.network.hosts["sink"]
+            self.kafka = KafkaBroker(
+                self.root, KAFKA_PORT, host=sink_host.address, netns=sink_host.netns
+            )
         self.sink: ManagedProcess | None = None
         self.sink_journal = self.root / "sink.jsonl"
         if sink:
@@ -416,6 +427,8 @@ class Cluster:
         self.temporal.launch()
         if self.sink is not None:
             self.sink.start()
+        if self.kafka is not None:
+            self.kafka.start()
         self.postgres.wait_ready()
         self.temporal.wait_ready()
         if self.sink is not None:
@@ -503,7 +516,7 @@ class Cluster:
                 proxy.wait(5)
             except subprocess.TimeoutExpired:
                 proxy.kill()
-        for server in (self.sink, self.temporal, self.postgres):
+        for server in (self.kafka, self.sink, self.temporal, self.postgres):
             with contextlib.suppress(Exception):
                 if server is not None:
                     server.stop()
@@ -528,6 +541,7 @@ def running_cluster(
     sink: bool = False,
     worker_modules: Sequence[str] = (),
     latency: bool = False,
+    kafka: bool = False,
 ) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
     cluster = Cluster(
@@ -537,6 +551,7 @@ def running_cluster(
         sink=sink,
         worker_modules=worker_modules,
         latency=latency,
+        kafka=kafka,
     )
     try:
         cluster.start()

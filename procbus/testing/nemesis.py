@@ -67,6 +67,10 @@ ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
 HOOKS_TOPIC, GROUPED_TOPIC = "nemesis-hooks", "nemesis-grouped"
 TOPIC_PATHS = {HOOKS_TOPIC: "/hooks", GROUPED_TOPIC: "/grouped?batch=1"}
 KEYS = ("k0", "k1", "k2", "k3", "k4")
+# On a cluster with a Kafka broker on the sink host: a third topic, delivered to the Kafka topic
+# KAFKA_TARGET (three partitions, made by `topic create`), read back by a read_committed
+# consumer at the end; each record counts as one request of path "/kafka" for the checker.
+KAFKA_TOPIC, KAFKA_TARGET = "nemesis-kafka", "nemesis"
 # Half the deletions run as this principal (deleting a table's data is writing it): the access
 # checker follows its write grants, which the workload's grants and revokes change.
 DELETER, DELETER_SHARE = "etl", 0.5
@@ -217,17 +221,17 @@ def user_operations(seed: int, seconds: float, notes: Path) -> list[Operation]:
 
 
 def app_transactions(
-    seed: int, seconds: float, rate_per_second: float = 2.0
+    seed: int,
+    seconds: float,
+    rate_per_second: float = 2.0,
+    topics: tuple[str, ...] = (HOOKS_TOPIC, GROUPED_TOPIC),
 ) -> list[AppTransaction]:
     """Application transactions at random times, one after another: each publishes one to four
     events to the two topics, on a few keys; one in five is rolled back."""
     rng = random.Random(f"transactions-{seed}")
     transactions: list[AppTransaction] = []
     for number, at in enumerate(_arrivals(rng, seconds, rate_per_second), start=1):
-        events = tuple(
-            (rng.choice((HOOKS_TOPIC, GROUPED_TOPIC)), rng.choice(KEYS))
-            for _ in range(rng.randint(1, 4))
-        )
+        events = tuple((rng.choice(topics), rng.choice(KEYS)) for _ in range(rng.randint(1, 4)))
         roll_back = rng.random() < 0.2
         transactions.append(AppTransaction(round(at, 2), f"t{seed}-{number}", events, roll_back))
     return transactions
@@ -252,7 +256,9 @@ class Run:
         if USER_MODULE in cluster.worker_modules:
             users = user_operations(seed, seconds, cluster.root)
             self.operations = sorted([*self.operations, *users], key=lambda o: o.at)
-        self.transactions = app_transactions(seed, seconds) if self.with_topics else []
+        self.topics = [*TOPIC_PATHS, *([KAFKA_TOPIC] * (cluster.kafka is not None))]
+        self.topics = self.topics if self.with_topics else []
+        self.transactions = app_transactions(seed, seconds, topics=tuple(self.topics))
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -278,6 +284,12 @@ class Run:
                 endpoint = self.cluster.sink_url(path)
                 created = self.cli("topic", "create", topic, "--endpoint", endpoint, *options)
                 assert created.returncode == 0, created.stderr
+        if KAFKA_TOPIC in self.topics:
+            assert self.cluster.kafka is not None
+            brokers = self.cluster.kafka.bootstrap
+            endpoint = f"kafka://{brokers}/{KAFKA_TARGET}?create=1&partitions=3"
+            created = self.cli("topic", "create", KAFKA_TOPIC, "--endpoint", endpoint)
+            assert created.returncode == 0, created.stderr
 
     def run(self) -> None:
         """Operations in one thread, application transactions in another, faults in this one
@@ -472,7 +484,10 @@ class Run:
                 f"after the heal, live workers {sorted(members())} of "
                 f"{self.cluster.worker_names}:\n{self.cluster.log_tails(40)}"
             ) from None
-        depths = {topic: self._drained(topic) for topic in TOPIC_PATHS if self.with_topics}
+        depths = {topic: self._drained(topic) for topic in self.topics}
+        requests = self.cluster.sink_requests() if self.with_topics else []
+        if self.cluster.kafka is not None:
+            requests += _kafka_requests(self.cluster.kafka.bootstrap, KAFKA_TARGET)
         tables = json.loads(self.cli("table", "list", "--json").stdout)
         grants = json.loads(self.cli("acl", "list", "--json").stdout)
         inspected = json.loads(self.cli("workers", "inspect", "--json").stdout)
@@ -497,7 +512,7 @@ class Run:
             "topic_depths": depths,
             "lock_log": asyncio.run(self._sql("lock_log")),
             "catalog_log": asyncio.run(self._sql("catalog_log")),
-            "sink_requests": self.cluster.sink_requests() if self.with_topics else [],
+            "sink_requests": requests,
             "notes": {
                 notes.name.removeprefix("notes-"): notes.read_text().splitlines()
                 for notes in sorted(self.cluster.root.glob("notes-*"))
@@ -518,6 +533,48 @@ class Run:
         with contextlib.suppress(AssertionError):
             wait_until(empty, timeout, f"{topic} drained")
         return depth
+
+
+def _kafka_requests(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
+    """Every record of the Kafka topic a read_committed consumer reads from its start to its
+    end, each as a request of path "/kafka" holding one event (its value); a key's records are
+    in one partition, in the order they were written."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    settings: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
+    partitions = AdminClient(settings).list_topics(timeout=timeout).topics[topic].partitions
+    consumer = Consumer(
+        settings
+        | {
+            "group.id": "nemesis-checker",  # required, never joined: partitions are assigned
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, number, OFFSET_BEGINNING) for number in partitions])
+    requests: list[dict[str, Any]] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout
+    try:
+        while at_end != set(partitions) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error, partition = message.error(), message.partition()
+            assert partition is not None  # a message of an assigned partition
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(partition)
+                continue
+            at_end.discard(partition)
+            requests.append({"path": "/kafka", "events": [json.loads(message.value() or b"")]})
+    finally:
+        consumer.close()
+    if at_end != set(partitions):
+        raise AssertionError(f"Kafka topic {topic}: not read to its end within {timeout:.0f} s")
+    return requests
 
 
 async def _wait_all(
@@ -613,6 +670,7 @@ def run_on_a_new_cluster(
         sink=True,
         worker_modules=worker_modules,
         latency=True,
+        kafka=True,
     ) as cluster:
         run = Run(cluster, seed, seconds, procbus)
         try:
