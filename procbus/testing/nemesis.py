@@ -512,6 +512,7 @@ class Run:
             "topic_depths": depths,
             "lock_log": asyncio.run(self._sql("lock_log")),
             "catalog_log": asyncio.run(self._sql("catalog_log")),
+            "catalog_events": asyncio.run(self._sql("catalog_events")),
             "sink_requests": requests,
             "notes": {
                 notes.name.removeprefix("notes-"): notes.read_text().splitlines()
@@ -701,8 +702,9 @@ def check_procedures(outcomes: dict[str, dict[str, Any]]) -> list[str]:
 
 def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> list[str]:
     """Each table exists at the end exactly when the last procedure that succeeded on it (in
-    the order they ended: X locks serialize them) created it, and its folder with it: a
-    procedure that was undone left nothing behind."""
+    the order they ended: X locks serialize them) created it, and its folder with it; each
+    table procedure that succeeded recorded its catalog event once: a procedure that was
+    undone left nothing behind, neither a folder nor an event."""
     last: dict[str, tuple[str, str]] = {}
     for procedure_id, status in sorted(outcomes.items(), key=lambda item: _ended_at(item[1])):
         kind = status.get("procedure_type")
@@ -720,7 +722,24 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
     for table in sorted(set(end["folders"]) ^ set(end["tables"])):
         where = "a folder without a catalog entry" if table in end["folders"] else "no folder"
         violations.append(f"{table}: {where} (residue of an undone or half-done procedure)")
+    recorded = collections.Counter(
+        (event["procedure_id"], event["event_type"]) for event in end.get("catalog_events", [])
+    )
+    for procedure_id, status in sorted(outcomes.items()):
+        event_type = TABLE_EVENTS.get(status.get("procedure_type", ""))
+        if event_type is None or status.get("state") not in ("SUCCEEDED", "ROLLED_BACK"):
+            continue
+        once = 1 if status["state"] == "SUCCEEDED" else 0
+        if recorded[(procedure_id, event_type)] != once:
+            violations.append(
+                f"{procedure_id} {status['state']}, and its {event_type} event was recorded "
+                f"{recorded[(procedure_id, event_type)]} times"
+            )
     return violations
+
+
+# The catalog event each table procedure records once it succeeded (its last step).
+TABLE_EVENTS = {"CreateTable": "TableCreated", "DeleteTable": "TableDeleted"}
 
 
 def check_caches(end: dict[str, Any], evicted: AbstractSet[str] = frozenset()) -> list[str]:

@@ -68,3 +68,7 @@ END $$;
 -- name: catalog_log
 SELECT "seq", "at", "relation", "op", "row"::text AS "row", "fence"
 FROM "nemesis_catalog_log" ORDER BY "seq";
+
+-- name: catalog_events
+-- The catalog events left at the end: one per procedure that succeeded, none of one undone.
+SELECT "procedure_id", "event_type" FROM "procbus_events" ORDER BY "id";

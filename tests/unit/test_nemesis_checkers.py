@@ -45,7 +45,14 @@ OUTCOMES = {
     "c3": status("CreateTable", "crm.events", "ROLLED_BACK", "2026-01-01T00:00:04"),
     "g1": status("ChangeAccess", "sales.orders", "STUCK", "2026-01-01T00:00:05", stuck_error="x"),
 }
+EVENTS = [
+    {"procedure_id": "c1", "event_type": "TableCreated"},
+    {"procedure_id": "d1", "event_type": "TableDeleted"},
+    {"procedure_id": "c2", "event_type": "TableCreated"},
+    {"procedure_id": "setup", "event_type": "NamespaceCreated"},  # not the workload's
+]
 END: dict[str, Any] = {
+    "catalog_events": EVENTS,
     "tables": ["sales.orders"],
     "grants": ["etl:sales.orders:write"],
     "folders": ["sales.orders"],
@@ -85,6 +92,15 @@ def test_a_table_that_regressed_or_left_residue_is_a_violation() -> None:
     residue = {**END, "folders": ["crm.events", "sales.orders"]}
     assert check_catalog(OUTCOMES, residue) == [
         "crm.events: a folder without a catalog entry (residue of an undone or half-done procedure)"
+    ]
+
+
+def test_a_lost_doubled_or_undone_catalog_event_is_a_violation() -> None:
+    doubled = [*EVENTS[:2], EVENTS[0] | {"procedure_id": "c3"}, EVENTS[1]]
+    assert check_catalog(OUTCOMES, {**END, "catalog_events": doubled}) == [
+        "c2 SUCCEEDED, and its TableCreated event was recorded 0 times",
+        "c3 ROLLED_BACK, and its TableCreated event was recorded 1 times",
+        "d1 SUCCEEDED, and its TableDeleted event was recorded 2 times",
     ]
 
 
