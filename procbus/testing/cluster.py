@@ -560,11 +560,14 @@ def running_cluster(
         cluster.stop()
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll `condition()` until true, or fail saying `what` did not happen."""
+def wait_until(
+    condition: Callable[[], object], timeout: float, what: str, interval: float = 0.2
+) -> None:
+    """Poll `condition()` every `interval` seconds until true, or fail saying `what` did not
+    happen."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
-        time.sleep(0.2)
+        time.sleep(interval)
     raise AssertionError(f"{what}: not within {timeout:.0f} s")

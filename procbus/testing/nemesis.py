@@ -478,7 +478,9 @@ class Run:
             return {member["member_id"] for member in listed}
 
         try:
-            wait_until(lambda: members() == set(self.cluster.worker_names), 120, "all live")
+            # Each look is a `procbus` CLI process: about half a second of a core.
+            everyone = set(self.cluster.worker_names)
+            wait_until(lambda: members() == everyone, 120, "all live", interval=1.0)
         except AssertionError:
             raise AssertionError(
                 f"after the heal, live workers {sorted(members())} of "
@@ -532,7 +534,7 @@ class Run:
             return depth == 0
 
         with contextlib.suppress(AssertionError):
-            wait_until(empty, timeout, f"{topic} drained")
+            wait_until(empty, timeout, f"{topic} drained", interval=1.0)
         return depth
 
 
