@@ -49,10 +49,12 @@ def main() -> int:
     print(f"operations: {planned} planned, {len(outcomes)} started, ended {dict(ended)}")
     transactions = collections.Counter(txn["outcome"] for txn in run.history.of("txn"))
     requests = len(end["sink_requests"])
-    kafka_records = sum(1 for request in end["sink_requests"] if request["path"] == "/kafka")
+    paths = collections.Counter(request["path"] for request in end["sink_requests"])
+    kafka_records, amqp_messages = paths["/kafka"], paths["/amqp"]
+    webhooks = requests - kafka_records - amqp_messages
     print(
-        f"transactions: {dict(transactions)}; the sink received {requests - kafka_records} "
-        f"requests and its Kafka topic holds {kafka_records} records"
+        f"transactions: {dict(transactions)}; the sink received {webhooks} webhook requests, "
+        f"its Kafka topic holds {kafka_records} records and its queue {amqp_messages} messages"
     )
     lock_changes = len(end["lock_log"])
     catalog_writes = len(end["catalog_log"])
@@ -72,8 +74,9 @@ def main() -> int:
                 "operations": len(outcomes),
                 "ended": dict(ended),
                 "transactions": dict(transactions),
-                "sink_requests": requests - kafka_records,
+                "sink_requests": webhooks,
                 "kafka_records": kafka_records,
+                "amqp_messages": amqp_messages,
                 "lock_changes": lock_changes,
                 "catalog_writes": catalog_writes,
                 "violations": total,

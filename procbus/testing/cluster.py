@@ -38,6 +38,7 @@ from procbus.stack.kafka import KafkaBroker
 from procbus.stack.postgres import EmbeddedPostgres
 from procbus.stack.processes import ManagedProcess, wait_for_port
 from procbus.stack.temporal_server import DevTemporalServer
+from procbus.testing.rabbitmq import RabbitMQ
 from procbus.testing.sink import read_journal
 
 # Namespaces of a cluster are named for the process that made it, so a later run can tell a
@@ -51,6 +52,7 @@ TEMPORAL_PORT = 7233
 # host (procbus.testing.proxy), on this port plus N.
 PROXY_PORTS = {"db": 15430, "temporal": 17230}
 KAFKA_PORT = 9092  # with `kafka=True`: a Kafka broker (Tansu) on the sink host
+AMQP_PORT = 5672  # with `amqp=True`: a RabbitMQ broker on the sink host
 SINK_PORT = 8080
 OPERATOR = "operator"
 
@@ -314,6 +316,7 @@ class Cluster:
         worker_modules: Sequence[str] = (),
         latency: bool = False,
         kafka: bool = False,
+        amqp: bool = False,
     ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
         # Each worker's links to `db` and `temporal` through a proxy that can delay them.
@@ -356,6 +359,17 @@ class Cluster:
             sink_host = self.network.hosts["sink"]
             self.kafka = KafkaBroker(
                 self.root, KAFKA_PORT, host=sink_host.address, netns=sink_host.netns
+            )
+        self.amqp: RabbitMQ | None = None
+        if amqp:
+            if not sink:
+                raise StackError("a cluster's RabbitMQ broker runs on its sink host: sink=True")
+            sink_host = self.network.hosts["sink"]
+            self.amqp = RabbitMQ(
+                self.root / "rabbitmq",
+                host=sink_host.address,
+                port=AMQP_PORT,
+                netns=sink_host.netns,
             )
         self.sink: ManagedProcess | None = None
         self.sink_journal = self.root / "sink.jsonl"
@@ -430,6 +444,8 @@ class Cluster:
         if self.kafka is not None:
             self.kafka.start()
         self.postgres.wait_ready()
+        if self.amqp is not None:
+            self.amqp.start()
         self.temporal.wait_ready()
         if self.sink is not None:
             wait_for_port(self.sink, SINK_PORT, 60, host=self.sink_address)
@@ -516,6 +532,9 @@ class Cluster:
                 proxy.wait(5)
             except subprocess.TimeoutExpired:
                 proxy.kill()
+        if self.amqp is not None:
+            with contextlib.suppress(Exception):
+                self.amqp.close()
         for server in (self.kafka, self.sink, self.temporal, self.postgres):
             with contextlib.suppress(Exception):
                 if server is not None:
@@ -542,6 +561,7 @@ def running_cluster(
     worker_modules: Sequence[str] = (),
     latency: bool = False,
     kafka: bool = False,
+    amqp: bool = False,
 ) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
     cluster = Cluster(
@@ -552,6 +572,7 @@ def running_cluster(
         worker_modules=worker_modules,
         latency=latency,
         kafka=kafka,
+        amqp=amqp,
     )
     try:
         cluster.start()

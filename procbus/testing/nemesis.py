@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import asyncpg
 from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.service import RPCError, RPCStatusCode
@@ -71,6 +72,10 @@ KEYS = ("k0", "k1", "k2", "k3", "k4")
 # KAFKA_TARGET (three partitions, made by `topic create`), read back by a read_committed
 # consumer at the end; each record counts as one request of path "/kafka" for the checker.
 KAFKA_TOPIC, KAFKA_TARGET = "nemesis-kafka", "nemesis"
+# On a cluster with a RabbitMQ broker on the sink host: a fourth topic, delivered to the queue
+# AMQP_QUEUE (through the default exchange), read whole at the end; each message counts as one
+# request of path "/amqp" for the checker.
+AMQP_TOPIC, AMQP_QUEUE = "nemesis-amqp", "nemesis"
 # Half the deletions run as this principal (deleting a table's data is writing it): the access
 # checker follows its write grants, which the workload's grants and revokes change.
 DELETER, DELETER_SHARE = "etl", 0.5
@@ -256,7 +261,11 @@ class Run:
         if USER_MODULE in cluster.worker_modules:
             users = user_operations(seed, seconds, cluster.root)
             self.operations = sorted([*self.operations, *users], key=lambda o: o.at)
-        self.topics = [*TOPIC_PATHS, *([KAFKA_TOPIC] * (cluster.kafka is not None))]
+        self.topics = [
+            *TOPIC_PATHS,
+            *([KAFKA_TOPIC] * (cluster.kafka is not None)),
+            *([AMQP_TOPIC] * (cluster.amqp is not None)),
+        ]
         self.topics = self.topics if self.with_topics else []
         self.transactions = app_transactions(seed, seconds, topics=tuple(self.topics))
 
@@ -289,6 +298,12 @@ class Run:
             brokers = self.cluster.kafka.bootstrap
             endpoint = f"kafka://{brokers}/{KAFKA_TARGET}?create=1&partitions=3"
             created = self.cli("topic", "create", KAFKA_TOPIC, "--endpoint", endpoint)
+            assert created.returncode == 0, created.stderr
+        if AMQP_TOPIC in self.topics:
+            assert self.cluster.amqp is not None
+            asyncio.run(_declare_queue(self.cluster.amqp.url, AMQP_QUEUE))
+            endpoint = f"{self.cluster.amqp.url}?routing_key={AMQP_QUEUE}"
+            created = self.cli("topic", "create", AMQP_TOPIC, "--endpoint", endpoint)
             assert created.returncode == 0, created.stderr
 
     def run(self) -> None:
@@ -490,6 +505,8 @@ class Run:
         requests = self.cluster.sink_requests() if self.with_topics else []
         if self.cluster.kafka is not None:
             requests += _kafka_requests(self.cluster.kafka.bootstrap, KAFKA_TARGET)
+        if self.cluster.amqp is not None:
+            requests += asyncio.run(_amqp_requests(self.cluster.amqp.url, AMQP_QUEUE))
         tables = json.loads(self.cli("table", "list", "--json").stdout)
         grants = json.loads(self.cli("acl", "list", "--json").stdout)
         inspected = json.loads(self.cli("workers", "inspect", "--json").stdout)
@@ -536,6 +553,30 @@ class Run:
         with contextlib.suppress(AssertionError):
             wait_until(empty, timeout, f"{topic} drained", interval=1.0)
         return depth
+
+
+async def _declare_queue(url: str, queue: str) -> None:
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        await channel.declare_queue(queue, durable=True)
+
+
+async def _amqp_requests(url: str, queue: str) -> list[dict[str, Any]]:
+    """Every message of the queue, in the order it holds them, each as a request of path
+    "/amqp" with its events (the body: one event, or a batch's list)."""
+    requests: list[dict[str, Any]] = []
+    connection = await aio_pika.connect(url)
+    async with connection:
+        channel = await connection.channel()
+        source = await channel.declare_queue(queue, durable=True)
+        while (message := await source.get(fail=False)) is not None:
+            loaded = json.loads(message.body)
+            requests.append(
+                {"path": "/amqp", "events": loaded if isinstance(loaded, list) else [loaded]}
+            )
+            await message.ack()
+    return requests
 
 
 def _kafka_requests(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
@@ -674,6 +715,7 @@ def run_on_a_new_cluster(
         worker_modules=worker_modules,
         latency=True,
         kafka=True,
+        amqp=True,
     ) as cluster:
         run = Run(cluster, seed, seconds, procbus)
         try:

@@ -1,8 +1,8 @@
 """The short nemesis run of `make test` (bench/nemesis.py runs the long ones): a cluster of
 its own, a fixed seed, two minutes of faults (kills, pauses, cuts, slowed links, PostgreSQL and
 Temporal restarts) beside table procedures, grants, a user's own procedure started with the
-`temporal` CLI and application transactions publishing to topics (webhooks and Kafka), then
-every checker (docs/internals/testing.md). To run the same schedule again:
+`temporal` CLI and application transactions publishing to topics (webhooks, Kafka and AMQP),
+then every checker (docs/internals/testing.md). To run the same schedule again:
 `python bench/nemesis.py --seed 3 --minutes 2`."""
 
 from __future__ import annotations
@@ -29,6 +29,6 @@ def test_a_short_nemesis_run_ends_with_no_violations(tmp_path: Path) -> None:
     committed = [t for t in report.run.history.of("txn") if t["outcome"] == "committed"]
     assert len(committed) >= 100, len(committed)
     paths = {request["path"] for request in report.end["sink_requests"]}
-    assert paths == {"/hooks", "/grouped", "/kafka"}, paths
+    assert paths == {"/hooks", "/grouped", "/kafka", "/amqp"}, paths
     refreshed = [p for p, status in report.outcomes.items() if p.endswith("-refresh")]
     assert refreshed and report.end["notes"], "the user's procedure never ran"

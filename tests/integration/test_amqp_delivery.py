@@ -26,10 +26,10 @@ from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
 from procbus.stack.processes import free_port
+from procbus.testing.rabbitmq import RabbitMQ
 from procbus.topics import Event, Topics, TopicSettings
 from procbus.workflows.topics import TopicDelivery
 from tests.integration.topic_waits import settled
-from tests.services import RabbitMQ
 
 
 @pytest.fixture
