@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from procbus.testing.nemesis import run_on_a_new_cluster
+from procbus.testing.nemesis import OPERATIONS_PER_SECOND, run_on_a_new_cluster
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 
@@ -31,12 +31,25 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--history", type=Path, help="write the run's history here (JSON lines)")
+    parser.add_argument(
+        "--operations-per-second",
+        type=float,
+        default=OPERATIONS_PER_SECOND,
+        help="table procedures and grants a second",
+    )
+    parser.add_argument("--no-amqp", action="store_true", help="no RabbitMQ broker and topic")
     options = parser.parse_args()
     # SIGTERM (a timeout, a CI's cancel) ends it like Ctrl-C: the cluster is torn down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     began = time.monotonic()
     report = run_on_a_new_cluster(
-        options.seed, options.minutes * 60, PROCBUS, options.workers, options.history
+        options.seed,
+        options.minutes * 60,
+        PROCBUS,
+        options.workers,
+        options.history,
+        amqp=not options.no_amqp,
+        operations_per_second=options.operations_per_second,
     )
     run, outcomes, end, found = report.run, report.outcomes, report.end, report.violations
     for fault in run.history.of("fault"):

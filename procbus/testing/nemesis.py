@@ -85,6 +85,8 @@ DELETER, DELETER_SHARE = "etl", 0.5
 # then evicts the table from every worker's cache; one in four then fails, to be undone.
 USER_MODULE, USER_PROCEDURE = "examples.user_procedures", "RefreshCaches"
 USER_RATE, USER_REFUSE_SHARE = 0.1, 0.25
+# Table procedures and grants a second (each started by a `procbus` CLI process).
+OPERATIONS_PER_SECOND = 0.7
 # One table procedure in three gets a deadline (`--deadline`), some shorter than a lock wait.
 DEADLINE_SHARE, DEADLINES = 1 / 3, (4.0, 8.0, 15.0, 30.0)
 # A deadline is a timer in the workflow: under a fault (Temporal restarting, the workflow's
@@ -171,7 +173,9 @@ def _arrivals(rng: random.Random, seconds: float, rate_per_second: float) -> Ite
         at += rng.expovariate(rate_per_second)
 
 
-def workload(seed: int, seconds: float, rate_per_second: float = 0.7) -> list[Operation]:
+def workload(
+    seed: int, seconds: float, rate_per_second: float = OPERATIONS_PER_SECOND
+) -> list[Operation]:
     """Table procedures and grants on shared tables (their locks contend), at random times;
     some with a deadline, some deletions as `etl` (each from a random generator of its own, so
     a seed's operations and their times stayed what they were before these came)."""
@@ -246,7 +250,14 @@ class Run:
     """One nemesis run on `cluster`: faults and operations from `seed` over `seconds`, and
     application transactions when the cluster has a sink."""
 
-    def __init__(self, cluster: Cluster, seed: int, seconds: float, procbus: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        seed: int,
+        seconds: float,
+        procbus: str,
+        operations_per_second: float = OPERATIONS_PER_SECOND,
+    ) -> None:
         self.cluster = cluster
         self.seed = seed
         self.seconds = seconds
@@ -257,7 +268,7 @@ class Run:
         kinds += SINK_FAULT_KINDS if self.with_topics else ()
         kinds += LATENCY_FAULT_KINDS if cluster.latency else ()
         self.faults = fault_schedule(seed, seconds, cluster.worker_names, kinds)
-        self.operations = workload(seed, seconds)
+        self.operations = workload(seed, seconds, operations_per_second)
         if USER_MODULE in cluster.worker_modules:
             users = user_operations(seed, seconds, cluster.root)
             self.operations = sorted([*self.operations, *users], key=lambda o: o.at)
@@ -703,21 +714,28 @@ def run_on_a_new_cluster(
     workers: int = 3,
     history: Path | None = None,
     worker_modules: Sequence[str] = (USER_MODULE,),
+    *,
+    latency: bool = True,
+    amqp: bool = True,
+    operations_per_second: float = OPERATIONS_PER_SECOND,
 ) -> Report:
-    """A cluster of `workers` workers and a sink up for one run from `seed` (bench/nemesis.py's
-    and the short run of `make test`), torn down after it; its history written to `history`,
-    also when the run failed. The workers run the user's procedures of `worker_modules` too,
-    imported from the folder this runs in (the project's, for examples.user_procedures)."""
+    """A cluster of `workers` workers and a sink (with a Kafka broker) up for one run from
+    `seed` (bench/nemesis.py's and the short run of `make test`), torn down after it; its
+    history written to `history`, also when the run failed. The workers run the user's
+    procedures of `worker_modules` too, imported from the folder this runs in (the project's,
+    for examples.user_procedures). `latency`: the latency proxies and their faults; `amqp`: a
+    RabbitMQ broker on the sink host and a topic delivered to it; `operations_per_second`: the
+    workload's rate of table procedures and grants."""
     with running_cluster(
         workers,
         member_timeout_seconds=5.0,
         sink=True,
         worker_modules=worker_modules,
-        latency=True,
+        latency=latency,
         kafka=True,
-        amqp=True,
+        amqp=amqp,
     ) as cluster:
-        run = Run(cluster, seed, seconds, procbus)
+        run = Run(cluster, seed, seconds, procbus, operations_per_second)
         try:
             run.setup()
             run.run()

@@ -22,7 +22,7 @@ from procbus.topics.models import (
 )
 from procbus.topics.refusals import TopicNotFound, topic_error
 from procbus.topics.signing import check_secret, new_secret
-from procbus.topics.store import TopicStore
+from procbus.topics.store import TopicStore, topic_of
 
 # A topic's delete waits this long for a transaction that may have published under a lease of
 # another session (after that lease expired), then refuses.
@@ -168,8 +168,17 @@ class TopicAdministration(TopicStore):
         return TopicGauges(depth=row["depth"], dead_letters=row["dead_letters"])
 
     async def stats(self, name: str) -> TopicStats:
-        topic = await self.get(name)
-        row = await self.pool.fetchrow(self.queries["topic_stats"], name)
+        # One snapshot: the topic's counters (retried, delivered) and its queue as of the same
+        # moment, or a failure committed in between shows in one and not the other.
+        async with (
+            self.pool.acquire() as connection,
+            connection.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            found = await connection.fetchrow(self.queries["get_topic"], name)
+            if found is None:
+                raise TopicNotFound(f"no topic named {name!r}")
+            topic = topic_of(found)
+            row = await connection.fetchrow(self.queries["topic_stats"], name)
         oldest: datetime | None = row["oldest"]
         return TopicStats(
             topic=name,

@@ -551,3 +551,62 @@ async def test_delete_enable_and_secret_rotation(topics: Topics, pool: asyncpg.P
         await topics.get(topic)
     for table in ("topic_entries", "topic_shards", "topic_secrets", "topics"):
         assert await pool.fetchval(f'SELECT count(*) FROM "procbus_{table}"') == 0
+
+
+class CommitsAfterFirstRead:
+    """A pool (and its connections) that commits `change` on another connection right after
+    the first row it reads: a failure settled between two statements of a reader."""
+
+    def __init__(self, pool: asyncpg.Pool, change: str, *arguments: object) -> None:
+        self.pool, self.change, self.arguments = pool, change, arguments
+        self.done = False
+
+    async def _after(self, row: Any) -> Any:
+        if not self.done:
+            self.done = True
+            await self.pool.execute(self.change, *self.arguments)
+        return row
+
+    async def fetchrow(self, query: str, *arguments: object) -> Any:
+        return await self._after(await self.pool.fetchrow(query, *arguments))
+
+    def acquire(self) -> Any:
+        outer = self
+
+        class Acquired:
+            async def __aenter__(self) -> Any:
+                self.held = outer.pool.acquire()
+                connection = await self.held.__aenter__()
+
+                class Reading:
+                    def __getattr__(self, name: str) -> Any:
+                        return getattr(connection, name)
+
+                    async def fetchrow(self, query: str, *arguments: object) -> Any:
+                        return await outer._after(await connection.fetchrow(query, *arguments))
+
+                return Reading()
+
+            async def __aexit__(self, *exc_info: object) -> None:
+                await self.held.__aexit__(*exc_info)
+
+        return Acquired()
+
+
+async def test_stats_show_the_counters_and_the_queue_of_one_moment(
+    topics: Topics, pool: asyncpg.Pool
+) -> None:
+    """A failure settled while stats read: its retry counter and its held-back key show
+    together or not at all (the demo saw 3 keys held back and 0 failed attempts)."""
+    topic = await make(topics)
+    await topics.publish(topic, Event(payload={"n": 1}, key="a"))
+    failure = """WITH failed AS (
+        UPDATE "procbus_topic_entries" SET "attempts" = 1,
+            "next_attempt_at" = clock_timestamp() + interval '1 hour'
+        WHERE "topic" = $1)
+    UPDATE "procbus_topics" SET "retried" = "retried" + 1 WHERE "name" = $1"""
+    racing = Topics(CommitsAfterFirstRead(pool, failure, topic))  # type: ignore[arg-type]
+    stats = await racing.stats(topic)
+    assert (stats.retried, stats.retrying, stats.blocked_keys) in ((0, 0, 0), (1, 1, 1)), stats
+    after = await topics.stats(topic)
+    assert (after.retried, after.retrying, after.blocked_keys) == (1, 1, 1)
