@@ -38,6 +38,12 @@ def main() -> int:
         help="table procedures and grants a second",
     )
     parser.add_argument("--no-amqp", action="store_true", help="no RabbitMQ broker and topic")
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="a Spark cluster on its own host: loads, compactions, the bank's change pipeline, "
+        "driver kills, and the lake and Spark checkers",
+    )
     options = parser.parse_args()
     # SIGTERM (a timeout, a CI's cancel) ends it like Ctrl-C: the cluster is torn down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -49,6 +55,7 @@ def main() -> int:
         options.workers,
         options.history,
         amqp=not options.no_amqp,
+        spark=options.spark,
         operations_per_second=options.operations_per_second,
     )
     run, outcomes, end, found = report.run, report.outcomes, report.end, report.violations
@@ -69,6 +76,25 @@ def main() -> int:
         f"transactions: {dict(transactions)}; the sink received {webhooks} webhook requests, "
         f"its Kafka topic holds {kafka_records} records and its queue {amqp_messages} messages"
     )
+    lake: dict[str, object] = {}
+    if options.spark:
+        transfers = collections.Counter(event["outcome"] for event in run.history.of("transfer"))
+        reads = run.history.of("lake_read")
+        committed = collections.Counter(entry["operation"] for entry in end["snapshot_log"])
+        lake = {
+            "transfers": dict(transfers),
+            "lake_reads": len(reads),
+            "lake_snapshots_read": len({read["snapshot_id"] for read in reads}),
+            "lake_reads_failed": len(run.history.of("lake_read_failed")),
+            "snapshots_committed": dict(committed),
+            "drivers_killed": sum(kill["count"] for kill in run.history.of("drivers_killed")),
+        }
+        print(
+            f"bank: transfers {dict(transfers)}; a lake reader read {len(reads)} times "
+            f"({lake['lake_snapshots_read']} snapshots, {lake['lake_reads_failed']} reads "
+            f"failed); snapshots committed {dict(committed)}; drivers killed "
+            f"{lake['drivers_killed']}"
+        )
     lock_changes = len(end["lock_log"])
     catalog_writes = len(end["catalog_log"])
     print(f"lock table changes replayed: {lock_changes}; catalog writes: {catalog_writes}")
@@ -92,6 +118,7 @@ def main() -> int:
                 "amqp_messages": amqp_messages,
                 "lock_changes": lock_changes,
                 "catalog_writes": catalog_writes,
+                **lake,
                 "violations": total,
                 **{checker: len(violations) for checker, violations in found.items()},
             }

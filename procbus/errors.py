@@ -140,6 +140,12 @@ class SparkJobFailed(ProcbusError):
     error_type = ErrorType.SPARK_JOB_FAILED
 
 
+class SparkDriverLost(ProcbusError):
+    """A job's driver ended without leaving its outcome: it was killed, or the host it ran on
+    was lost. Not the job's failure: the step is tried again, as a new attempt (no error type:
+    retried like any unexpected error)."""
+
+
 class SparkJobCancelled(ProcbusError):
     """The Spark job was cancelled before it finished."""
 

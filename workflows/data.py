@@ -25,7 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities.spark import SparkActivities
-    from procbus.core.fences import Fence
+    from procbus.core.fences import Fence, LockMode
     from procbus.core.names import table_resource
     from procbus.errors import ErrorType
     from procbus.lakehouse.data import (
@@ -64,9 +64,10 @@ async def commit_pivot(
             name, SparkActivities.commit_job_output, commit, pivot=True, summary=summary
         )
         return result
-    except ActivityError as error:
-        if isinstance(error.cause, CancelledError) or snapshot_conflict(error):
+    except ActivityError as failed:
+        if isinstance(failed.cause, CancelledError) or snapshot_conflict(failed):
             raise
+        error = failed
         try:
             found: DataResult = await procedure.step(
                 f"{name}_found",
@@ -76,8 +77,13 @@ async def commit_pivot(
                 summary="its answer was lost: look the commit up in the job ledger",
             )
         except ActivityError:
-            raise error from None  # not committed: roll back for the commit's own failure
-        return found
+            pass
+        else:
+            return found
+    # Not committed: roll back for the commit's own failure, which the status names (raised
+    # outside the handler, so it keeps its cause: the refusal's type and message).
+    procedure.status.step_running = name
+    raise error
 
 
 def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timedelta:
@@ -104,7 +110,8 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
     async def steps(self, request: LoadTableInput) -> DataResult:
         procedure_id = workflow.info().workflow_id
         namespace, name = checked(request.check)
-        fence = self.fence(table_resource(namespace, name))
+        # An append beside other loads: fenced by its IX lock on the table.
+        fence = self.fence(table_resource(namespace, name), LockMode.IX)
         wanted = LoadStep(
             procedure_id=procedure_id,
             job_key=f"{procedure_id}:write",

@@ -48,13 +48,20 @@ RETURNING "created_at";
 
 -- name: grant_pipeline_write
 -- The pipeline's own principal may write the lake table its changes go to (when it exists: a
--- grant names a catalog table). True: granted now or before.
-INSERT INTO "procbus_acl" ("principal", "namespace", "table_name", "permission", "granted_by")
-SELECT $1, t."namespace", t."name", 'write', $4
-FROM "procbus_tables" AS t WHERE t."namespace" = $2 AND t."name" = $3
-ON CONFLICT ("principal", "namespace", "table_name", "permission")
-    DO UPDATE SET "granted_by" = "procbus_acl"."granted_by"  -- kept as it was
-RETURNING true;
+-- grant names a catalog table). True: granted now or before (a grant already there is left
+-- untouched: no row is written).
+WITH "granted" AS (
+    INSERT INTO "procbus_acl" ("principal", "namespace", "table_name", "permission", "granted_by")
+    SELECT $1, t."namespace", t."name", 'write', $4
+    FROM "procbus_tables" AS t WHERE t."namespace" = $2 AND t."name" = $3
+    ON CONFLICT ("principal", "namespace", "table_name", "permission") DO NOTHING
+    RETURNING true
+)
+SELECT true FROM "granted"
+UNION ALL
+SELECT true FROM "procbus_acl" AS a
+WHERE a."principal" = $1 AND a."namespace" = $2 AND a."table_name" = $3 AND a."permission" = 'write'
+LIMIT 1;
 
 -- name: attach
 SELECT "procbus_capture_attach"($1::oid::regclass, $2, $3::text[], $4);

@@ -30,8 +30,13 @@ class LockGrant(BaseModel):
 class Fence(BaseModel):
     """What a write carries to prove, where it happens, that its locks are still its own: the
     fencing token of the lock on the written resource (or the ancestor lock covering it) and the
-    tokens of the intention locks above it."""
+    tokens of the intention locks above it.
+
+    `mode` X (a write that excludes every other): the token must also be the resource's newest.
+    IX (an append beside others, a load under its intention lock on the table): several hold
+    the resource at once, so only that the lock is still held counts."""
 
     resource: str
     token: int
     path: list[LockGrant] = Field(default_factory=list, description="the locks on the ancestors")
+    mode: LockMode = LockMode.X

@@ -94,9 +94,9 @@ class ProcedureLocks:
                 execution=workflow.info().first_execution_run_id,
             )
 
-    def fence(self, resource: str) -> Fence | None:
+    def fence(self, resource: str, mode: LockMode = LockMode.X) -> Fence | None:
         """The fence a write to `resource` carries (None if no lock held covers it)."""
-        return fence_for(self._status.locks + self.inherited, resource)
+        return fence_for(self._status.locks + self.inherited, resource, mode)
 
     def for_children(self) -> list[LockGrant]:
         """What children inherit: this procedure's grants and the ones it inherited."""

@@ -218,10 +218,11 @@ class Procedure(Generic[InputT, ResultT]):
         """
         return ()
 
-    def fence(self, resource: str) -> Fence | None:
+    def fence(self, resource: str, mode: LockMode = LockMode.X) -> Fence | None:
         """The fence a write to `resource` carries: the tokens of the locks that allow it
-        (None if this procedure holds no such lock)."""
-        return self._lock_keeper.fence(resource)
+        (None if this procedure holds no such lock). `mode` IX: an append beside others, which
+        its intention lock on `resource` allows."""
+        return self._lock_keeper.fence(resource, mode)
 
     async def steps(self, request: InputT) -> ResultT:
         raise NotImplementedError

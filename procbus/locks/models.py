@@ -150,9 +150,16 @@ def by_resource(entries: list[LockEntry]) -> list[ResourceLocks]:
     return list(resources.values())
 
 
-def fence_for(grants: list[LockGrant], resource: str) -> Fence | None:
-    """The fence of a write to `resource` under these grants; None if they do not cover it."""
+def fence_for(
+    grants: list[LockGrant], resource: str, mode: LockMode = LockMode.X
+) -> Fence | None:
+    """The fence of a write to `resource` under these grants; None if they do not cover it.
+    `mode` IX: an append under an intention lock on `resource` (a load), fenced by that lock
+    when nothing stronger covers it."""
     covering = covering_grant(grants, resource, LockMode.X)
+    fenced_mode = LockMode.X
+    if covering is None and mode is LockMode.IX:
+        covering, fenced_mode = covering_grant(grants, resource, LockMode.IX), LockMode.IX
     if covering is None:
         return None
     above = parse_path(covering.resource)[:-1]
@@ -161,6 +168,7 @@ def fence_for(grants: list[LockGrant], resource: str) -> Fence | None:
         resource=covering.resource,
         token=covering.token,
         path=[grant for grant in grants if grant.resource in ancestors],
+        mode=fenced_mode,
     )
 
 

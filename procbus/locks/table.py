@@ -67,11 +67,11 @@ def lock_set(
 async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
     """Inside a write's transaction: refuse the write unless its locks are still held.
 
-    Refused when the written resource's token is older than its newest one, or when any of the
-    fence's locks (the ancestors' intention locks too) is gone: its lease ran out and another
-    holder could take a conflicting lock. The rows stay share-locked until the write commits,
-    so no conflicting grant slips in between. The fence is then noted in the transaction
-    (`procbus.fence`), for audit triggers.
+    Refused when any of the fence's locks (the ancestors' intention locks too) is gone: its
+    lease ran out and another holder could take a conflicting lock; and, for an exclusive
+    write (mode X), when the written resource's token is older than its newest one. The rows
+    stay share-locked until the write commits, so no conflicting grant slips in between. The
+    fence is then noted in the transaction (`procbus.fence`), for audit triggers.
     """
     fenced = [(fence.resource, fence.token)] + [(g.resource, g.token) for g in fence.path]
     queries = load_queries(QUERIES)
@@ -87,7 +87,7 @@ async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
             f"write to {fence.resource!r} refused: its locks on {', '.join(lost)} are no "
             "longer held; their lease ran out"
         )
-    if fence.token < newest[fence.resource]:
+    if fence.mode is LockMode.X and fence.token < newest[fence.resource]:
         raise StaleFencingToken(
             f"write to {fence.resource!r} refused: its fencing token {fence.token} is older than "
             f"the newest one, {newest[fence.resource]}; the lock was granted again"

@@ -296,6 +296,11 @@ class Pipelines:
             )
             if fenced is None:
                 return None
+            # No lock fences a batch, its claim does: noted for audit triggers, as a fence is.
+            await connection.execute(
+                queries["note_batch"],
+                json.dumps({"topic": topic, "batch": batch_id, "claim": claim_id}),
+            )
             snapshots: dict[str, int] = {}
             principal = pipeline_principal(topic)
             for part, files in written:

@@ -88,3 +88,8 @@ SELECT EXISTS (
     SELECT 1 FROM "procbus_namespace_acl"
     WHERE "principal" = $1 AND "namespace" = $2 AND "permission" = 'write'
 );
+
+-- name: note_batch
+-- The batch a commit applies, for the rest of its transaction: an audit trigger reads it as
+-- current_setting('procbus.batch', true) (docs/concepts/locks.md; the nemesis's fencing checker).
+SELECT set_config('procbus.batch', $1, true);

@@ -7,7 +7,8 @@ driver runs on the cluster (cluster deploy mode), so it outlives the worker that
   jobs, stages and tasks from its own REST API, through the master's reverse proxy.
 - cancel: POST /v1/submissions/kill/ID, then wait until the cluster says it ended.
 - result: the driver's state once it ended, and the outcome file it left beside its output
-  (the cluster's status of a failed driver carries no message).
+  (the cluster's status of a failed driver carries no message). A driver that ended without
+  one was killed or lost its host: SparkDriverLost, and the step runs the job again.
 
 The REST API has no authentication: run the master with it bound to loopback or a private
 network (`spark.master.rest.host`).
@@ -29,6 +30,7 @@ from procbus.errors import (
     ErrorType,
     InvalidRequest,
     ProcbusError,
+    SparkDriverLost,
     SparkJobCancelled,
     SparkJobFailed,
     SparkUnavailable,
@@ -189,10 +191,14 @@ class StandaloneBackend:
             return
         if state == "KILLED":
             raise SparkJobCancelled(f"Spark job {handle.job_key!r} was cancelled")
-        if outcome is not None and outcome.error_type == ErrorType.INVALID_REQUEST:
+        if outcome is None:  # the driver never got to say: killed, or its host lost
+            raise SparkDriverLost(
+                f"Spark job {handle.job_key!r}: its driver ended {state} without an outcome "
+                "(killed, or its host lost); it runs again as a new attempt"
+            )
+        if outcome.error_type == ErrorType.INVALID_REQUEST:
             raise InvalidRequest(outcome.error or "")
-        said = outcome.error if outcome is not None else f"the driver ended {state}"
-        raise SparkJobFailed(f"Spark job {handle.job_key!r} failed: {said}")
+        raise SparkJobFailed(f"Spark job {handle.job_key!r} failed: {outcome.error}")
 
     async def _ended(self, handle: JobHandle) -> str:
         """Poll the driver's state until it is no longer running; that state."""

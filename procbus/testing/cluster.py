@@ -3,7 +3,8 @@ listening on its own host's address only, and the faults a nemesis injects betwe
 
 Hosts (docs/internals/testing.md): `db` (PostgreSQL), `temporal` (the Temporal server),
 workers `w1`, `w2`, ... (each a `procbus worker` with its own worker ID) and, when asked for,
-`sink` (a webhook receiver that journals every request, procbus.testing.sink). The machine itself is
+`sink` (a webhook receiver that journals every request, procbus.testing.sink) and `spark` (a
+standalone master and worker, procbus.testing.spark). The machine itself is
 on the bridge too, as the first address, so the harness and the `procbus` CLI reach every host;
 the network is a private /24 with no route off the machine.
 
@@ -40,6 +41,7 @@ from procbus.stack.processes import ManagedProcess, wait_for_port
 from procbus.stack.temporal_server import DevTemporalServer
 from procbus.testing.rabbitmq import RabbitMQ
 from procbus.testing.sink import read_journal
+from procbus.testing.spark import SparkCluster
 
 # Namespaces of a cluster are named for the process that made it, so a later run can tell a
 # dead run's leftovers (its process gone) from a live one's.
@@ -303,8 +305,9 @@ class WorkerProcess:
 
 
 class Cluster:
-    """PostgreSQL on `db`, Temporal on `temporal`, `procbus worker`s on `w1`..`wN`, and a
-    webhook receiver on `sink` when `sink` is true."""
+    """PostgreSQL on `db`, Temporal on `temporal`, `procbus worker`s on `w1`..`wN`, a webhook
+    receiver on `sink` when `sink` is true, and a Spark standalone cluster on `spark` (which the
+    workers send their table jobs to) when `spark` is true."""
 
     def __init__(
         self,
@@ -317,6 +320,7 @@ class Cluster:
         latency: bool = False,
         kafka: bool = False,
         amqp: bool = False,
+        spark: bool = False,
     ) -> None:
         self.worker_names = [f"w{n}" for n in range(1, workers + 1)]
         # Each worker's links to `db` and `temporal` through a proxy that can delay them.
@@ -327,7 +331,9 @@ class Cluster:
         self.worker_modules = tuple(worker_modules)
         # PROCBUS_* settings of every worker beyond the cluster's own (faults=..., say).
         self.worker_settings = worker_settings or {}
-        self.network = Network(["db", "temporal", *self.worker_names, *(["sink"] * sink)])
+        self.network = Network(
+            ["db", "temporal", *self.worker_names, *(["sink"] * sink), *(["spark"] * spark)]
+        )
         self.root = service_dir("procbus-cluster-")
         self.warehouse = self.root / "warehouse"
         self.auth_key = secrets.token_urlsafe(32)
@@ -371,6 +377,12 @@ class Cluster:
                 port=AMQP_PORT,
                 netns=sink_host.netns,
             )
+        self.spark: SparkCluster | None = None
+        if spark:
+            spark_host = self.network.hosts["spark"]
+            self.spark = SparkCluster(
+                self.root / "spark", host=spark_host.address, netns=spark_host.netns
+            )
         self.sink: ManagedProcess | None = None
         self.sink_journal = self.root / "sink.jsonl"
         if sink:
@@ -408,7 +420,17 @@ class Cluster:
     def settings(self, **extra: str) -> dict[str, str]:
         """The PROCBUS_* settings every process of this cluster shares: the CLI's on the
         machine and the workers' (which add their own)."""
+        spark = self.spark
         return {
+            **(
+                {
+                    "PROCBUS_SPARK_MASTER": spark.master,
+                    "PROCBUS_SPARK_REST_URL": spark.rest_url,
+                    "PROCBUS_SPARK_WEB_URL": spark.web_url,
+                }
+                if spark is not None
+                else {}
+            ),
             "PROCBUS_TEMPORAL_ADDRESS": self.temporal.address,
             "PROCBUS_DATABASE_URL": self.database_url,
             "PROCBUS_WAREHOUSE": str(self.warehouse),
@@ -443,6 +465,8 @@ class Cluster:
             self.sink.start()
         if self.kafka is not None:
             self.kafka.start()
+        if self.spark is not None:
+            self.spark.up()
         self.postgres.wait_ready()
         if self.amqp is not None:
             self.amqp.start()
@@ -520,7 +544,7 @@ class Cluster:
         keep = os.environ.get("PROCBUS_CLUSTER_KEEP_LOGS")
         if keep:  # the hosts' logs, kept for a failed run's reader
             Path(keep).mkdir(parents=True, exist_ok=True)
-            for log in self.root.glob("*.log"):
+            for log in self._logs():
                 shutil.copy(log, Path(keep) / log.name)
         for worker in self.workers.values():
             worker.stop()
@@ -535,6 +559,9 @@ class Cluster:
         if self.amqp is not None:
             with contextlib.suppress(Exception):
                 self.amqp.close()
+        if self.spark is not None:
+            with contextlib.suppress(Exception):
+                self.spark.down()
         for server in (self.kafka, self.sink, self.temporal, self.postgres):
             with contextlib.suppress(Exception):
                 if server is not None:
@@ -542,10 +569,14 @@ class Cluster:
         self.network.down()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def _logs(self) -> list[Path]:
+        """Every host's log (the Spark host's: spark-master.log and spark-worker.log)."""
+        return sorted([*self.root.glob("*.log"), *self.root.glob("spark/*.log")])
+
     def log_tails(self, lines: int = 20) -> str:
         """The last lines of every host's log, for a failure's message."""
         tails = []
-        for log in sorted(self.root.glob("*.log")):
+        for log in self._logs():
             text = log.read_text(errors="replace").splitlines()[-lines:]
             tails.append(f"--- {log.name}\n" + "\n".join(text))
         return "\n".join(tails)
@@ -562,6 +593,7 @@ def running_cluster(
     latency: bool = False,
     kafka: bool = False,
     amqp: bool = False,
+    spark: bool = False,
 ) -> Iterator[Cluster]:
     """A cluster up for the block, torn down after it, also after a failure."""
     cluster = Cluster(
@@ -573,6 +605,7 @@ def running_cluster(
         latency=latency,
         kafka=kafka,
         amqp=amqp,
+        spark=spark,
     )
     try:
         cluster.start()

@@ -31,9 +31,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.core.fences import Fence, LockMode
 from procbus.core.names import namespace_resource, table_resource
+from procbus.db.pool import create_pool
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
+from procbus.lakehouse.warehouse import MARKER
 from procbus.locks.modes import compatible
 from procbus.procedures.client import procedure_status
 from procbus.stack.temporal_server import temporal_binary
@@ -46,12 +48,14 @@ FAULT_KINDS = (
     *("kill", "pause", "cut_db", "cut_temporal", "cut_both"),
     *("restart_postgres", "restart_temporal"),
 )
-SERVER_OF = {"restart_postgres": "db", "restart_temporal": "temporal"}
+SERVER_OF = {"restart_postgres": "db", "restart_temporal": "temporal", "kill_driver": "spark"}
 SINK_FAULT_KINDS = ("cut_sink",)  # on a cluster with a sink: a worker cut from the receiver
 # On a cluster with latency proxies: a worker's link to PostgreSQL or Temporal slowed, each way
 # by a delay in LATENCY_SECONDS (slow rather than dead).
 LATENCY_FAULT_KINDS = ("slow_db", "slow_temporal")
 LATENCY_SECONDS = (0.05, 1.0)
+# On a cluster with a Spark host: every driver running there SIGKILLed (with its Python job).
+SPARK_FAULT_KINDS = ("kill_driver",)
 NAMESPACES = ("sales", "crm")
 TABLES = ("orders", "customers", "events")
 PRINCIPALS = ("etl", "analyst")
@@ -87,6 +91,23 @@ USER_MODULE, USER_PROCEDURE = "examples.user_procedures", "RefreshCaches"
 USER_RATE, USER_REFUSE_SHARE = 0.1, 0.25
 # Table procedures and grants a second (each started by a `procbus` CLI process).
 OPERATIONS_PER_SECOND = 0.7
+# On a cluster with a Spark host: loads (of LOAD_ROWS rows from a CSV file of their own) and
+# compactions of the workload's tables, each a job that runs as a driver on the Spark cluster,
+# at this rate (a driver and its executor are two JVMs: seconds of CPU each).
+SPARK_OPERATIONS_PER_SECOND, LOAD_ROWS = 1 / 40, 40
+# And the application's bank: BANK_ACCOUNTS accounts in PostgreSQL, captured into a change
+# pipeline that applies their changes to the lake table BANK_TABLE, transfers between them at
+# TRANSFERS_PER_SECOND (one in five rolled back), a compaction Schedule on the lake table, and a
+# reader of the lake table every LAKE_READ_SECONDS: each snapshot it reads must keep the total.
+BANK_SOURCE, BANK_TOPIC, BANK_NAMESPACE, BANK_TABLE = (
+    *("nemesis_accounts", "nemesis-bank", "bank", "accounts"),
+)
+BANK_ACCOUNTS, BANK_OPENING, TRANSFERS_PER_SECOND = 20, 1000, 2.0
+BANK_COMPACTION_SCHEDULE, BANK_COMPACTION_EVERY = "nemesis-compact-bank", "90s"
+# A run that failed pauses the Schedule (pause on failure): the harness unpauses it, as an
+# operator would, when it finds it paused on a look this often.
+SCHEDULE_CHECK_SECONDS = 30.0
+LAKE_READ_SECONDS = 3.0
 # One table procedure in three gets a deadline (`--deadline`), some shorter than a lock wait.
 DEADLINE_SHARE, DEADLINES = 1 / 3, (4.0, 8.0, 15.0, 30.0)
 # A deadline is a timer in the workflow: under a fault (Temporal restarting, the workflow's
@@ -229,6 +250,33 @@ def user_operations(seed: int, seconds: float, notes: Path) -> list[Operation]:
     return operations
 
 
+def spark_operations(seed: int, seconds: float, inputs: Path) -> list[Operation]:
+    """Loads and compactions of the workload's tables at random times (from a generator of
+    their own), each load from its own CSV file under `inputs`, written when the run sets up."""
+    rng = random.Random(f"spark-{seed}")
+    operations = []
+    for number, at in enumerate(_arrivals(rng, seconds, SPARK_OPERATIONS_PER_SECOND), start=1):
+        table = f"{rng.choice(NAMESPACES)}.{rng.choice(TABLES)}"
+        kind = rng.choice(("load", "load", "compact"))
+        procedure_id = f"nemesis-{seed}-s{number}-{kind}"
+        argv: tuple[str, ...] = ("table", "compact", table)
+        if kind == "load":
+            argv = ("table", "load", table, "--from", str(inputs / f"{procedure_id}.csv"))
+        operations.append(Operation(round(at, 2), procedure_id, (*argv, "--id", procedure_id)))
+    return operations
+
+
+def write_load_inputs(operations: Sequence[Operation], inputs: Path) -> None:
+    """Each load's CSV file: LOAD_ROWS rows of the workload's table schema (id, note)."""
+    inputs.mkdir(parents=True, exist_ok=True)
+    for number, operation in enumerate(operations):
+        if "--from" in operation.argv:
+            path = Path(operation.argv[operation.argv.index("--from") + 1])
+            first = number * LOAD_ROWS
+            rows = (f"{n},{operation.procedure_id}" for n in range(first, first + LOAD_ROWS))
+            path.write_text("id,note\n" + "\n".join(rows) + "\n")
+
+
 def app_transactions(
     seed: int,
     seconds: float,
@@ -267,11 +315,18 @@ class Run:
         kinds: tuple[str, ...] = FAULT_KINDS
         kinds += SINK_FAULT_KINDS if self.with_topics else ()
         kinds += LATENCY_FAULT_KINDS if cluster.latency else ()
+        self.with_spark = cluster.spark is not None
+        kinds += SPARK_FAULT_KINDS if self.with_spark else ()
         self.faults = fault_schedule(seed, seconds, cluster.worker_names, kinds)
         self.operations = workload(seed, seconds, operations_per_second)
         if USER_MODULE in cluster.worker_modules:
             users = user_operations(seed, seconds, cluster.root)
             self.operations = sorted([*self.operations, *users], key=lambda o: o.at)
+        # Load inputs under the workers' default load root.
+        self.load_inputs = cluster.warehouse / "incoming"
+        if self.with_spark:
+            jobs = spark_operations(seed, seconds, self.load_inputs)
+            self.operations = sorted([*self.operations, *jobs], key=lambda o: o.at)
         self.topics = [
             *TOPIC_PATHS,
             *([KAFKA_TOPIC] * (cluster.kafka is not None)),
@@ -316,6 +371,38 @@ class Run:
             endpoint = f"{self.cluster.amqp.url}?routing_key={AMQP_QUEUE}"
             created = self.cli("topic", "create", AMQP_TOPIC, "--endpoint", endpoint)
             assert created.returncode == 0, created.stderr
+        if self.with_spark:
+            self._set_up_the_lake()
+
+    def _set_up_the_lake(self) -> None:
+        """The loads' inputs; the bank, its capture into a change pipeline to its lake table,
+        and a compaction Schedule on that table. The lake table and the pipeline's grant are
+        made by procedures, checked with the workload's (`capture create` would grant the
+        pipeline in its own transaction, which tells no worker's cache)."""
+        write_load_inputs(self.operations, self.load_inputs)
+        asyncio.run(self._sql("install_snapshot_log"))
+        asyncio.run(_open_bank(self.cluster.database_url))
+        lake_table = f"{BANK_NAMESPACE}.{BANK_TABLE}"
+        schema = "id:bigint,owner:string,balance:bigint"
+        for argv in (
+            ["namespace", "create", BANK_NAMESPACE, "--wait"],
+            ["table", "create", lake_table, "--schema", schema, "--wait",
+             "--id", f"nemesis-{self.seed}-bank-create"],
+            ["acl", "grant", f"pipeline:{BANK_TOPIC}", lake_table, "write", "--wait",
+             "--id", f"nemesis-{self.seed}-bank-grant"],
+            ["topic", "create", BANK_TOPIC, "--endpoint", f"table://{lake_table}",
+             "--group-transactions", "--batch-size", "10"],
+            ["capture", "create", BANK_SOURCE, "--topic", BANK_TOPIC],
+            ["schedule", "create", BANK_COMPACTION_SCHEDULE, "--procedure", "compact",
+             "--table", lake_table, "--every", BANK_COMPACTION_EVERY],
+        ):  # fmt: skip
+            done = self.cli(*argv, timeout=180)
+            assert done.returncode == 0, f"{' '.join(argv)}: {done.stdout}{done.stderr}"
+            if "--id" in argv:
+                procedure_id = argv[argv.index("--id") + 1]
+                self.history.record(
+                    "started", procedure_id=procedure_id, argv=argv, deadline_seconds=None
+                )
 
     def run(self) -> None:
         """Operations in one thread, application transactions in another, faults in this one
@@ -327,12 +414,103 @@ class Run:
             target=lambda: asyncio.run(self._run_transactions()), name="application"
         )
         application.start()
+        bank = threading.Thread(target=lambda: asyncio.run(self._run_the_bank()), name="bank")
+        schedule = threading.Thread(target=self._keep_the_schedule_running, name="schedule")
+        if self.with_spark:
+            bank.start()
+            schedule.start()
         try:
             self._inject_all()
         finally:
             operations.join()
             application.join()
+            if self.with_spark:
+                bank.join()
+                schedule.join()
             self.heal_all()
+
+    def _keep_the_schedule_running(self) -> None:
+        """Unpause the compaction Schedule whenever a run that failed paused it (as an operator
+        would, `procbus schedule unpause`), every SCHEDULE_CHECK_SECONDS until the run's end."""
+        end = self.history.started + self.seconds
+        while time.monotonic() + SCHEDULE_CHECK_SECONDS < end:
+            time.sleep(SCHEDULE_CHECK_SECONDS)
+            with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+                shown = self.cli("schedule", "describe", BANK_COMPACTION_SCHEDULE, "--json")
+                described = json.loads(shown.stdout) if shown.returncode == 0 else {}
+                if described.get("paused"):
+                    unpaused = self.cli("schedule", "unpause", BANK_COMPACTION_SCHEDULE)
+                    self.history.record(
+                        "schedule_unpaused",
+                        note=described.get("note"),
+                        done=unpaused.returncode == 0,
+                    )
+
+    async def _run_the_bank(self) -> None:
+        """Transfers between the bank's accounts, and a reader of the lake table beside them,
+        until the run's end."""
+        await asyncio.gather(self._transfer(), self._read_the_lake())
+
+    async def _transfer(self) -> None:
+        """Each transfer in turn on one connection, one in five rolled back, written to the
+        history with its outcome (as the application transactions are)."""
+        rng = random.Random(f"bank-{self.seed}")
+        queries = load_queries("procbus.testing")
+        connection: asyncpg.Connection | None = None
+        for number, at in enumerate(_arrivals(rng, self.seconds, TRANSFERS_PER_SECOND), 1):
+            payer, payee = sorted(rng.sample(range(1, BANK_ACCOUNTS + 1), 2))  # locks in order
+            amount, roll_back = rng.randint(1, 100), rng.random() < 0.2
+            await asyncio.to_thread(self._sleep_until, at)
+            outcome, error, moved = "committed", None, False
+            try:
+                if connection is None or connection.is_closed():
+                    connection = await asyncpg.connect(self.cluster.database_url, timeout=5)
+                async with connection.transaction():
+                    await connection.execute(queries["move_money"], payer, -amount)
+                    await connection.execute(queries["move_money"], payee, amount)
+                    moved = True
+                    if roll_back:
+                        raise RolledBackOnPurpose
+            except RolledBackOnPurpose:
+                outcome = "rolled_back"
+            except Exception as e:
+                outcome, error = ("unknown" if moved else "failed"), repr(e)
+                if connection is not None:
+                    connection.terminate()
+                    connection = None
+            self.history.record(
+                "transfer", number=number, outcome=outcome, **({"error": error} if error else {})
+            )
+        if connection is not None:
+            await connection.close()
+
+    async def _read_the_lake(self) -> None:
+        """The lake table's current snapshot read whole every LAKE_READ_SECONDS, as a reader of
+        the lake would: its ID and total written to the history (a read that failed, with its
+        error: the database restarting, a file compacted away under it)."""
+        from procbus.lakehouse.catalog import Catalog
+        from procbus.lakehouse.reader import read_snapshot
+
+        end = self.history.started + self.seconds
+        while time.monotonic() < end:
+            await asyncio.sleep(LAKE_READ_SECONDS)
+            try:
+                async with asyncio.timeout(30):
+                    pool = await create_pool(self.cluster.database_url, min_size=1, max_size=1)
+                    try:
+                        snapshot = await Catalog(pool).table_files(BANK_NAMESPACE, BANK_TABLE)
+                    finally:
+                        await pool.close()
+                rows = await asyncio.to_thread(read_snapshot, snapshot)
+            except Exception as e:
+                self.history.record("lake_read_failed", error=repr(e))
+                continue
+            self.history.record(
+                "lake_read",
+                snapshot_id=snapshot.snapshot_id,
+                rows=len(rows),
+                total=sum(row["balance"] for row in rows),
+            )
 
     async def _sql(self, name: str) -> list[dict[str, Any]]:
         """One of the harness's own queries (procbus/testing/queries.sql), its rows as JSON; a
@@ -469,6 +647,10 @@ class Run:
             time.sleep(fault.hold)
             cluster.temporal.launch()
             cluster.temporal.wait_ready()
+        elif fault.kind == "kill_driver":
+            assert cluster.spark is not None
+            self.history.record("drivers_killed", count=cluster.spark.kill_drivers())
+            time.sleep(fault.hold)
 
     def heal_all(self) -> None:
         for name in self.cluster.worker_names:
@@ -487,6 +669,12 @@ class Run:
         start that never got its answer may have started one: it is looked for too."""
         started = [event["procedure_id"] for event in self.history.of("started")]
         unanswered = [event["procedure_id"] for event in self.history.of("not_started")]
+        if self.with_spark:  # the compaction Schedule's runs are the workload's too
+            paused = self.cli("schedule", "pause", BANK_COMPACTION_SCHEDULE, timeout=120)
+            assert paused.returncode == 0, paused.stderr
+            started += asyncio.run(
+                _scheduled_runs(self.cluster.temporal.address, BANK_COMPACTION_SCHEDULE)
+            )
         found = asyncio.run(
             _wait_all(self.cluster.temporal.address, [*started, *unanswered], timeout)
         )
@@ -521,7 +709,10 @@ class Run:
         tables = json.loads(self.cli("table", "list", "--json").stdout)
         grants = json.loads(self.cli("acl", "list", "--json").stdout)
         inspected = json.loads(self.cli("workers", "inspect", "--json").stdout)
-        return {
+        lake = self._lake_state() if self.with_spark else {}
+        if self.with_spark:
+            lake["pipeline_tables"] = {BANK_TOPIC: table_resource(BANK_NAMESPACE, BANK_TABLE)}
+        return lake | {
             "tables": sorted(f"{t['namespace']}.{t['name']}" for t in tables),
             "grants": sorted(_grant_key(g) for g in grants),
             "workers": {
@@ -550,6 +741,61 @@ class Run:
             },
         }
 
+    def _lake_state(self) -> dict[str, Any]:
+        """Once the pipeline drained and the Spark cluster ran no driver: the bank's accounts
+        in PostgreSQL and in the lake, each lake table's files on disk and in its current
+        snapshot, every snapshot committed, the jobs' ledger, and the drivers still running."""
+        from procbus.lakehouse.catalog import Catalog
+        from procbus.lakehouse.reader import read_snapshot
+
+        spark = self.cluster.spark
+        assert spark is not None
+        depth = self._drained(BANK_TOPIC, timeout=300)  # a batch's apply starts a Spark session
+
+        def active_drivers() -> list[Any]:
+            with contextlib.suppress(Exception):
+                return list(spark.state().get("activedrivers", []))
+            return ["the master did not answer"]
+
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: not active_drivers(), 60, "no driver running", interval=1.0)
+
+        async def read() -> dict[str, Any]:
+            pool = await create_pool(self.cluster.database_url, min_size=1, max_size=2)
+            try:
+                queries = load_queries("procbus.testing")
+                source = [dict(row) for row in await pool.fetch(queries["bank_accounts"])]
+                snapshot = await Catalog(pool).table_files(BANK_NAMESPACE, BANK_TABLE)
+                lake = await asyncio.to_thread(read_snapshot, snapshot)
+                listed: dict[str, dict[str, Any]] = {}
+                for row in await pool.fetch(queries["live_table_files"]):
+                    table = listed.setdefault(
+                        f"{row['namespace']}.{row['name']}",
+                        {"location": row["location"], "live": []},
+                    )
+                    if row["path"] is not None:
+                        table["live"].append(row["path"])
+                return {"bank_source": source, "bank_lake": lake, "lake_files": listed}
+            finally:
+                await pool.close()
+
+        state = asyncio.run(read())
+        for table in state["lake_files"].values():
+            folder = Path(table["location"])
+            table["on_disk"] = sorted(
+                path.relative_to(folder).as_posix()
+                for path in folder.rglob("*")
+                if path.is_file() and path.name != MARKER
+            )
+        pipeline = self.cli("pipeline", "status", BANK_TOPIC, "--json")
+        return state | {
+            "bank_depth": depth,
+            "pipeline": json.loads(pipeline.stdout) if pipeline.returncode == 0 else None,
+            "snapshot_log": asyncio.run(self._sql("snapshot_log")),
+            "spark_jobs": asyncio.run(self._sql("spark_jobs")),
+            "spark_drivers": {"active": active_drivers(), "processes": spark.drivers()},
+        }
+
     def _drained(self, topic: str, timeout: float = 120) -> int:
         """The topic's depth once it is 0 (or after `timeout`): every committed event was
         delivered, or the checker says which were not."""
@@ -564,6 +810,17 @@ class Run:
         with contextlib.suppress(AssertionError):
             wait_until(empty, timeout, f"{topic} drained", interval=1.0)
         return depth
+
+
+async def _open_bank(database_url: str) -> None:
+    """The bank's accounts, each opened with BANK_OPENING."""
+    queries = load_queries("procbus.testing")
+    connection = await asyncpg.connect(database_url, timeout=30)
+    try:
+        await connection.execute(queries["install_bank"])
+        await connection.execute(queries["open_bank_accounts"], BANK_OPENING, BANK_ACCOUNTS)
+    finally:
+        await connection.close()
 
 
 async def _declare_queue(url: str, queue: str) -> None:
@@ -630,6 +887,13 @@ def _kafka_requests(bootstrap: str, topic: str, timeout: float = 60) -> list[dic
     if at_end != set(partitions):
         raise AssertionError(f"Kafka topic {topic}: not read to its end within {timeout:.0f} s")
     return requests
+
+
+async def _scheduled_runs(address: str, schedule_id: str) -> list[str]:
+    """The IDs of the procedures the schedule started (Temporal's visibility)."""
+    client = await Client.connect(address, data_converter=procbus_data_converter)
+    query = f'TemporalScheduledById = "{schedule_id}"'
+    return [execution.id async for execution in client.list_workflows(query)]
 
 
 async def _wait_all(
@@ -717,6 +981,7 @@ def run_on_a_new_cluster(
     *,
     latency: bool = True,
     amqp: bool = True,
+    spark: bool = False,
     operations_per_second: float = OPERATIONS_PER_SECOND,
 ) -> Report:
     """A cluster of `workers` workers and a sink (with a Kafka broker) up for one run from
@@ -724,8 +989,10 @@ def run_on_a_new_cluster(
     history written to `history`, also when the run failed. The workers run the user's
     procedures of `worker_modules` too, imported from the folder this runs in (the project's,
     for examples.user_procedures). `latency`: the latency proxies and their faults; `amqp`: a
-    RabbitMQ broker on the sink host and a topic delivered to it; `operations_per_second`: the
-    workload's rate of table procedures and grants."""
+    RabbitMQ broker on the sink host and a topic delivered to it; `spark`: a Spark cluster on
+    its own host, with loads, compactions, the bank's change pipeline and driver kills (checked by
+    the lake and Spark checkers); `operations_per_second`: the workload's rate of table
+    procedures and grants."""
     with running_cluster(
         workers,
         member_timeout_seconds=5.0,
@@ -734,6 +1001,7 @@ def run_on_a_new_cluster(
         latency=latency,
         kafka=True,
         amqp=amqp,
+        spark=spark,
     ) as cluster:
         run = Run(cluster, seed, seconds, procbus, operations_per_second)
         try:
@@ -744,6 +1012,8 @@ def run_on_a_new_cluster(
         finally:
             if history is not None:
                 run.history.write(history)
+        if history is not None:  # the end state beside it, for a reader of a failed run
+            history.with_suffix(".end.json").write_text(json.dumps(end, default=str))
     return Report(run, outcomes, end, verdicts(outcomes, end, run.history))
 
 
@@ -977,8 +1247,11 @@ WRITTEN_RESOURCE: dict[str, Callable[[dict[str, Any]], str]] = {
 
 def check_fencing(end: dict[str, Any]) -> list[str]:
     """Every write that reached the catalog carried a fence covering what it wrote, and when it
-    was written that fence's locks were still held and its token the newest on its resource:
-    replaying the lock log and the catalog log together, in the database's time order."""
+    was written that fence's locks were still held and, for an exclusive write, its token the
+    newest on its resource (an append under an IX lock shares it with others): replaying the
+    lock log and the catalog log together, in the database's time order. A change pipeline's
+    commit carries its batch instead (its claim fences it), and may write only its own lake
+    table (`pipeline_tables`: topic -> table resource)."""
     changes = [(change["at"], 0, change) for change in end.get("lock_log", [])]
     changes += [(write["at"], 1, write) for write in end.get("catalog_log", [])]
     rows: dict[tuple[str, str], dict[str, Any]] = {}  # (resource, holder) -> its lock row now
@@ -996,6 +1269,11 @@ def check_fencing(end: dict[str, Any]) -> list[str]:
         row = json.loads(change["row"])
         written = WRITTEN_RESOURCE[change["relation"]](row)
         what = f"{change['op']} on {change['relation']} ({written}) at {change['at']}"
+        if change["fence"] is None and change.get("batch") is not None:
+            topic = json.loads(change["batch"])["topic"]
+            if end.get("pipeline_tables", {}).get(topic) != written:
+                violations.append(f"{what} was written by a batch of pipeline {topic}")
+            continue
         if change["fence"] is None:
             violations.append(f"{what} carried no fence")
             continue
@@ -1009,7 +1287,7 @@ def check_fencing(end: dict[str, Any]) -> list[str]:
         ]:
             if not any(r == resource and lock["token"] == token for (r, _), lock in rows.items()):
                 violations.append(f"{what}: its lock on {resource} (token {token}) was not held")
-        if fence.token < newest.get(fence.resource, 0):
+        if fence.mode is LockMode.X and fence.token < newest.get(fence.resource, 0):
             violations.append(
                 f"{what}: its token {fence.token} on {fence.resource} was older than the newest, "
                 f"{newest[fence.resource]}"
@@ -1149,6 +1427,79 @@ def _ended_at(status: dict[str, Any]) -> str:
     return str(status.get("closed_at") or "")
 
 
+def check_lake(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str]:
+    """The bank's lake table: every snapshot a reader read during the run kept the bank's total
+    (no half-applied transfer), and at the end it equals the source row for row. Every lake
+    table's folder holds exactly its current snapshot's files: none missing, none that no
+    snapshot lists (an undone or killed attempt's), no staging left."""
+    violations = []
+    total = BANK_ACCOUNTS * BANK_OPENING
+    for read in history:  # (a read before the first batch was applied finds no snapshot)
+        if read["event"] == "lake_read" and read["snapshot_id"] and read["total"] != total:
+            violations.append(
+                f"at {read['t']} s a reader read snapshot {read['snapshot_id']} of the bank's "
+                f"lake table totalling {read['total']}, not {total}"
+            )
+    if end["bank_depth"] != 0:
+        violations.append(
+            f"the bank's pipeline did not drain: {end['bank_depth']} changes queued "
+            f"(status: {end['pipeline']})"
+        )
+    source = {row["id"]: row for row in end["bank_source"]}
+    lake = {row["id"]: row for row in end["bank_lake"]}
+    differ = sorted(key for key in {*source, *lake} if source.get(key) != lake.get(key))
+    if differ:
+        shown = ", ".join(f"{key}: {source.get(key)} vs {lake.get(key)}" for key in differ[:5])
+        violations.append(
+            f"the bank's lake table differs from its source in {len(differ)} accounts: {shown}"
+        )
+    for table, files in sorted(end["lake_files"].items()):
+        live, on_disk = set(files["live"]), set(files["on_disk"])
+        for path in sorted(live - on_disk):
+            violations.append(f"{table}: {path} is listed by its current snapshot but missing")
+        for path in sorted(on_disk - live):
+            violations.append(f"{table}: {path} is on disk but no current snapshot lists it")
+    return violations
+
+
+def check_spark(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> list[str]:
+    """One committed attempt per job: no job committed two snapshots; a load that succeeded
+    committed one, a compaction at most one (of nothing to compact, none), one undone none; no
+    job's ledger row is left running or staged, and no driver is left running."""
+    violations = []
+    commits = collections.Counter(
+        (entry["namespace"], entry["table_name"], entry["job_key"]) for entry in end["snapshot_log"]
+    )
+    for (namespace, table, job_key), count in sorted(commits.items()):
+        if count > 1:
+            violations.append(f"{namespace}.{table}: job {job_key} committed {count} snapshots")
+    by_procedure = collections.Counter(entry["procedure_id"] for entry in end["snapshot_log"])
+    for procedure_id, status in sorted(outcomes.items()):
+        kind, state = status.get("procedure_type"), status.get("state")
+        if kind not in ("LoadTable", "CompactTable") or state not in ENDED - {"STUCK"}:
+            continue
+        allowed = {"LoadTable": {1}, "CompactTable": {0, 1}}[kind] if state == "SUCCEEDED" else {0}
+        if by_procedure[procedure_id] not in allowed:
+            violations.append(
+                f"{procedure_id} ({kind}) {state} and committed {by_procedure[procedure_id]} "
+                "snapshots"
+            )
+    stuck = {pid for pid, status in outcomes.items() if status.get("state") == "STUCK"}
+    for job in end["spark_jobs"]:
+        if job["state"] in ("running", "staged") and job["procedure_id"] not in stuck:
+            violations.append(
+                f"job {job['job_key']} of {job['procedure_id']} is left {job['state']} "
+                f"(attempt {job['attempt']})"
+            )
+    drivers = end["spark_drivers"]
+    if drivers["active"] or drivers["processes"]:
+        violations.append(
+            f"drivers left running: the master lists {drivers['active']}, processes "
+            f"{drivers['processes']}"
+        )
+    return violations
+
+
 def verdicts(
     outcomes: dict[str, dict[str, Any]], end: dict[str, Any], history: History
 ) -> dict[str, list[str]]:
@@ -1162,4 +1513,9 @@ def verdicts(
         "fencing": check_fencing(end),
         "access": check_access(history.events, end),
         "notes": check_notes(history.events, end),
+        **(
+            {"lake": check_lake(history.events, end), "spark": check_spark(outcomes, end)}
+            if "spark_jobs" in end
+            else {}
+        ),
     }

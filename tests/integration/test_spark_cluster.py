@@ -20,6 +20,7 @@ from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.reader import read_snapshot
 from procbus.procedures import ProcedureState
 from procbus.spark.ledger import JobLedger, JobState
+from procbus.testing.spark import SparkCluster
 from procbus.worker import build_worker
 from tests.integration.test_table_data import (
     expected_rows,
@@ -32,7 +33,7 @@ from tests.integration.test_table_data import (
     write_csv,
 )
 from tests.integration.test_table_procedures import status_of
-from tests.services import TEST_AUTH, SparkCluster, subprocess_environment, worker_process
+from tests.services import TEST_AUTH, subprocess_environment, worker_process
 
 pytestmark = pytest.mark.spark
 
@@ -175,4 +176,33 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_commits_its_out
     current = await Catalog(pool).table_files("sales", "orders")
     assert result.records == 200
     assert rows_of(read_snapshot(current)) == expected_rows(0, 200)
+    assert table_files_on_disk(table) == only_committed_files(table, current)
+
+
+async def test_a_load_whose_driver_is_killed_runs_again_as_a_new_attempt_and_commits_once(
+    cluster: SparkCluster,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    """A driver that dies without leaving its outcome (SIGKILLed, its host lost) is no failure
+    of the job: the step runs it again as a new attempt, which commits once."""
+    table = await make_table(pool, warehouse)
+    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
+        handle = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 500))
+        first = await submission_of(pool, f"{handle.id}:write")
+        async with asyncio.timeout(60):
+            while not cluster.drivers():
+                await asyncio.sleep(0.1)
+        assert cluster.kill_drivers() == 1
+        result = await handle.result()
+    job = await JobLedger(pool).get(f"{handle.id}:write")
+    assert cluster.driver_state(first) in ("FAILED", "ERROR")
+    assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 2)
+    assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert result.records == 500
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 500)
     assert table_files_on_disk(table) == only_committed_files(table, current)

@@ -446,6 +446,32 @@ async def test_a_commit_whose_outcome_was_lost_is_found_by_its_key_not_made_twic
     assert rows_of(read_snapshot(current)) == expected_rows(0, 40)
 
 
+async def test_a_load_whose_lock_was_lost_before_its_commit_commits_nothing(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    """A load appends under its IX lock on the table, and its commit carries that lock's fence:
+    once the lock is gone (its lease ran out: a DeleteTable could have taken the table), the
+    commit is refused in its own transaction and the load is undone."""
+    table = await make_table(pool, warehouse)
+    source = write_csv(tmp_path / "rows.csv", 0, 40)
+    async with spark_worker(
+        client, pool, task_queue, warehouse, faults="LoadTable.commit:delay_first=3"
+    ):
+        handle = await start_load(client, task_queue, source)
+        async with asyncio.timeout(120):
+            while (await status_of(client, handle.id)).step_running != "commit":
+                await asyncio.sleep(0.1)
+        # What the lease's end does to the lock table: the load's locks are gone.
+        await pool.execute('DELETE FROM "procbus_locks" WHERE "holder" = $1', handle.id)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, handle.id)
+    assert status.state is ProcedureState.ROLLED_BACK, status
+    assert "StaleFencingToken" in (status.error or ""), status.model_dump_json(indent=1)
+    assert await Catalog(pool).list_snapshots("sales", "orders") == []
+    assert table_files_on_disk(table) == ["_procbus_table.json"]
+
+
 async def test_a_commit_whose_answer_never_comes_rolls_forward_not_back(
     spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
 ) -> None:
