@@ -1,13 +1,15 @@
 """procbus under a nemesis: a cluster of hosts on this machine (network namespaces: run as
 root), faults and a workload of procedures and application transactions publishing to topics
 (delivered to a webhook receiver on the `sink` host) from a seed, then the checkers' verdicts.
+With --spark, a Spark cluster on its own host, and loads, compactions and a change pipeline too.
 
-    python bench/nemesis.py --seed 7 --minutes 30
+    python bench/nemesis.py --seed 7 --minutes 30 --spark
 
 Prints each fault and each procedure's end, then the checkers' violations; the last line is
 JSON: faults, operations, transactions by outcome, requests the sink received, lock table changes
-and catalog writes replayed, violations, and each checker's count. The same seed gives the same
-schedule of faults and operations (docs/internals/testing.md says how to reproduce one).
+and catalog writes replayed, with --spark the bank's transfers, the lake reads and the snapshots
+committed, violations, and each checker's count. The same seed gives the same schedule of
+faults and operations (docs/internals/testing.md says how to reproduce one).
 """
 
 from __future__ import annotations

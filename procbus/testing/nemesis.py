@@ -95,6 +95,10 @@ OPERATIONS_PER_SECOND = 0.7
 # compactions of the workload's tables, each a job that runs as a driver on the Spark cluster,
 # at this rate (a driver and its executor are two JVMs: seconds of CPU each).
 SPARK_OPERATIONS_PER_SECOND, LOAD_ROWS = 1 / 40, 40
+# Three in four of them on LAKE_TABLES, made at the start and never deleted (loads and
+# compactions contend there: IX against X); the others on the workload's tables, which its
+# deletions race.
+LAKE_NAMESPACE, LAKE_TABLES, LAKE_SHARE = "lake", ("orders", "events"), 0.75
 # And the application's bank: BANK_ACCOUNTS accounts in PostgreSQL, captured into a change
 # pipeline that applies their changes to the lake table BANK_TABLE, transfers between them at
 # TRANSFERS_PER_SECOND (one in five rolled back), a compaction Schedule on the lake table, and a
@@ -257,6 +261,8 @@ def spark_operations(seed: int, seconds: float, inputs: Path) -> list[Operation]
     operations = []
     for number, at in enumerate(_arrivals(rng, seconds, SPARK_OPERATIONS_PER_SECOND), start=1):
         table = f"{rng.choice(NAMESPACES)}.{rng.choice(TABLES)}"
+        if rng.random() < LAKE_SHARE:
+            table = f"{LAKE_NAMESPACE}.{rng.choice(LAKE_TABLES)}"
         kind = rng.choice(("load", "load", "compact"))
         procedure_id = f"nemesis-{seed}-s{number}-{kind}"
         argv: tuple[str, ...] = ("table", "compact", table)
@@ -384,7 +390,14 @@ class Run:
         asyncio.run(_open_bank(self.cluster.database_url))
         lake_table = f"{BANK_NAMESPACE}.{BANK_TABLE}"
         schema = "id:bigint,owner:string,balance:bigint"
+        made = [
+            ["table", "create", f"{LAKE_NAMESPACE}.{table}", "--schema", "id:bigint,note:string",
+             "--wait", "--id", f"nemesis-{self.seed}-lake-{table}-create"]
+            for table in LAKE_TABLES
+        ]  # fmt: skip
         for argv in (
+            ["namespace", "create", LAKE_NAMESPACE, "--wait"],
+            *made,
             ["namespace", "create", BANK_NAMESPACE, "--wait"],
             ["table", "create", lake_table, "--schema", schema, "--wait",
              "--id", f"nemesis-{self.seed}-bank-create"],
@@ -663,7 +676,7 @@ class Run:
             else:
                 self.cluster.start_worker(name)
 
-    def outcomes(self, timeout: float = 180) -> dict[str, dict[str, Any]]:
+    def outcomes(self, timeout: float = 600) -> dict[str, dict[str, Any]]:
         """Each started procedure's status once it ended (or as last seen, if it did not
         within `timeout`), with when it closed; each written to the history as "ended". A
         start that never got its answer may have started one: it is looked for too."""
@@ -1420,7 +1433,7 @@ def _table_of(argv: list[str]) -> str:
 
 
 def _grant_table(grant: str) -> str:
-    return grant.split(":")[1]
+    return grant.rsplit(":", 2)[1]  # a principal may hold ":" (pipeline:TOPIC)
 
 
 def _ended_at(status: dict[str, Any]) -> str:
