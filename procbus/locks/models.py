@@ -150,9 +150,7 @@ def by_resource(entries: list[LockEntry]) -> list[ResourceLocks]:
     return list(resources.values())
 
 
-def fence_for(
-    grants: list[LockGrant], resource: str, mode: LockMode = LockMode.X
-) -> Fence | None:
+def fence_for(grants: list[LockGrant], resource: str, mode: LockMode = LockMode.X) -> Fence | None:
     """The fence of a write to `resource` under these grants; None if they do not cover it.
     `mode` IX: an append under an intention lock on `resource` (a load), fenced by that lock
     when nothing stronger covers it."""

@@ -92,8 +92,8 @@ USER_RATE, USER_REFUSE_SHARE = 0.1, 0.25
 # Table procedures and grants a second (each started by a `procbus` CLI process).
 OPERATIONS_PER_SECOND = 0.7
 # On a cluster with a Spark host: loads (of LOAD_ROWS rows from a CSV file of their own) and
-# compactions of the workload's tables, each a job that runs as a driver on the Spark cluster,
-# at this rate (a driver and its executor are two JVMs: seconds of CPU each).
+# compactions, each a job that runs as a driver on the Spark cluster, at this rate (a driver
+# and its executor are two JVMs: seconds of CPU each).
 SPARK_OPERATIONS_PER_SECOND, LOAD_ROWS = 1 / 40, 40
 # Three in four of them on LAKE_TABLES, made at the start and never deleted (loads and
 # compactions contend there: IX against X); the others on the workload's tables, which its
@@ -255,8 +255,9 @@ def user_operations(seed: int, seconds: float, notes: Path) -> list[Operation]:
 
 
 def spark_operations(seed: int, seconds: float, inputs: Path) -> list[Operation]:
-    """Loads and compactions of the workload's tables at random times (from a generator of
-    their own), each load from its own CSV file under `inputs`, written when the run sets up."""
+    """Loads and compactions at random times (from a generator of their own), mostly of the
+    lake tables, the others of the workload's tables; each load from its own CSV file under
+    `inputs`, written when the run sets up."""
     rng = random.Random(f"spark-{seed}")
     operations = []
     for number, at in enumerate(_arrivals(rng, seconds, SPARK_OPERATIONS_PER_SECOND), start=1):
