@@ -1,4 +1,6 @@
-"""The driver of a procbus job on a cluster: `procbus_spark_driver.py JOB_GROUP SPEC_JSON`.
+"""The driver of a procbus job on a cluster: `procbus_spark_driver.py JOB_GROUP SPEC_FILE`
+(the job's spec as JSON in a file beside its output; a JSON argument, as older workers passed
+it, is read as it is).
 
 It runs the spec under the attempt's job group and leaves its outcome (ok, or the error in
 Spark's own words) in a file beside the output, which the worker reads when the cluster says
@@ -8,6 +10,7 @@ the driver ended.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from pydantic import TypeAdapter
 from pyspark.sql import SparkSession
@@ -18,7 +21,10 @@ from procbus.spark.specs import JobOutcome, JobSpec, outcome_file, run_spec
 
 
 def main(argv: list[str]) -> int:
-    job_group, spec_json = argv[1], argv[2]
+    job_group, spec_argument = argv[1], argv[2]
+    spec_json = spec_argument
+    if not spec_argument.lstrip().startswith("{"):
+        spec_json = Path(spec_argument).read_text()
     spec = TypeAdapter(JobSpec).validate_json(spec_json)
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setJobGroup(job_group, f"procbus {spec.kind} {spec.table.qualified_name}")

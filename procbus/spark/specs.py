@@ -62,3 +62,10 @@ def run_spec(spark: SparkSession, spec: LoadJob | CompactJob) -> None:
 def outcome_file(output: str) -> Path:
     """Beside the output folder, never in it: Spark's writer wants that folder new."""
     return Path(f"{output}.outcome.json")
+
+
+def spec_file(output: str) -> Path:
+    """Where a cluster's driver reads its job's spec, beside the output folder: a compaction's
+    spec lists every file it reads, too long for a command line (Linux takes 128 KiB an
+    argument)."""
+    return Path(f"{output}.job.json")

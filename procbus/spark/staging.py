@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.warehouse import DATA_FOLDER, OutsideTableFolder, inside, remove_if_empty
-from procbus.spark.specs import outcome_file
+from procbus.spark.specs import outcome_file, spec_file
 
 STAGING_FOLDER = "_staging"
 # An attempt token names a folder and prefixes file names: never a path of its own.
@@ -85,6 +85,7 @@ def remove_staging(table_folder: Path, attempt_token: str) -> None:
     inside(table_folder, staged.relative_to(table_folder).as_posix(), STAGING_FOLDER)
     shutil.rmtree(staged, ignore_errors=True)
     outcome_file(str(staged)).unlink(missing_ok=True)  # a cluster driver's
+    spec_file(str(staged)).unlink(missing_ok=True)
     remove_if_empty(table_folder / STAGING_FOLDER)  # other attempts' folders may remain
 
 

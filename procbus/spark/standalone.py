@@ -37,7 +37,7 @@ from procbus.errors import (
 )
 from procbus.spark.backends import JobHandle, JobPhase, JobProgress, SparkJob
 from procbus.spark.ledger import JobLedger
-from procbus.spark.specs import CompactJob, JobOutcome, LoadJob, outcome_file
+from procbus.spark.specs import CompactJob, JobOutcome, LoadJob, outcome_file, spec_file
 
 LAUNCHER = Path(__file__).with_name("launcher") / "procbus_spark_driver.py"
 SPARK_VERSION = "4.3.0"
@@ -109,6 +109,8 @@ class StandaloneBackend:
         }
         if host in ("127.0.0.1", "localhost"):  # a cluster on loopback keeps its driver there
             properties |= {"spark.driver.host": host, "spark.driver.bindAddress": host}
+        spec = spec_file(job.output)  # on the filesystem the driver shares with its worker
+        await asyncio.to_thread(_write_spec, spec, job.model_dump_json())
         reply = await self._call(
             "POST",
             f"{self.rest_url}/v1/submissions/create",
@@ -117,7 +119,7 @@ class StandaloneBackend:
                 "clientSparkVersion": SPARK_VERSION,
                 "appResource": f"file:{LAUNCHER}",
                 "mainClass": "org.apache.spark.deploy.PythonRunner",
-                "appArgs": [str(LAUNCHER), "", group, job.model_dump_json()],
+                "appArgs": [str(LAUNCHER), "", group, str(spec)],
                 "environmentVariables": {"PYSPARK_PYTHON": self.python},
                 "sparkProperties": properties | self.spark_properties,
             },
@@ -213,6 +215,11 @@ class StandaloneBackend:
         if output is None:
             raise ProcbusError(f"no output folder is known for submission {handle.group}")
         return _read_outcome(output)
+
+
+def _write_spec(path: Path, spec: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(spec)
 
 
 def _read_outcome(output: str) -> JobOutcome | None:

@@ -380,8 +380,13 @@ class Cluster:
         self.spark: SparkCluster | None = None
         if spark:
             spark_host = self.network.hosts["spark"]
+            # Room for a few drivers at once beside their executors (see SparkCluster).
             self.spark = SparkCluster(
-                self.root / "spark", host=spark_host.address, netns=spark_host.netns
+                self.root / "spark",
+                host=spark_host.address,
+                netns=spark_host.netns,
+                cores=8,
+                memory="8g",
             )
         self.sink: ManagedProcess | None = None
         self.sink_journal = self.root / "sink.jsonl"

@@ -29,10 +29,21 @@ class SparkCluster:
     """A Spark standalone master and one worker, listening on `host` only (inside `netns` when
     given), its REST submission API on the same address."""
 
-    def __init__(self, folder: Path, *, host: str = "127.0.0.1", netns: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        host: str = "127.0.0.1",
+        netns: str | None = None,
+        cores: int = 4,
+        memory: str = "3g",
+    ) -> None:
         import pyspark
 
         self.folder = folder
+        # The worker's: each running driver holds one core and 1 GiB of them, and its executor
+        # needs some left, so drivers that take it all wait for executors forever.
+        self.cores, self.memory = cores, memory
         self.host = host
         self.netns = netns
         self.spark_home = Path(pyspark.__file__).parent
@@ -85,8 +96,8 @@ class SparkCluster:
             self.master,
             "--host", self.host,
             "--webui-port", "0",
-            "--cores", "4",  # more than one driver's core, or its executors never start
-            "--memory", "3g",
+            "--cores", str(self.cores),
+            "--memory", self.memory,
             "--work-dir", str(self.folder / "work"),
         )  # fmt: skip
         deadline = time.monotonic() + 90

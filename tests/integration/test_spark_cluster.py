@@ -16,10 +16,15 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
+from procbus.errors import SparkJobFailed
 from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.reader import read_snapshot
 from procbus.procedures import ProcedureState
+from procbus.spark import staging
 from procbus.spark.ledger import JobLedger, JobState
+from procbus.spark.specs import CompactJob
+from procbus.spark.standalone import StandaloneBackend
 from procbus.testing.spark import SparkCluster
 from procbus.worker import build_worker
 from tests.integration.test_table_data import (
@@ -206,3 +211,30 @@ async def test_a_load_whose_driver_is_killed_runs_again_as_a_new_attempt_and_com
     assert result.records == 500
     assert rows_of(read_snapshot(current)) == expected_rows(0, 500)
     assert table_files_on_disk(table) == only_committed_files(table, current)
+
+
+async def test_a_compaction_of_thousands_of_files_reaches_its_driver_whole(
+    cluster: SparkCluster, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    """A compaction's spec lists every file it reads: past 128 KiB, more than Linux lets one
+    argument of a command line hold, it still reaches the driver (in a file beside the output),
+    which runs it and says in its own words what went wrong (here: the files are not there)."""
+    table = await make_table(pool, warehouse)
+    listed = [
+        DataFile(path=f"data/region=eu/{n:05d}-{'x' * 80}.parquet", records=1, bytes=1)
+        for n in range(2_000)
+    ]
+    output = staging.staging_folder(Path(table.location), "many")
+    job = CompactJob(table=table, inputs=listed, target_file_size=1 << 20, output=str(output))
+    assert len(job.model_dump_json()) > 128 * 1024
+    backend = StandaloneBackend(
+        cluster.master, JobLedger(pool), rest_url=cluster.rest_url, web_url=cluster.web_url
+    )
+    try:
+        handle = await backend.submit("many-files:rewrite", job, "many")
+        with pytest.raises(SparkJobFailed) as failed:
+            await backend.result(handle)
+    finally:
+        await backend.close()
+    assert cluster.driver_state(handle.group) == "FAILED"  # it ran, and failed as a job does
+    assert "PATH_NOT_FOUND" in str(failed.value), failed.value  # its own error: files missing
