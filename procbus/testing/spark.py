@@ -169,10 +169,11 @@ class SparkCluster:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every process under `pid`, children before their parents' siblings."""
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    try:
-        direct = [int(child) for child in children.read_text().split()]
-    except OSError:
-        return []
+    """Every process under `pid`, children before their parents' siblings. Each thread lists
+    the children it started (a JVM starts its Python job from a thread other than its first)."""
+    direct: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                direct += [int(child) for child in (task / "children").read_text().split()]
     return [grandchild for child in direct for grandchild in [*_descendants(child), child]]
