@@ -505,15 +505,17 @@ class KafkaRecord:
 def read_committed(
     bootstrap_servers: str,
     topic: str,
-    count: int,
+    count: int | None,
     *,
     timeout_seconds: float,
     committed_only: bool = True,
 ) -> list[KafkaRecord]:
     """Up to `count` messages of every partition of `topic`, from its start, as a read_committed
     consumer sees them (read_uncommitted with `committed_only=False`); fewer once
-    `timeout_seconds` pass. For the demo, the tests and a look at what procbus sent: it joins no
-    consumer group and commits no offset."""
+    `timeout_seconds` pass. `count=None` reads every partition to its end, and TimeoutError
+    says when that took longer. A key's messages are in one partition, in the order written.
+    For the demo, the tests and a look at what procbus sent: it joins no consumer group and
+    commits no offset."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": LOGGER}
@@ -524,16 +526,26 @@ def read_committed(
             "group.id": "procbus-reader",  # required, never joined: partitions are assigned
             "enable.auto.commit": False,
             "isolation.level": "read_committed" if committed_only else "read_uncommitted",
+            "enable.partition.eof": count is None,
         }
     )
     consumer.assign([TopicPartition(topic, number, OFFSET_BEGINNING) for number in partitions])
     found: list[KafkaRecord] = []
+    at_end: set[int | None] = set()
     deadline = time.monotonic() + timeout_seconds
     try:
-        while len(found) < count and time.monotonic() < deadline:
+        while (
+            len(found) < count if count is not None else at_end != set(partitions)
+        ) and time.monotonic() < deadline:
             message = consumer.poll(0.2)
-            if message is None or message.error() is not None:
+            if message is None:
                 continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                continue
+            at_end.discard(message.partition())
             pairs: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
             key = message.key()
             found.append(
@@ -545,4 +557,6 @@ def read_committed(
             )
     finally:
         consumer.close()
+    if count is None and at_end != set(partitions):
+        raise TimeoutError(f"Kafka topic {topic}: not read to its end in {timeout_seconds:.0f} s")
     return found

@@ -4,7 +4,8 @@ it, is read as it is).
 
 It runs the spec under the attempt's job group and leaves its outcome (ok, or the error in
 Spark's own words) in a file beside the output, which the worker reads when the cluster says
-the driver ended.
+the driver ended. When its JVM is gone (killed, out of memory) it leaves none: the job did not
+fail, its driver was lost, and the worker runs it again as a new attempt.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from py4j.protocol import Py4JNetworkError
 from pydantic import TypeAdapter
 from pyspark.sql import SparkSession
 
 from procbus.errors import ProcbusError
 from procbus.spark.backends import spark_error_text
 from procbus.spark.specs import JobOutcome, JobSpec, outcome_file, run_spec
+
+# The exit status of a driver whose JVM went before the job ended (no outcome is left).
+DRIVER_LOST = 3
 
 
 def main(argv: list[str]) -> int:
@@ -31,6 +36,9 @@ def main(argv: list[str]) -> int:
     try:
         run_spec(spark, spec)
         outcome = JobOutcome(ok=True)
+    except (Py4JNetworkError, ConnectionError) as lost:  # the JVM went; this job did not fail
+        print(f"procbus: the driver's JVM is gone ({lost}); no outcome left", file=sys.stderr)
+        return DRIVER_LOST
     except ProcbusError as error:
         kind = error.error_type.value if error.error_type else None
         outcome = JobOutcome(ok=False, error=str(error), error_type=kind)

@@ -744,6 +744,7 @@ class Run:
                 for table in namespace.iterdir()
                 if table.is_dir()
             ),
+            "folder_makers": _folder_makers(self.cluster.warehouse),
             "topic_depths": depths,
             "lock_log": asyncio.run(self._sql("lock_log")),
             "catalog_log": asyncio.run(self._sql("catalog_log")),
@@ -863,44 +864,14 @@ async def _amqp_requests(url: str, queue: str) -> list[dict[str, Any]]:
 
 def _kafka_requests(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
     """Every record of the Kafka topic a read_committed consumer reads from its start to its
-    end, each as a request of path "/kafka" holding one event (its value); a key's records are
-    in one partition, in the order they were written."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    end, each as a request of path "/kafka" holding one event (its value)."""
+    from procbus.delivery.kafka import read_committed  # confluent-kafka loads only for the check
 
-    settings: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap}
-    partitions = AdminClient(settings).list_topics(timeout=timeout).topics[topic].partitions
-    consumer = Consumer(
-        settings
-        | {
-            "group.id": "nemesis-checker",  # required, never joined: partitions are assigned
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, number, OFFSET_BEGINNING) for number in partitions])
-    requests: list[dict[str, Any]] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
     try:
-        while at_end != set(partitions) and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error, partition = message.error(), message.partition()
-            assert partition is not None  # a message of an assigned partition
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(partition)
-                continue
-            at_end.discard(partition)
-            requests.append({"path": "/kafka", "events": [json.loads(message.value() or b"")]})
-    finally:
-        consumer.close()
-    if at_end != set(partitions):
-        raise AssertionError(f"Kafka topic {topic}: not read to its end within {timeout:.0f} s")
-    return requests
+        records = read_committed(bootstrap, topic, None, timeout_seconds=timeout)
+    except TimeoutError as error:
+        raise AssertionError(str(error)) from None
+    return [{"path": "/kafka", "events": [record.value]} for record in records]
 
 
 async def _scheduled_runs(address: str, schedule_id: str) -> list[str]:
@@ -1050,7 +1021,8 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
     """Each table exists at the end exactly when the last procedure that succeeded on it (in
     the order they ended: X locks serialize them) created it, and its folder with it; each
     table procedure that succeeded recorded its catalog event once: a procedure that was
-    undone left nothing behind, neither a folder nor an event."""
+    undone left nothing behind, neither a folder nor an event. A folder whose maker is STUCK
+    rolling back is not residue: its undo waits for an operator (retry or skip)."""
     last: dict[str, tuple[str, str]] = {}
     for procedure_id, status in sorted(outcomes.items(), key=lambda item: _ended_at(item[1])):
         kind = status.get("procedure_type")
@@ -1065,7 +1037,10 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
                 f"{table}: {'missing' if expected else 'present'} in the catalog, but the last "
                 f"procedure that succeeded on it was {said[0]} {said[1]}"
             )
+    makers = end.get("folder_makers", {})
     for table in sorted(set(end["folders"]) ^ set(end["tables"])):
+        if outcomes.get(makers.get(table, ""), {}).get("state") == "STUCK":
+            continue  # its maker's undo waits for an operator: not undone, so no residue yet
         where = "a folder without a catalog entry" if table in end["folders"] else "no folder"
         violations.append(f"{table}: {where} (residue of an undone or half-done procedure)")
     recorded = collections.Counter(
@@ -1431,6 +1406,16 @@ def _first_x_holders(end: dict[str, Any], known: Container[str]) -> dict[str, li
 def _table_of(argv: list[str]) -> str:
     """The table a workload command acts on: `table ACTION NS.T ...`, `acl ACTION WHO NS.T`."""
     return argv[2] if argv[0] == "table" else argv[3]
+
+
+def _folder_makers(warehouse: Path) -> dict[str, str | None]:
+    """Each table folder's maker (NS.TABLE -> the procedure its marker names; None: none)."""
+    makers: dict[str, str | None] = {}
+    for marker in warehouse.glob(f"*/*/{MARKER}"):
+        with contextlib.suppress(OSError, ValueError):
+            made_by = json.loads(marker.read_text()).get("created_by")
+            makers[f"{marker.parent.parent.name}.{marker.parent.name}"] = made_by
+    return makers
 
 
 def _grant_table(grant: str) -> str:

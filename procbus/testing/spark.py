@@ -37,13 +37,16 @@ class SparkCluster:
         netns: str | None = None,
         cores: int = 4,
         memory: str = "3g",
+        max_drivers: int | None = None,
     ) -> None:
         import pyspark
 
         self.folder = folder
         # The worker's: each running driver holds one core and 1 GiB of them, and its executor
-        # needs some left, so drivers that take it all wait for executors forever.
+        # needs some left, so drivers that take it all wait for executors forever. The master
+        # runs at most `max_drivers` at once (half the cores by default) and queues the rest.
         self.cores, self.memory = cores, memory
+        self.max_drivers = max_drivers or max(1, cores // 2)
         self.host = host
         self.netns = netns
         self.spark_home = Path(pyspark.__file__).parent
@@ -79,6 +82,7 @@ class SparkCluster:
             "spark.master.rest.enabled true\n"
             f"spark.master.rest.host {self.host}\n"
             f"spark.master.rest.port {self.rest_port}\n"
+            f"spark.deploy.maxDrivers {self.max_drivers}\n"
             "spark.ui.reverseProxy true\n"
             f"spark.ui.reverseProxyUrl {self.web_url}\n"
         )

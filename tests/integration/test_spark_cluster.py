@@ -213,6 +213,32 @@ async def test_a_load_whose_driver_is_killed_runs_again_as_a_new_attempt_and_com
     assert table_files_on_disk(table) == only_committed_files(table, current)
 
 
+async def test_loads_started_together_take_turns_for_drivers_and_all_commit(
+    cluster: SparkCluster,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    tmp_path: Path,
+) -> None:
+    """Three drivers would hold all of this cluster's memory (3 GiB, 1 GiB each) and leave their
+    executors none, and every job would wait forever. The master runs at most
+    `spark.deploy.maxDrivers` at once and queues the rest, which procbus waits on as submitted."""
+    await make_table(pool, warehouse)
+    loads = 3
+    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
+        handles = [
+            await start_load(client, task_queue, write_csv(tmp_path / f"{n}.csv", n * 100, 100))
+            for n in range(loads)
+        ]
+        async with asyncio.timeout(180):
+            results = await asyncio.gather(*(handle.result() for handle in handles))
+    assert [result.records for result in results] == [100] * loads
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 100 * loads)
+    assert len(await Catalog(pool).list_snapshots("sales", "orders")) == loads
+
+
 async def test_a_compaction_of_thousands_of_files_reaches_its_driver_whole(
     cluster: SparkCluster, pool: asyncpg.Pool, warehouse: Path
 ) -> None:

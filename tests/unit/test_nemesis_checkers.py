@@ -94,8 +94,17 @@ def test_a_table_that_regressed_or_left_residue_is_a_violation() -> None:
     ]
     # A rolled-back create that left its folder behind.
     residue = {**END, "folders": ["crm.events", "sales.orders"]}
+    residue["folder_makers"] = {"crm.events": "c3", "sales.orders": "c2"}
     assert check_catalog(OUTCOMES, residue) == [
         "crm.events: a folder without a catalog entry (residue of an undone or half-done procedure)"
+    ]
+    # The same folder, its maker STUCK rolling back (its locks lost): its undo waits for an
+    # operator, so nothing was undone yet; a folder no procedure made is residue all the same.
+    stuck = {**OUTCOMES, "c3": OUTCOMES["c3"] | {"state": "STUCK", "stuck_error": "LockLost"}}
+    assert check_catalog(stuck, residue) == []
+    unmarked = {**residue, "folders": ["crm.other", "sales.orders"]}
+    assert check_catalog(stuck, unmarked) == [
+        "crm.other: a folder without a catalog entry (residue of an undone or half-done procedure)"
     ]
 
 
