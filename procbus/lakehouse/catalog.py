@@ -80,6 +80,22 @@ class Catalog:
                 await check_fence(connection, fence)
             yield connection
 
+    @contextlib.asynccontextmanager
+    async def _undoing(
+        self, fence: Fence | None, found: str, *args: Any
+    ) -> AsyncIterator[asyncpg.Connection | None]:
+        """A transaction for an undo of what its procedure made: None when the `found` query
+        finds nothing of it to remove. Such an undo writes nothing and needs no lock, so a
+        procedure whose locks were lost before its write committed still rolls back (instead
+        of being STUCK on a refused no-op); one that removes something is fenced as any write."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            if not await connection.fetchval(self.queries[found], *args):
+                yield None
+                return
+            if fence is not None:
+                await check_fence(connection, fence)
+            yield connection
+
     async def get_namespace(self, name: str) -> NamespaceDescriptor | None:
         row = await self.pool.fetchrow(self.queries["get_namespace"], name)
         return _namespace(row) if row else None
@@ -110,10 +126,11 @@ class Catalog:
     async def remove_namespace_created_by(
         self, name: str, procedure_id: str, fence: Fence | None = None
     ) -> None:
-        async with self._writing(fence) as connection:
-            await connection.execute(
-                self.queries["delete_namespace_created_by"], name, procedure_id
-            )
+        async with self._undoing(fence, "namespace_created_by", name, procedure_id) as connection:
+            if connection is not None:
+                await connection.execute(
+                    self.queries["delete_namespace_created_by"], name, procedure_id
+                )
 
     async def delete_empty_namespace(self, name: str, fence: Fence | None = None) -> bool:
         """Delete it unless it holds tables; False when it was gone already."""
@@ -257,10 +274,10 @@ class Catalog:
     async def remove_table_created_by(
         self, namespace: str, name: str, procedure_id: str, fence: Fence | None = None
     ) -> None:
-        async with self._writing(fence) as connection:
-            await connection.execute(
-                self.queries["delete_table_created_by"], namespace, name, procedure_id
-            )
+        made = (namespace, name, procedure_id)
+        async with self._undoing(fence, "table_created_by", *made) as connection:
+            if connection is not None:
+                await connection.execute(self.queries["delete_table_created_by"], *made)
 
     async def remove_table(self, namespace: str, name: str, fence: Fence | None = None) -> None:
         async with self._writing(fence) as connection:
@@ -300,7 +317,9 @@ class Catalog:
     ) -> None:
         """Undo record_event; a published event cannot be taken back from its receivers, so
         its retraction ("<type>Undone") follows it on the topic, under the same key."""
-        async with self._writing(fence) as connection:
+        async with self._undoing(fence, "event_recorded", procedure_id, event_type) as connection:
+            if connection is None:
+                return
             removed = await connection.fetchrow(
                 self.queries["delete_event"], procedure_id, event_type
             )

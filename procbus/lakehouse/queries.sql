@@ -14,6 +14,10 @@ ON CONFLICT ("name") DO UPDATE SET "name" = EXCLUDED."name"
     WHERE "procbus_namespaces"."created_by" = EXCLUDED."created_by"
 RETURNING "name";
 
+-- name: namespace_created_by
+-- Whether the procedure's namespace is there to undo (locked until the undo commits).
+SELECT true FROM "procbus_namespaces" WHERE "name" = $1 AND "created_by" = $2 FOR UPDATE;
+
 -- name: delete_namespace_created_by
 DELETE FROM "procbus_namespaces" WHERE "name" = $1 AND "created_by" = $2;
 
@@ -52,6 +56,11 @@ ON CONFLICT ("namespace", "name") DO UPDATE SET "name" = EXCLUDED."name"
     WHERE "procbus_tables"."created_by" = EXCLUDED."created_by"
 RETURNING "name";
 
+-- name: table_created_by
+-- Whether the procedure's table is there to undo (locked until the undo commits).
+SELECT true FROM "procbus_tables"
+WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3 FOR UPDATE;
+
 -- name: delete_table_created_by
 DELETE FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3;
 
@@ -70,6 +79,10 @@ INSERT INTO "procbus_events" ("procedure_id", "event_type", "namespace", "table_
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT ("procedure_id", "event_type") DO NOTHING
 RETURNING "id";
+
+-- name: event_recorded
+-- Whether the procedure's event is there to undo (locked until the undo commits).
+SELECT true FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2 FOR UPDATE;
 
 -- name: delete_event
 DELETE FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2

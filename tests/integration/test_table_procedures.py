@@ -123,6 +123,39 @@ async def test_create_table_fault_at_any_step_leaves_no_residue(
     assert await snapshot(pool, warehouse, cache) == before
 
 
+async def test_a_create_table_whose_locks_were_lost_before_its_catalog_write_rolls_back_whole(
+    client: Client, start_worker: Any, task_queue: str, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    """Its locks' lease ran out (its worker paused, say) while add_to_catalog waited: that write
+    is refused, and so would be a fenced undo of it. The undo finds nothing of the procedure's
+    in the catalog to remove, writes nothing and needs no lock, so the rollback goes on and
+    removes the folder: nothing STUCK, no residue (seed 15 of the nemesis)."""
+    cache = DescriptorCache()
+    async with start_worker(faults="CreateTable.add_to_catalog:delay_first=3", cache=cache):
+        await create_namespace(client, task_queue)
+        before = await snapshot(pool, warehouse, cache)
+        procedure_id = new_id("create")
+        handle = await client.start_workflow(
+            CreateTable.run, ORDERS, id=procedure_id, task_queue=task_queue
+        )
+        async with asyncio.timeout(60):
+            while (await status_of(client, procedure_id)).step_running != "add_to_catalog":
+                await asyncio.sleep(0.1)
+        # What the lease's end does to the lock table: the procedure's locks are gone.
+        await pool.execute('DELETE FROM "procbus_locks" WHERE "holder" = $1', procedure_id)
+        async with asyncio.timeout(90):
+            while (status := await status_of(client, procedure_id)).state not in (
+                ProcedureState.ROLLED_BACK,
+                ProcedureState.STUCK,
+            ):
+                await asyncio.sleep(0.2)
+        if status.state is ProcedureState.ROLLED_BACK:
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+    assert status.state is ProcedureState.ROLLED_BACK, status.model_dump_json(indent=1)
+    assert await snapshot(pool, warehouse, cache) == before
+
+
 @pytest.mark.parametrize(
     ("step", "fault", "deleted"),
     [
