@@ -33,6 +33,9 @@ with workflow.unsafe.imports_passed_through():
 
 from procbus.engine.procedure import Procedure, checked
 
+# workflow.patched ID of CreateNamespace's reset_grants_after_undo (docs/how-to/upgrading.md).
+CREATE_NAMESPACE_RESETS_GRANTS_AFTER_UNDO = "procbus-create-namespace-resets-grants-after-undo"
+
 
 @workflow.defn(name="CreateNamespace")
 class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
@@ -69,6 +72,12 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
             grants=grants,
         )
         await self.step("preflight", TableActivities.preflight_create_namespace, step)
+        # A worker that rebuilds its caches meanwhile reads the creator's grants from the
+        # catalog: take them back from every worker once create_namespace is undone.
+        if workflow.patched(CREATE_NAMESPACE_RESETS_GRANTS_AFTER_UNDO):
+            self.broadcast_on_rollback(
+                "reset_grants_after_undo", ResetNamespaceGrants(namespace=request.namespace)
+            )
         await self.step(
             "create_namespace",
             TableActivities.create_namespace,

@@ -34,6 +34,9 @@ with workflow.unsafe.imports_passed_through():
 
 from procbus.engine.procedure import Procedure, checked
 
+# workflow.patched ID of CreateTable's evict_cache_after_undo (docs/how-to/upgrading.md).
+CREATE_TABLE_EVICTS_AFTER_UNDO = "procbus-create-table-evicts-after-undo"
+
 
 @workflow.defn(name="CreateTable")
 class CreateTable(Procedure[CreateTableInput, TableResult]):
@@ -68,6 +71,12 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
             undo=TableActivities.remove_layout,
             summary=f"create the folder {table.location}",
         )
+        # A worker that rebuilds its caches while the table is in the catalog reads it (and its
+        # grants) there, and no later undo would tell it: evict once add_to_catalog is undone.
+        if workflow.patched(CREATE_TABLE_EVICTS_AFTER_UNDO):
+            self.broadcast_on_rollback(
+                "evict_cache_after_undo", EvictDescriptor(qualified_name=table.qualified_name)
+            )
         await self.step(
             "add_to_catalog",
             TableActivities.add_to_catalog,

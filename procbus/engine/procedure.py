@@ -90,6 +90,8 @@ CheckedT = TypeVar("CheckedT")
 
 # Where the results of a finished run_children call are kept, like a step's.
 CHILDREN_RESULT_PREFIX = "children:"
+# Where broadcast_on_rollback marks what it stacked, so a continued run does not stack it again.
+ON_ROLLBACK_PREFIX = "on_rollback:"
 ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
 # workflow.patched ID: a procedure whose locks time out ends ROLLED_BACK (FAILED before it;
 # docs/how-to/upgrading.md).
@@ -642,6 +644,21 @@ class Procedure(Generic[InputT, ResultT]):
                 name, Phase.APPLY, self._bus_message(name, undo, undo=True)
             )
         return await self._bus_step(name, message, compensation, Broadcaster.one_phase)
+
+    def broadcast_on_rollback(self, name: str, operation: Operation) -> None:
+        """Send nothing now; if the procedure rolls back past this point, broadcast `operation`
+        (one phase) after the undos of every later step. For a cache that a worker may rebuild
+        from what a later step writes: the broadcast runs once that write is undone, so no
+        rebuild can read it back."""
+        check_step_name(name)
+        stacked = ON_ROLLBACK_PREFIX + name
+        if stacked in self._kept.results:  # stacked in an earlier run, before continue-as-new
+            return
+        if name in self.status.steps_done or self.status.pivot_step is not None:
+            raise ValueError(f"{name!r} is a step's name already, or comes after the pivot")
+        message = self._bus_message(name, operation, undo=True)
+        self._kept.compensations.append(self._broadcast_undo(name, Phase.APPLY, message))
+        self._kept.results[stacked] = None  # not a step done: nothing ran
 
     async def prepare_broadcast(self, name: str, operation: Operation) -> BroadcastResult:
         """The first phase of a two-phase broadcast: stage `operation` on every live worker;

@@ -27,12 +27,14 @@ from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
     AccessResult,
     ChangeAccessInput,
+    CreateNamespaceInput,
     CreateTableInput,
     DeleteTableInput,
 )
 from procbus.procedures import ProcedureState
 from procbus.workflows.access import ChangeAccess
 from procbus.workflows.bus import Broadcast
+from procbus.workflows.namespaces import CreateNamespace
 from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.integration.test_table_procedures import create_namespace, new_id, status_of
 from tests.services import signed_as, subprocess_environment, worker_process
@@ -178,6 +180,66 @@ async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
     }
     tables = {m.member_id: m.report.tables for m in report.members if m.report}
     assert tables == {"w1": ["sales.orders"], "w2": ["sales.orders"], "w3": ["sales.orders"]}
+
+
+async def test_creates_rolled_back_take_back_what_a_member_read_from_the_catalog_meanwhile(
+    client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    """A member that rebuilds its caches while a create's catalog write stands (here: w2 joins)
+    reads the new table, or the creator's grants, before any broadcast of the create reached it;
+    the create then rolls back before its own broadcast. Seen in the nemesis (seed 3): a worker
+    whose heartbeat lapsed kept such a table in its cache for good."""
+    with start_members(w1=""):
+        await wait_for_members(pool, "w1")
+        await create_namespace(client, task_queue)  # CreateTable's own namespace
+    # Each write commits and reports failure, so the create rolls back; its undo waits for w2.
+    faults = ",".join(
+        f"{procedure}.{step}:fail_after,{procedure}.{step}.undo:delay=20"
+        for procedure, step in (
+            ("CreateTable", "add_to_catalog"),
+            ("CreateNamespace", "create_namespace"),
+        )
+    )
+    with start_members(w1=faults):
+        await wait_for_members(pool, "w1")
+        handles = [
+            await client.start_workflow(
+                CreateTable.run,
+                CreateTableInput(table="sales.orders", columns="id:bigint"),
+                id=new_id("create"),
+                task_queue=task_queue,
+            ),
+            await signed_as(client, "ana").start_workflow(
+                CreateNamespace.run,
+                CreateNamespaceInput(namespace="crm"),
+                id=new_id("ns"),
+                task_queue=task_queue,
+            ),
+        ]
+        catalog = Catalog(pool)
+        async with asyncio.timeout(30):
+            while not (await catalog.list_tables() and await catalog.list_access()):
+                await asyncio.sleep(0.1)
+        with start_members(w2=faults):  # rebuilds its caches from the catalog as it joins
+            await wait_for_members(pool, "w1", "w2")
+            meanwhile = await inspect(client, task_queue)
+            for handle in handles:
+                with pytest.raises(WorkflowFailureError):
+                    await handle.result()
+            statuses = [await status_of(client, handle.id) for handle in handles]
+            after = await inspect(client, task_queue)
+    read_meanwhile = next(m.report for m in meanwhile.members if m.member_id == "w2")
+    assert read_meanwhile is not None
+    assert read_meanwhile.tables == ["sales.orders"]
+    assert {entry["principal"] for entry in read_meanwhile.access} == {"ana"}
+    for status in statuses:
+        assert status.state is ProcedureState.ROLLED_BACK, status
+    assert {m.member_id: (m.report.tables, m.report.access) for m in after.members if m.report} == {
+        "w1": ([], []),
+        "w2": ([], []),
+    }
+    assert await catalog.list_tables() == []
+    assert await catalog.list_access() == []
 
 
 async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_alone(
