@@ -6,10 +6,15 @@ It runs the spec under the attempt's job group and leaves its outcome (ok, or th
 Spark's own words) in a file beside the output, which the worker reads when the cluster says
 the driver ended. When its JVM is gone (killed, out of memory) it leaves none: the job did not
 fail, its driver was lost, and the worker runs it again as a new attempt.
+
+The spec file is the attempt's licence to leave output: discarding an attempt removes it first
+(procbus.spark.staging), so a driver that finds it gone once it stopped writing removes what it
+wrote. That holds for a driver no one can cancel, whose submission the ledger never recorded.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,18 +24,33 @@ from pyspark.sql import SparkSession
 
 from procbus.errors import ProcbusError
 from procbus.spark.backends import spark_error_text
-from procbus.spark.specs import JobOutcome, JobSpec, outcome_file, run_spec
+from procbus.spark.specs import CompactJob, JobOutcome, JobSpec, LoadJob, outcome_file, run_spec
 
 # The exit status of a driver whose JVM went before the job ended (no outcome is left).
 DRIVER_LOST = 3
+# The exit status of a driver whose attempt was discarded while it ran (it removed its output).
+ATTEMPT_DISCARDED = 4
 
 
 def main(argv: list[str]) -> int:
     job_group, spec_argument = argv[1], argv[2]
     spec_json = spec_argument
+    spec_path = None
     if not spec_argument.lstrip().startswith("{"):
-        spec_json = Path(spec_argument).read_text()
+        spec_path = Path(spec_argument)
+        spec_json = spec_path.read_text()
     spec = TypeAdapter(JobSpec).validate_json(spec_json)
+    status = _run(spec, job_group)
+    if spec_path is not None and not spec_path.exists():
+        print("procbus: this attempt was discarded while it ran; its output is removed")
+        shutil.rmtree(spec.output, ignore_errors=True)
+        outcome_file(spec.output).unlink(missing_ok=True)
+        return ATTEMPT_DISCARDED
+    return status
+
+
+def _run(spec: LoadJob | CompactJob, job_group: str) -> int:
+    """Run the job and leave its outcome; the exit status. Nothing is written after it returns."""
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setJobGroup(job_group, f"procbus {spec.kind} {spec.table.qualified_name}")
     try:
@@ -45,7 +65,7 @@ def main(argv: list[str]) -> int:
     except Exception as error:
         outcome = JobOutcome(ok=False, error=spark_error_text(error))
     outcome_file(spec.output).write_text(outcome.model_dump_json())
-    spark.stop()
+    spark.stop()  # its executors write nothing more
     return 0 if outcome.ok else 1
 
 

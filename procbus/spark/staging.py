@@ -83,9 +83,10 @@ def publish_files(table_folder: Path, attempt_token: str, files: list[DataFile])
 def remove_staging(table_folder: Path, attempt_token: str) -> None:
     staged = staging_folder(table_folder, checked_token(attempt_token))
     inside(table_folder, staged.relative_to(table_folder).as_posix(), STAGING_FOLDER)
+    # The spec first: a cluster driver still running finds it gone and removes what it wrote.
+    spec_file(str(staged)).unlink(missing_ok=True)
     shutil.rmtree(staged, ignore_errors=True)
     outcome_file(str(staged)).unlink(missing_ok=True)  # a cluster driver's
-    spec_file(str(staged)).unlink(missing_ok=True)
     remove_if_empty(table_folder / STAGING_FOLDER)  # other attempts' folders may remain
 
 

@@ -2,7 +2,8 @@
 driver runs on the cluster (cluster deploy mode), so it outlives the worker that submitted it.
 
 - submit: POST /v1/submissions/create with the procbus driver and the job's spec; the
-  submission ID goes to the ledger with the attempt, so a worker started later reattaches it.
+  submission ID goes to the ledger with the attempt, so a worker started later reattaches it
+  (a submission the ledger could not record is killed at once).
 - progress: the driver's state (GET /v1/submissions/status/ID) and, while it runs, its Spark
   jobs, stages and tasks from its own REST API, through the master's reverse proxy.
 - cancel: POST /v1/submissions/kill/ID, then wait until the cluster says it ended.
@@ -17,6 +18,7 @@ network (`spark.master.rest.host`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -128,7 +130,15 @@ class StandaloneBackend:
             raise SparkUnavailable(f"the Spark master refused the job: {reply.get('message')}")
         submission_id = str(reply["submissionId"])
         self._outputs[submission_id] = job.output
-        await self.ledger.set_submission(job_key, token, submission_id, job.output)
+        try:
+            await self.ledger.set_submission(job_key, token, submission_id, job.output)
+        except BaseException:
+            # Unrecorded, no later attempt or undo could find the driver to cancel it: kill it
+            # now. (Should this fail too, the driver removes its output once its attempt is
+            # discarded: procbus.spark.driver.)
+            with contextlib.suppress(SparkUnavailable):
+                await self._call("POST", f"{self.rest_url}/v1/submissions/kill/{submission_id}")
+            raise
         return JobHandle(job_key=job_key, attempt_token=token, group=submission_id)
 
     async def reattach(self, job_key: str) -> JobHandle | None:

@@ -16,14 +16,14 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from procbus.errors import SparkJobFailed
+from procbus.errors import SparkJobFailed, SparkUnavailable
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.data import DataFile
+from procbus.lakehouse.data import DataFile, InputFormat
 from procbus.lakehouse.reader import read_snapshot
 from procbus.procedures import ProcedureState
 from procbus.spark import staging
-from procbus.spark.ledger import JobLedger, JobState
-from procbus.spark.specs import CompactJob
+from procbus.spark.ledger import Attempt, JobLedger, JobState
+from procbus.spark.specs import CompactJob, LoadJob
 from procbus.spark.standalone import StandaloneBackend
 from procbus.testing.spark import SparkCluster
 from procbus.worker import build_worker
@@ -136,6 +136,67 @@ async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
     assert table_files_on_disk(table) == ["_procbus_table.json"]
     job = await JobLedger(pool).get(f"{procedure_id}:write")
     assert job is not None and job.state is JobState.CANCELLED
+
+
+class LedgerLosingItsConnection(JobLedger):
+    """PostgreSQL goes away as the submission is recorded (the nemesis restarts it)."""
+
+    async def set_submission(
+        self, job_key: str, attempt_token: str, submission_id: str, output: str
+    ) -> None:
+        self.lost_submission = submission_id
+        raise asyncpg.ConnectionDoesNotExistError(
+            "connection was closed in the middle of operation"
+        )
+
+
+class MasterRefusingKills(StandaloneBackend):
+    async def _call(self, method: str, url: str, **kwargs: Any) -> dict[str, Any]:
+        if "/submissions/kill/" in url:
+            raise SparkUnavailable("the Spark master did not answer")
+        return await super()._call(method, url, **kwargs)
+
+
+@pytest.mark.parametrize("kill_refused", [False, True], ids=["killed", "kill-refused"])
+async def test_a_driver_whose_submission_the_ledger_lost_leaves_nothing_once_discarded(
+    cluster: SparkCluster, pool: asyncpg.Pool, warehouse: Path, tmp_path: Path, kill_refused: bool
+) -> None:
+    """Found by the nemesis (seed 17): the driver ran on with no ledger row to find it by; the
+    load rolled back and removed the attempt's folder, and the driver filled it again. It is
+    killed at once; where that fails too, the driver removes what it wrote."""
+    table = await make_table(pool, warehouse)
+    ledger = LedgerLosingItsConnection(pool)
+    attempt = await ledger.begin_attempt("lost:write", "lost", "sales", "orders", "test")
+    assert isinstance(attempt, Attempt)
+    output = staging.staging_folder(Path(table.location), attempt.attempt_token)
+    job = LoadJob(
+        table=table,
+        source=str(write_csv(tmp_path / "a.csv", 0, 50)),
+        format=InputFormat.CSV,
+        output=str(output),
+    )
+    backend = (MasterRefusingKills if kill_refused else StandaloneBackend)(
+        cluster.master, ledger, rest_url=cluster.rest_url, web_url=cluster.web_url
+    )
+    try:
+        with pytest.raises(asyncpg.ConnectionDoesNotExistError):
+            await backend.submit("lost:write", job, attempt.attempt_token)
+    finally:
+        await backend.close()
+
+    def running() -> bool:
+        return cluster.driver_state(ledger.lost_submission) in ("SUBMITTED", "RUNNING")
+
+    # Given up once the driver writes (it read its spec by then), as the step's next attempt
+    # or its undo gives up an attempt.
+    async with asyncio.timeout(180):
+        while running() and not output.exists():
+            await asyncio.sleep(0.2)
+    staging.discard_attempt(Path(table.location), attempt.attempt_token)
+    async with asyncio.timeout(180):
+        while running():
+            await asyncio.sleep(0.5)
+    assert table_files_on_disk(table) == ["_procbus_table.json"]
 
 
 async def test_a_driver_outlives_its_killed_worker_and_the_retry_commits_its_output_once(

@@ -4,6 +4,7 @@ the worker; a driver whose JVM went leaves none, so the worker sees a lost drive
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,12 @@ class _Builder:
         return _Session()
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException) -> int:
+def _run(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    raised: BaseException | None,
+    meanwhile: Callable[[Path], None] = lambda spec: None,
+) -> int:
     table = TableDescriptor(
         namespace="sales",
         name="orders",
@@ -48,8 +54,12 @@ def _run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException)
     job = LoadJob(table=table, source="in.csv", format=InputFormat.CSV, output=output)
     spec.write_text(job.model_dump_json())
 
-    def run_spec(spark: Any, spec: Any) -> None:
-        raise raised
+    def run_spec(spark: Any, job: LoadJob) -> None:
+        Path(job.output).mkdir()
+        (Path(job.output) / "part-0.parquet").write_bytes(b"PAR1")
+        meanwhile(spec)
+        if raised is not None:
+            raise raised
 
     monkeypatch.setattr(driver.SparkSession, "builder", _Builder())
     monkeypatch.setattr(driver, "run_spec", run_spec)
@@ -78,3 +88,18 @@ def test_a_job_that_failed_leaves_its_error(
     assert _run(monkeypatch, tmp_path, ValueError("row 3 has no amount")) == 1
     outcome = JobOutcome.model_validate_json(outcome_file(str(tmp_path / "out")).read_text())
     assert (outcome.ok, outcome.error) == (False, "row 3 has no amount")
+
+
+@pytest.mark.parametrize(
+    "raised", [None, ValueError("row 3 has no amount"), Py4JNetworkError("Answer from Java side")]
+)
+def test_a_driver_whose_attempt_was_discarded_while_it_ran_removes_what_it_wrote(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException | None
+) -> None:
+    """Seen in the nemesis (seed 17): a load's driver was submitted, then the database went
+    before the submission was recorded. Nothing could find the driver to cancel it; the
+    rollback removed the attempt's folder, and the driver wrote its output there afterwards."""
+    exit_status = _run(monkeypatch, tmp_path, raised, meanwhile=lambda spec: spec.unlink())
+    assert exit_status == driver.ATTEMPT_DISCARDED
+    assert not (tmp_path / "out").exists()
+    assert not outcome_file(str(tmp_path / "out")).exists()
