@@ -71,8 +71,9 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
             undo=TableActivities.remove_layout,
             summary=f"create the folder {table.location}",
         )
-        # A worker that rebuilds its caches while the table is in the catalog reads it (and its
-        # grants) there, and no later undo would tell it: evict once add_to_catalog is undone.
+        # A worker that rebuilds its caches while the table is in the catalog reads it there,
+        # and no later undo would tell it: evict it once add_to_catalog is undone (its grants
+        # stay unused, as after a DeleteTable, until a table of that name is made again).
         if workflow.patched(CREATE_TABLE_EVICTS_AFTER_UNDO):
             self.broadcast_on_rollback(
                 "evict_cache_after_undo", EvictDescriptor(qualified_name=table.qualified_name)
