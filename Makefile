@@ -99,6 +99,8 @@ HISTORY_TESTS := \
 	tests/integration/test_procedure_engine.py::test_a_step_past_the_pivot_that_keeps_failing_is_stuck_then_retried \
 	tests/integration/test_procedure_engine.py::test_parallel_children_one_failing \
 	tests/integration/test_procedure_engine.py::test_continue_as_new_carries_the_undo_stack \
+	tests/integration/test_procedure_engine.py::test_the_deadline_rolls_back \
+	tests/integration/test_procedure_engine.py::test_the_deadline_counts_from_the_start_even_when_no_worker_took_it_yet \
 	tests/integration/test_procedure_locks.py::test_a_procedure_waits_behind_the_holder_and_says_whom_it_waits_for \
 	tests/integration/test_procedure_locks.py::test_the_lock_timeout_rolls_the_procedure_back_before_any_step \
 	tests/integration/test_bus.py::test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_the_catalog \

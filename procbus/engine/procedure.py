@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, get_type_hints
 
 from pydantic import TypeAdapter
@@ -96,6 +96,9 @@ ROLL_FORWARD_MAX_WAIT = timedelta(seconds=60)
 # workflow.patched ID: a procedure whose locks time out ends ROLLED_BACK (FAILED before it;
 # docs/how-to/upgrading.md).
 LOCK_TIMEOUT_ROLLS_BACK = "procbus-lock-timeout-rolls-back"
+# workflow.patched ID: the deadline counts from the start Temporal accepted, not from the first
+# workflow task, which a worker or database outage can hold back past the deadline.
+DEADLINE_COUNTS_FROM_START = "procbus-deadline-counts-from-start"
 # The worker's local activity that verifies the start's principal token (procbus/plugin/auth.py).
 AUTHENTICATE_ACTIVITY = "authenticate"
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
@@ -324,7 +327,9 @@ class Procedure(Generic[InputT, ResultT]):
         info = workflow.info()
         deadline_at = None
         if request.deadline_seconds is not None and request.deadline_seconds > 0:
-            deadline_at = workflow.now() + timedelta(seconds=request.deadline_seconds)
+            deadline_at = self._deadline_counted_from(info) + timedelta(
+                seconds=request.deadline_seconds
+            )
         return ProcedureCarry(
             status=ProcedureStatus(
                 procedure_id=info.workflow_id,
@@ -334,6 +339,17 @@ class Procedure(Generic[InputT, ResultT]):
             ),
             deadline_at=deadline_at,
         )
+
+    @staticmethod
+    def _deadline_counted_from(info: workflow.Info) -> datetime:
+        """When Temporal accepted the start; a cron run's or a workflow retry's start is
+        recorded before its wait for the fire time or backoff, so those count from their
+        first task, as before the patch."""
+        if not workflow.patched(DEADLINE_COUNTS_FROM_START):
+            return workflow.now()
+        if info.cron_schedule or info.attempt > 1:
+            return workflow.now()
+        return info.workflow_start_time
 
     def _check_input(self, request: InputT) -> None:
         """The engine's own state (never from a client), its settings, the procedure's own

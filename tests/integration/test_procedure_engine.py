@@ -173,6 +173,32 @@ async def test_the_deadline_rolls_back(
     assert await keys(ledger) == []
 
 
+async def test_the_deadline_counts_from_the_start_even_when_no_worker_took_it_yet(
+    client: Client, ledger_worker: Any, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    """A start accepted while no worker could run its first task (a worker or database
+    outage; nemesis seed 20) has used its deadline waiting: it rolls back, not runs late."""
+    procedure_id = new_id()
+    handle = await client.start_workflow(
+        Ledger.run,
+        LedgerInput(entries=entries("a"), deadline_seconds=2),
+        id=procedure_id,
+        task_queue=task_queue,
+    )
+    await asyncio.sleep(4)
+    async with ledger_worker():
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert "its deadline passed" in str(failure.value.cause)
+    assert (status.state, status.rollback_reason) == (
+        ProcedureState.ROLLED_BACK,
+        "its deadline passed",
+    )
+    assert status.steps_done == []
+    assert await keys(ledger) == []
+
+
 async def test_a_start_asked_again_under_its_id_returns_the_procedure_also_once_it_ended(
     client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
 ) -> None:
