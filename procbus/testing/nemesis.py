@@ -1032,14 +1032,22 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
     the order they ended: X locks serialize them) created it, and its folder with it; each
     table procedure that succeeded recorded its catalog event once: a procedure that was
     undone left nothing behind, neither a folder nor an event. A folder whose maker is STUCK
-    rolling back is not residue: its undo waits for an operator (retry or skip)."""
+    rolling back is not residue: its undo waits for an operator (retry or skip); nor is a
+    table whose last catalog write was made by a procedure that is STUCK (a DeleteTable whose
+    locks were lost after it removed the table: its undo waits for an operator too)."""
     last: dict[str, tuple[str, str]] = {}
     for procedure_id, status in sorted(outcomes.items(), key=lambda item: _ended_at(item[1])):
         kind = status.get("procedure_type")
         if status.get("state") == "SUCCEEDED" and kind in ("CreateTable", "DeleteTable"):
             last[status["target"]] = (kind, procedure_id)
+    operators = {
+        table
+        for table, writer in last_table_writers(end).items()
+        if outcomes.get(writer, {}).get("state") == "STUCK"
+        and outcomes[writer].get("procedure_type") in ("CreateTable", "DeleteTable")
+    }
     violations = []
-    for table in sorted({*last, *end["tables"]}):
+    for table in sorted({*last, *end["tables"]} - operators):
         expected = table in last and last[table][0] == "CreateTable"
         if expected != (table in end["tables"]):
             said = last.get(table, ("nothing", "-"))
@@ -1048,7 +1056,7 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
                 f"procedure that succeeded on it was {said[0]} {said[1]}"
             )
     makers = end.get("folder_makers", {})
-    for table in sorted(set(end["folders"]) ^ set(end["tables"])):
+    for table in sorted((set(end["folders"]) ^ set(end["tables"])) - operators):
         if outcomes.get(makers.get(table, ""), {}).get("state") == "STUCK":
             continue  # its maker's undo waits for an operator: not undone, so no residue yet
         where = "a folder without a catalog entry" if table in end["folders"] else "no folder"
@@ -1067,6 +1075,25 @@ def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> l
                 f"{recorded[(procedure_id, event_type)]} times"
             )
     return violations
+
+
+def last_table_writers(end: dict[str, Any]) -> dict[str, str]:
+    """Each table's last writer of its catalog row: the holder of the lock whose fence the
+    write carried (from the lock log), by table ("namespace.name")."""
+    holders = {
+        (change["resource"], change["token"]): change["holder"]
+        for change in end.get("lock_log", [])
+        if change["token"] is not None
+    }
+    writers = {}
+    for write in sorted(end.get("catalog_log", []), key=lambda w: datetime.fromisoformat(w["at"])):
+        if write["relation"] != "procbus_tables" or write["fence"] is None:
+            continue
+        row, fence = json.loads(write["row"]), json.loads(write["fence"])
+        writer = holders.get((fence["resource"], fence["token"]))
+        if writer is not None:
+            writers[f"{row['namespace']}.{row['name']}"] = writer
+    return writers
 
 
 # The catalog event each table procedure records once it succeeded (its last step).

@@ -108,6 +108,42 @@ def test_a_table_that_regressed_or_left_residue_is_a_violation() -> None:
     ]
 
 
+def test_a_table_a_stuck_delete_removed_last_is_left_to_its_operator() -> None:
+    """Seed 20: a DeleteTable removed the table's row, then lost its locks; its undo (putting
+    the row back) is refused and it is STUCK. Row gone and folder kept wait for its operator;
+    the same end after a delete that is not STUCK, or after a STUCK load, is a violation."""
+    created = write(3, "procbus_tables", ORDERS, fence("sales/orders", 3, ("sales", 3)))
+    removed = created | {"at": "2026-01-01T00:00:09+00:00", "op": "DELETE"}
+    removed["fence"] = json.dumps(fence("sales/orders", 4, ("sales", 4)))
+    end = {
+        **END,
+        "tables": [],
+        "folders": ["sales.orders"],
+        "folder_makers": {"sales.orders": "c2"},
+        "catalog_log": [created, removed],
+        "lock_log": [
+            change("INSERT", 2, "sales/orders", "c2", "X", 3, 30),
+            change("DELETE", 4, "sales/orders", "c2", "X", 3, 30),
+            change("INSERT", 8, "sales/orders", "d2", "X", 4, 38),
+        ],
+    }
+    stuck = {**OUTCOMES, "d2": status("DeleteTable", "sales.orders", "STUCK", "", stuck_error="x")}
+    assert check_catalog(stuck, end) == []
+    half_done = [
+        "sales.orders: missing in the catalog, but the last procedure that succeeded on it was "
+        "CreateTable c2",
+        "sales.orders: a folder without a catalog entry (residue of an undone or half-done "
+        "procedure)",
+    ]
+    rolled_back = {
+        **stuck,
+        "d2": stuck["d2"] | {"state": "ROLLED_BACK", "closed_at": "2026-01-01T00:00:10"},
+    }
+    assert check_catalog(rolled_back, end) == half_done
+    a_load = {**stuck, "d2": stuck["d2"] | {"procedure_type": "LoadTable"}}
+    assert check_catalog(a_load, end) == half_done
+
+
 def test_a_lost_doubled_or_undone_catalog_event_is_a_violation() -> None:
     doubled = [*EVENTS[:2], EVENTS[0] | {"procedure_id": "c3"}, EVENTS[1]]
     assert check_catalog(OUTCOMES, {**END, "catalog_events": doubled}) == [
