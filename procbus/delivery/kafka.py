@@ -24,6 +24,7 @@ InitProducerId v0, which newer brokers refuse. Its calls block, so they run in a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -453,7 +454,9 @@ class KafkaClient(EndpointClient):
             except KafkaException:
                 pass
         self._producer = None
-        producer.flush(0)
+        # A fatally failed (fenced) producer raises its error again: it is dropped anyway.
+        with contextlib.suppress(KafkaException):
+            producer.flush(0)
 
     async def send(self, message: Message) -> Sent:
         if self.fenced_by is not None:

@@ -5,11 +5,12 @@ idempotence always, a login from PROCBUS_KAFKA_CREDENTIALS by name)."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from pydantic import SecretStr
 
 from procbus.config import Settings
 from procbus.core.endpoints import EndpointKind, KafkaCredentials, parse_endpoint
-from procbus.delivery.kafka import producer_config, transactional_id
+from procbus.delivery.kafka import KafkaClient, producer_config, transactional_id
 from procbus.errors import InvalidRequest
 
 
@@ -90,3 +91,25 @@ def test_each_topic_has_a_transactional_id_of_its_own() -> None:
     assert transactional_id("orders") == transactional_id("orders")
     assert transactional_id("orders") != transactional_id("orders2")
     assert transactional_id("orders").startswith("procbus-orders-")
+
+
+class FatallyFencedProducer:
+    """What librdkafka's transactional producer does once fenced by a newer instance: every
+    call, the last flush too, raises the fatal error again."""
+
+    error = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
+    def flush(self, timeout: float) -> int:
+        raise self.error
+
+    def abort_transaction(self, timeout: float) -> None:
+        raise self.error
+
+
+def test_a_zombie_owner_fenced_while_it_committed_drops_its_producer_and_sends_no_more() -> None:
+    """Seen in CI (test_a_zombie_owners_writes_are_refused): the fenced producer's last flush
+    raised out of the send, instead of the send failing with the reason."""
+    client = KafkaClient(parse_endpoint("kafka://h:9092/t"), "orders", transactional=True)
+    client._abandon(FatallyFencedProducer(), FatallyFencedProducer.error)  # type: ignore[arg-type]
+    assert client._producer is None
+    assert client.fenced_by is not None and "fenced by a newer instance" in client.fenced_by
