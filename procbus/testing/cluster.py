@@ -16,6 +16,7 @@ is missing otherwise.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
@@ -129,10 +130,39 @@ def remove_dead_clusters() -> list[str]:
     return removed
 
 
+# Clusters started at once (pytest-xdist workers) claim their /24 here, under a file lock: each
+# reads the routes before the other has added its own, so the routes alone let both pick one.
+SUBNET_CLAIMS = Path("/tmp/procbus-cluster-subnets.json")
+
+
 def _free_subnet() -> ipaddress.IPv4Network:
-    """A /24 of SUBNETS that no route of the machine's and no other cluster's overlaps."""
+    """A /24 of SUBNETS that no route of the machine's and no live cluster's claim overlaps."""
+    with open(SUBNET_CLAIMS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            claims = json.loads(SUBNET_CLAIMS.read_text())  # [[owner pid, subnet], ...]
+        except (OSError, ValueError):
+            claims = []
+        live = [[owner, net] for owner, net in claims if _alive(int(owner))]
+        subnet = _unrouted_subnet([ipaddress.IPv4Network(net) for _, net in live])
+        live.append([os.getpid(), str(subnet)])
+        SUBNET_CLAIMS.write_text(json.dumps(live))
+        return subnet
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unrouted_subnet(claimed: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
     routes = subprocess.run(["ip", "-j", "route", "show", "table", "all"], capture_output=True)
-    used: list[ipaddress.IPv4Network] = []
+    used: list[ipaddress.IPv4Network] = list(claimed)
     for route in json.loads(routes.stdout or "[]"):
         with contextlib.suppress(ValueError):  # "default", or not an IPv4 network
             used.append(ipaddress.IPv4Network(route.get("dst", ""), strict=False))
