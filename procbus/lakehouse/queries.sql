@@ -206,3 +206,47 @@ SELECT "snapshot_id", "parent_id", "operation", "job_key", "procedure_id", "file
        "files_removed", "records_added", "records_removed", "committed_at"
 FROM "procbus_snapshots" WHERE "namespace" = $1 AND "table_name" = $2
 ORDER BY "snapshot_id" DESC;
+
+-- ---- the Iceberg SQL catalog (procbus.lakehouse.commits); $1 is always the catalog name ----
+
+-- name: iceberg_add_namespace_property
+INSERT INTO "iceberg_namespace_properties"
+    ("catalog_name", "namespace", "property_key", "property_value")
+VALUES ($1, $2, $3, $4)
+ON CONFLICT ("catalog_name", "namespace", "property_key")
+    DO UPDATE SET "property_value" = EXCLUDED."property_value";
+
+-- name: iceberg_drop_namespace
+DELETE FROM "iceberg_namespace_properties" WHERE "catalog_name" = $1 AND "namespace" = $2;
+
+-- name: iceberg_add_table
+-- No row when a table of that name is there already.
+INSERT INTO "iceberg_tables"
+    ("catalog_name", "table_namespace", "table_name", "metadata_location",
+     "previous_metadata_location", "iceberg_type")
+VALUES ($1, $2, $3, $4, NULL, 'TABLE')
+ON CONFLICT DO NOTHING
+RETURNING "metadata_location";
+
+-- name: iceberg_drop_table
+DELETE FROM "iceberg_tables"
+WHERE "catalog_name" = $1 AND "table_namespace" = $2 AND "table_name" = $3
+RETURNING "metadata_location";
+
+-- name: iceberg_table_location
+SELECT "metadata_location" FROM "iceberg_tables"
+WHERE "catalog_name" = $1 AND "table_namespace" = $2 AND "table_name" = $3;
+
+-- name: iceberg_lock_table
+-- The table's row, locked until the caller's transaction ends: no other commit moves it before.
+SELECT "metadata_location" FROM "iceberg_tables"
+WHERE "catalog_name" = $1 AND "table_namespace" = $2 AND "table_name" = $3
+FOR UPDATE;
+
+-- name: iceberg_swap
+-- The compare-and-set of Iceberg's SQL catalogs: no row when another commit moved the pointer.
+UPDATE "iceberg_tables"
+SET "metadata_location" = $5, "previous_metadata_location" = $4
+WHERE "catalog_name" = $1 AND "table_namespace" = $2 AND "table_name" = $3
+  AND "metadata_location" = $4
+RETURNING "table_name";

@@ -904,6 +904,20 @@ END
 $$;
 SET default_tablespace = '';
 SET default_table_access_method = heap;
+CREATE TABLE public.iceberg_namespace_properties (
+    catalog_name character varying(255) NOT NULL,
+    namespace character varying(255) NOT NULL,
+    property_key character varying(255) NOT NULL,
+    property_value character varying(1000) NOT NULL
+);
+CREATE TABLE public.iceberg_tables (
+    catalog_name character varying(255) NOT NULL,
+    table_namespace character varying(255) NOT NULL,
+    table_name character varying(255) NOT NULL,
+    metadata_location character varying(1000),
+    previous_metadata_location character varying(1000),
+    iceberg_type character varying(5)
+);
 CREATE TABLE public.procbus_acl (
     principal text NOT NULL,
     namespace text NOT NULL,
@@ -1269,6 +1283,10 @@ ALTER TABLE ONLY public.procbus_outbox ALTER COLUMN id SET DEFAULT nextval('publ
 ALTER TABLE ONLY public.procbus_stack_checks ALTER COLUMN id SET DEFAULT nextval('public.procbus_stack_checks_id_seq'::regclass);
 ALTER TABLE ONLY public.procbus_topic_entries ALTER COLUMN id SET DEFAULT nextval('public.procbus_topic_entries_id_seq'::regclass);
 ALTER TABLE ONLY public.procbus_topic_leases ALTER COLUMN id SET DEFAULT nextval('public.procbus_topic_leases_id_seq'::regclass);
+ALTER TABLE ONLY public.iceberg_namespace_properties
+    ADD CONSTRAINT iceberg_namespace_properties_pkey PRIMARY KEY (catalog_name, namespace, property_key);
+ALTER TABLE ONLY public.iceberg_tables
+    ADD CONSTRAINT iceberg_tables_pkey PRIMARY KEY (catalog_name, table_namespace, table_name);
 ALTER TABLE ONLY public.procbus_acl
     ADD CONSTRAINT procbus_acl_pkey PRIMARY KEY (principal, namespace, table_name, permission);
 ALTER TABLE ONLY public.procbus_bus_members

@@ -1,0 +1,151 @@
+"""Iceberg catalog rows and commits through procbus's own compare-and-set, inside the caller's
+PostgreSQL transaction (procbus.lakehouse.iceberg builds the metadata).
+
+A commit locks its table's row (`SELECT ... FOR UPDATE`), builds the next snapshot on the
+metadata the row points at, and moves the row by compare-and-set; the row stays locked until the
+caller's transaction ends, so no procbus commit loses to another, and an engine's own commit
+(Spark's JdbcCatalog, pyiceberg's SqlCatalog) waits, then loses its compare-and-set and retries
+on the new snapshot. Several tables committed in one transaction land together or not at all:
+callers lock them in name order, so two such transactions never wait on each other in a circle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeAlias
+
+import asyncpg
+from pyiceberg.table import Table
+
+from procbus.db.queries import load_queries
+from procbus.errors import InvalidRequest, SnapshotConflict
+from procbus.lakehouse import iceberg
+from procbus.lakehouse.schemas import Column
+
+QUERIES = "procbus.lakehouse"
+# Reads run on a pool or inside a caller's transaction.
+Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+
+class IcebergCatalog:
+    """The Iceberg SQL catalog's rows in procbus's PostgreSQL, under CATALOG_NAME."""
+
+    def __init__(self, catalog_name: str = iceberg.CATALOG_NAME) -> None:
+        self.catalog_name = catalog_name
+        self.queries = load_queries(QUERIES)
+
+    async def add_namespace(
+        self, connection: Executor, name: str, properties: dict[str, str]
+    ) -> None:
+        """Make the namespace (Iceberg's 'exists' marker when it has no properties)."""
+        for key, value in (properties or {"exists": "true"}).items():
+            await connection.execute(
+                self.queries["iceberg_add_namespace_property"], self.catalog_name, name, key, value
+            )
+
+    async def drop_namespace(self, connection: Executor, name: str) -> None:
+        await connection.execute(self.queries["iceberg_drop_namespace"], self.catalog_name, name)
+
+    async def add_table(
+        self,
+        connection: Executor,
+        namespace: str,
+        name: str,
+        location: Path,
+        columns: Sequence[Column],
+        partition_by: Sequence[str],
+        properties: dict[str, str],
+    ) -> str:
+        """Write the table's first metadata file and add its row; the metadata's location.
+        InvalidRequest when a table of that name is there already."""
+        metadata_location = await asyncio.to_thread(
+            iceberg.new_table, location, columns, partition_by, properties
+        )
+        added = await connection.fetchval(
+            self.queries["iceberg_add_table"],
+            self.catalog_name,
+            namespace,
+            name,
+            metadata_location,
+        )
+        if added is None:
+            raise InvalidRequest(f"table {namespace}.{name} exists already in the Iceberg catalog")
+        return metadata_location
+
+    async def drop_table(self, connection: Executor, namespace: str, name: str) -> str | None:
+        """Remove the table's row; the metadata location it pointed at (None: it was gone)."""
+        location: str | None = await connection.fetchval(
+            self.queries["iceberg_drop_table"], self.catalog_name, namespace, name
+        )
+        return location
+
+    async def metadata_location(
+        self, connection: Executor, namespace: str, name: str, lock: bool = False
+    ) -> str:
+        """Where the table's current metadata is (with `lock`, its row stays locked until the
+        transaction ends); InvalidRequest when the catalog has no such table."""
+        query = "iceberg_lock_table" if lock else "iceberg_table_location"
+        location: str | None = await connection.fetchval(
+            self.queries[query], self.catalog_name, namespace, name
+        )
+        if location is None:
+            raise InvalidRequest(f"table {namespace}.{name} does not exist in the Iceberg catalog")
+        return location
+
+    async def load(
+        self,
+        connection: Executor,
+        namespace: str,
+        name: str,
+        staging: iceberg.StagingCatalog | None = None,
+        lock: bool = False,
+    ) -> Table:
+        """The table as its row points at now, bound to `staging` (its commits go there)."""
+        location = await self.metadata_location(connection, namespace, name, lock)
+        return await asyncio.to_thread(
+            iceberg.load_table, staging or iceberg.StagingCatalog(), namespace, name, location
+        )
+
+    async def publish(
+        self, connection: asyncpg.Connection, staging: iceberg.StagingCatalog
+    ) -> None:
+        """Move each staged table's row to its new metadata, by compare-and-set, in the
+        caller's transaction; SnapshotConflict (the transaction must roll back) when another
+        commit moved one first."""
+        for pending in staging.pending:
+            swapped = await connection.fetchval(
+                self.queries["iceberg_swap"],
+                self.catalog_name,
+                pending.namespace,
+                pending.name,
+                pending.base_location,
+                pending.new_location,
+            )
+            if swapped is None:
+                raise SnapshotConflict(
+                    f"{pending.namespace}.{pending.name}: another commit moved the table while "
+                    "this one was built; nothing committed"
+                )
+        staging.pending.clear()
+
+    async def commit_files(
+        self,
+        connection: asyncpg.Connection,
+        namespace: str,
+        name: str,
+        adds: Sequence[str],
+        removes: Sequence[str],
+        properties: dict[str, str],
+    ) -> int:
+        """Inside the caller's transaction: one snapshot of the table adding the Parquet files
+        `adds` and removing the data files `removes` (paths as `file:` URIs); its ID.
+        SnapshotConflict when a file to remove is no longer live."""
+        staging = iceberg.StagingCatalog()
+        table = await self.load(connection, namespace, name, staging, lock=True)
+        snapshot_id = await asyncio.to_thread(
+            iceberg.stage_commit, table, list(adds), list(removes), properties
+        )
+        await self.publish(connection, staging)
+        return snapshot_id

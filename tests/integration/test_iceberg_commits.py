@@ -1,0 +1,185 @@
+"""Iceberg commits through procbus's own compare-and-set on the SQL catalog's rows, checked by
+pyiceberg's own SqlCatalog (no procbus code on the reading side): several tables in one
+PostgreSQL transaction land together or not at all, a rewrite whose inputs went is refused,
+and an engine committing beside procbus waits and lands after it, losing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pyarrow
+import pyarrow.parquet as parquet
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from procbus.errors import InvalidRequest, SnapshotConflict
+from procbus.lakehouse import iceberg
+from procbus.lakehouse.commits import IcebergCatalog
+from procbus.lakehouse.schemas import parse_columns
+
+COLUMNS = parse_columns("id:bigint,name:string,amount:decimal(10,2),day:date")
+
+
+def sql_catalog(database_url: str, warehouse: Path) -> SqlCatalog:
+    """pyiceberg's own catalog on the same rows, as a user outside procbus would open it."""
+    uri = database_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    return SqlCatalog(iceberg.CATALOG_NAME, uri=uri, warehouse=warehouse.as_uri())
+
+
+def rows_of(
+    catalog: SqlCatalog, table: str, snapshot_id: int | None = None
+) -> list[dict[str, Any]]:
+    scan = catalog.load_table(table).scan(snapshot_id=snapshot_id)
+    return sorted(scan.to_arrow().to_pylist(), key=lambda row: row["id"])
+
+
+def write_rows(folder: Path, name: str, ids: range) -> str:
+    """A Parquet file as Spark writes it for the table (no Iceberg field IDs); its URI."""
+    import datetime
+    import decimal
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = pyarrow.table(
+        {
+            "id": pyarrow.array(list(ids), pyarrow.int64()),
+            "name": [f"n{i}" for i in ids],
+            "amount": pyarrow.array(
+                [decimal.Decimal(f"{i}.50") for i in ids], pyarrow.decimal128(10, 2)
+            ),
+            "day": [datetime.date(2026, 11, 1 + i % 28) for i in ids],
+        }
+    )
+    path = folder / f"{name}.parquet"
+    parquet.write_table(rows, path)
+    return iceberg.file_uri(path)
+
+
+async def make_tables(pool: asyncpg.Pool, warehouse: Path, *names: str) -> IcebergCatalog:
+    catalog = IcebergCatalog()
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.add_namespace(connection, "shop", {})
+        for name in names:
+            await catalog.add_table(
+                connection, "shop", name, warehouse / "shop" / name, COLUMNS, [], {}
+            )
+    return catalog
+
+
+async def test_two_tables_commit_in_one_transaction_or_not_at_all(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    catalog = await make_tables(pool, warehouse, "orders", "payments")
+    orders = write_rows(warehouse / "shop" / "orders" / "data", "a", range(0, 3))
+    payments = write_rows(warehouse / "shop" / "payments" / "data", "a", range(10, 12))
+    async with pool.acquire() as connection, connection.transaction():
+        first = await catalog.commit_files(
+            connection, "shop", "orders", [orders], [], iceberg.snapshot_properties("job-1", "p")
+        )
+        await catalog.commit_files(
+            connection,
+            "shop",
+            "payments",
+            [payments],
+            [],
+            iceberg.snapshot_properties("job-1", "p"),
+        )
+    reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+    assert [row["id"] for row in rows_of(reader, "shop.orders")] == [0, 1, 2]
+    assert [row["id"] for row in rows_of(reader, "shop.payments")] == [10, 11]
+    snapshot = reader.load_table("shop.orders").current_snapshot()
+    assert snapshot is not None and snapshot.snapshot_id == first
+    assert iceberg.summary_of(snapshot)[iceberg.JOB_KEY_PROPERTY] == "job-1"
+
+    # A transaction that fails after the first table's commit leaves both tables as they were.
+    more_orders = write_rows(warehouse / "shop" / "orders" / "data", "b", range(3, 5))
+    more_payments = write_rows(warehouse / "shop" / "payments" / "data", "b", range(12, 14))
+    with pytest.raises(RuntimeError, match="cut"):
+        async with pool.acquire() as connection, connection.transaction():
+            await catalog.commit_files(connection, "shop", "orders", [more_orders], [], {})
+            await catalog.commit_files(connection, "shop", "payments", [more_payments], [], {})
+            raise RuntimeError("cut before the commit")
+    assert [row["id"] for row in rows_of(reader, "shop.orders")] == [0, 1, 2]
+    assert [row["id"] for row in rows_of(reader, "shop.payments")] == [10, 11]
+
+
+async def test_a_rewrite_whose_inputs_were_replaced_is_refused(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    catalog = await make_tables(pool, warehouse, "orders")
+    data = warehouse / "shop" / "orders" / "data"
+    small = [write_rows(data, f"small-{n}", range(n * 2, n * 2 + 2)) for n in range(3)]
+    async with pool.acquire() as connection, connection.transaction():
+        loaded = await catalog.commit_files(connection, "shop", "orders", small, [], {})
+    merged = write_rows(data, "merged", range(0, 6))
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.commit_files(connection, "shop", "orders", [merged], small, {})
+    again = write_rows(data, "merged-again", range(0, 6))
+    with pytest.raises(SnapshotConflict, match="no longer live"):
+        async with pool.acquire() as connection, connection.transaction():
+            await catalog.commit_files(connection, "shop", "orders", [again], small, {})
+
+    reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+    table = reader.load_table("shop.orders")
+    assert [row["id"] for row in rows_of(reader, "shop.orders")] == list(range(6))
+    assert [task.file.file_path for task in table.scan().plan_files()] == [merged]
+    current = table.current_snapshot()
+    assert current is not None and iceberg.summary_of(current)["operation"] == "replace"
+    # Time travel to the load still reads its three files.
+    assert [row["id"] for row in rows_of(reader, "shop.orders", loaded)] == list(range(6))
+
+
+async def test_an_engine_committing_beside_procbus_lands_after_it(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    catalog = await make_tables(pool, warehouse, "orders")
+    data = warehouse / "shop" / "orders" / "data"
+    reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+    theirs = pyarrow.table(
+        {
+            "id": pyarrow.array([100], pyarrow.int64()),
+            "name": ["theirs"],
+            "amount": pyarrow.array([None], pyarrow.decimal128(10, 2)),
+            "day": pyarrow.array([None], pyarrow.date32()),
+        }
+    )
+    engine_done = threading.Event()
+    errors: list[BaseException] = []
+
+    def engine_append() -> None:
+        try:
+            reader.load_table("shop.orders").append(theirs)
+        except BaseException as error:  # reported to the test below
+            errors.append(error)
+        finally:
+            engine_done.set()
+
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.commit_files(
+            connection, "shop", "orders", [write_rows(data, "ours", range(3))], [], {}
+        )
+        # Loaded before procbus's commit lands: the engine's compare-and-set must lose, wait
+        # behind the locked row, and land on the new snapshot after retrying.
+        engine = threading.Thread(target=engine_append)
+        engine.start()
+        await asyncio.sleep(1.0)
+        assert not engine_done.is_set(), "the engine committed while procbus held the row"
+    await asyncio.to_thread(engine.join, 60)
+    assert not errors, errors
+    assert [row["id"] for row in rows_of(reader, "shop.orders")] == [0, 1, 2, 100]
+
+
+async def test_types_and_partitions_iceberg_lacks_are_refused_before_anything_is_written(
+    pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    catalog = await make_tables(pool, warehouse)
+    async with pool.acquire() as connection, connection.transaction():
+        with pytest.raises(InvalidRequest, match="no Apache Iceberg type"):
+            await catalog.add_table(
+                connection, "shop", "odd", warehouse / "odd", parse_columns("id:tinyint"), [], {}
+            )
+    assert not (warehouse / "odd").exists()
+    assert await pool.fetchval('SELECT count(*) FROM "iceberg_tables"') == 0
