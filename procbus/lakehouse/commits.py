@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 from pyiceberg.table import Table
@@ -23,6 +23,9 @@ from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse import iceberg
 from procbus.lakehouse.schemas import Column
+
+if TYPE_CHECKING:
+    import pyarrow
 
 QUERIES = "procbus.lakehouse"
 # Reads run on a pool or inside a caller's transaction.
@@ -138,14 +141,43 @@ class IcebergCatalog:
         adds: Sequence[str],
         removes: Sequence[str],
         properties: dict[str, str],
+        based_on: int | None = None,
     ) -> int:
         """Inside the caller's transaction: one snapshot of the table adding the Parquet files
         `adds` and removing the data files `removes` (paths as `file:` URIs); its ID.
-        SnapshotConflict when a file to remove is no longer live."""
+        SnapshotConflict when a file to remove is no longer live, or when rows of one were
+        deleted after snapshot `based_on` (the one a rewrite read)."""
         staging = iceberg.StagingCatalog()
         table = await self.load(connection, namespace, name, staging, lock=True)
         snapshot_id = await asyncio.to_thread(
-            iceberg.stage_commit, table, list(adds), list(removes), properties
+            iceberg.stage_commit, table, list(adds), list(removes), properties, based_on
+        )
+        await self.publish(connection, staging)
+        return snapshot_id
+
+    async def apply_rows(
+        self,
+        connection: asyncpg.Connection,
+        namespace: str,
+        name: str,
+        adds: Sequence[str],
+        changed_keys: pyarrow.Table,
+        properties: dict[str, str],
+        added_columns: Sequence[Column] = (),
+    ) -> int:
+        """Inside the caller's transaction: one snapshot of the table applying a batch of row
+        changes (procbus.lakehouse.iceberg.stage_row_delta): the live rows of `changed_keys`
+        deleted by position, the new rows `adds` added, `added_columns` added; its ID."""
+        staging = iceberg.StagingCatalog()
+        table = await self.load(connection, namespace, name, staging, lock=True)
+        snapshot_id = await asyncio.to_thread(
+            iceberg.stage_row_delta,
+            table,
+            list(adds),
+            changed_keys,
+            properties,
+            f"{iceberg.new_uuid()}-deletes.parquet",
+            list(added_columns),
         )
         await self.publish(connection, staging)
         return snapshot_id

@@ -18,13 +18,20 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyiceberg.catalog import MetastoreCatalog
 from pyiceberg.catalog.noop import NoopCatalog
 from pyiceberg.exceptions import ValidationError
 from pyiceberg.io import load_file_io
-from pyiceberg.manifest import DataFileContent
+from pyiceberg.manifest import (
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile, ToOutputFile
@@ -40,7 +47,9 @@ from pyiceberg.table.update import (
     TableUpdate,
     update_table_metadata,
 )
+from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -52,6 +61,7 @@ from pyiceberg.types import (
     IntegerType,
     LongType,
     NestedField,
+    PrimitiveType,
     StringType,
     TimestamptzType,
 )
@@ -60,11 +70,12 @@ from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse.schemas import Column
 
 if TYPE_CHECKING:
+    import pyarrow
     from pyiceberg.manifest import DataFile as IcebergDataFile
 
 # Every catalog row carries it, and an engine's catalog must be configured with the same name.
 CATALOG_NAME = "procbus"
-FORMAT_VERSION = 2
+FORMAT_VERSION: Literal[2] = 2
 # Written into every snapshot procbus commits: which job or batch it was (its idempotency key)
 # and which procedure; readable by any engine from the snapshot's summary.
 JOB_KEY_PROPERTY = "procbus.job-key"
@@ -272,10 +283,13 @@ def stage_commit(
     adds: Sequence[str],
     removes: Sequence[str],
     properties: dict[str, str],
+    based_on: int | None = None,
 ) -> int:
     """Stage one snapshot that adds the Parquet files `adds` and removes the live data files
     `removes` (a compaction: committed as 'replace'); its ID. SnapshotConflict when a file to
-    remove is no longer live (another commit replaced it first)."""
+    remove is no longer live (another commit replaced it first), or when a commit after
+    snapshot `based_on` (the one the rewrite read) deleted rows of one by position: the
+    rewritten files would bring those rows back."""
     from pyiceberg.exceptions import ValidationException
 
     staging = table.catalog
@@ -296,6 +310,7 @@ def stage_commit(
                 f"{'.'.join(table.name())}: {len(gone)} of the {len(removes)} files this commit "
                 f"replaces are no longer live (first: {gone[0]}); nothing committed"
             )
+        _check_no_deletes_since(table, based_on, removes)
         try:
             update = transaction.update_snapshot(snapshot_properties=properties)
             with update.overwrite() as overwrite:
@@ -307,6 +322,39 @@ def stage_commit(
         except ValidationException as conflict:
             raise SnapshotConflict(f"{'.'.join(table.name())}: {conflict}") from None
         return overwrite.snapshot_id
+
+
+def _check_no_deletes_since(table: Table, based_on: int | None, removes: Sequence[str]) -> None:
+    """SnapshotConflict if a delete file committed after snapshot `based_on` may name a row
+    of `removes` (by the bounds of the paths it names)."""
+    current = table.current_snapshot()
+    newer: list[Snapshot] = []
+    while current is not None and current.snapshot_id != based_on:
+        newer.append(current)
+        parent = current.parent_snapshot_id
+        current = table.snapshot_by_id(parent) if parent is not None else None
+    for snapshot in newer:
+        for manifest in snapshot.manifests(table.io):
+            if manifest.content != ManifestContent.DELETES:
+                continue
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if any(_names_path(entry.data_file, path) for path in removes):
+                    raise SnapshotConflict(
+                        f"{'.'.join(table.name())}: snapshot {snapshot.snapshot_id}, committed "
+                        f"after snapshot {based_on} that this rewrite read, deleted rows of its "
+                        "inputs; its files would bring them back, so nothing was committed: "
+                        "plan again"
+                    )
+
+
+def _names_path(delete_file: IcebergDataFile, path: str) -> bool:
+    lower = (delete_file.lower_bounds or {}).get(DELETE_PATH_FIELD_ID)
+    upper = (delete_file.upper_bounds or {}).get(DELETE_PATH_FIELD_ID)
+    if lower is None or upper is None:
+        return True  # no bounds: it may name any file
+    return lower.decode() <= path <= upper.decode()
 
 
 def live_data_files(table: Table, snapshot: Snapshot | None = None) -> dict[str, IcebergDataFile]:
@@ -332,3 +380,206 @@ def summary_of(snapshot: Snapshot) -> dict[str, Any]:
     if summary is None:
         return {}
     return {"operation": summary.operation.value, **summary.additional_properties}
+
+
+# ---- row-level changes: merge-on-read with position deletes ----
+
+# The position-delete file's columns, with the field IDs the Iceberg spec reserves for them.
+DELETE_PATH_FIELD_ID = 2147483546
+DELETE_POS_FIELD_ID = 2147483545
+
+
+def position_delete_schema() -> pyarrow.Schema:
+    import pyarrow
+
+    def field(name: str, kind: pyarrow.DataType, field_id: int) -> pyarrow.Field:
+        return pyarrow.field(
+            name, kind, nullable=False, metadata={"PARQUET:field_id": str(field_id)}
+        )
+
+    return pyarrow.schema(
+        [
+            field("file_path", pyarrow.string(), DELETE_PATH_FIELD_ID),
+            field("pos", pyarrow.int64(), DELETE_POS_FIELD_ID),
+        ]
+    )
+
+
+def positions_of(
+    table: Table, keys: pyarrow.Table, files: Iterable[IcebergDataFile]
+) -> pyarrow.Table:
+    """Where the rows with these keys are in `files` (file_path, pos), sorted as the spec asks.
+    Only the key columns are read; a file whose column bounds exclude every key is skipped."""
+    import pyarrow
+    import pyarrow.parquet as parquet
+
+    key_names = keys.column_names
+    wanted = keys.group_by(key_names).aggregate([])  # each key once
+    found: list[pyarrow.Table] = []
+    for file in files:
+        if not _may_hold(table, file, wanted):
+            continue
+        with table.io.new_input(file.file_path).open() as stream:
+            rows = parquet.read_table(stream, columns=key_names)
+        rows = rows.append_column("pos", pyarrow.array(range(rows.num_rows), pyarrow.int64()))
+        hits = rows.join(wanted, key_names, join_type="inner").column("pos")
+        if len(hits):
+            found.append(
+                pyarrow.table(
+                    [pyarrow.array([file.file_path] * len(hits), pyarrow.string()), hits],
+                    schema=position_delete_schema(),
+                )
+            )
+    if not found:
+        return position_delete_schema().empty_table()
+    return pyarrow.concat_tables(found).sort_by([("file_path", "ascending"), ("pos", "ascending")])
+
+
+def _may_hold(table: Table, file: IcebergDataFile, keys: pyarrow.Table) -> bool:
+    """Whether a data file's bounds on a one-column key leave room for any of `keys`."""
+    import pyarrow.compute as compute
+    from pyiceberg.conversions import from_bytes
+
+    if keys.num_columns != 1 or keys.num_rows == 0:
+        return bool(keys.num_rows > 0)
+    field = table.schema().find_field(keys.column_names[0])
+    lower = (file.lower_bounds or {}).get(field.field_id)
+    upper = (file.upper_bounds or {}).get(field.field_id)
+    if lower is None or upper is None or not isinstance(field.field_type, PrimitiveType):
+        return True
+    low, high = from_bytes(field.field_type, lower), from_bytes(field.field_type, upper)
+    column = keys.column(0)
+    try:
+        inside = compute.and_(compute.greater_equal(column, low), compute.less_equal(column, high))
+    except (TypeError, ValueError, NotImplementedError):
+        return True  # bounds Arrow cannot compare with the keys: read the file
+    return bool(compute.any(inside).as_py())
+
+
+def write_position_deletes(table: Table, positions: pyarrow.Table, name: str) -> IcebergDataFile:
+    """Write `positions` as a position-delete file of `table`, named `name`; its record, with
+    the bounds of the paths it names so readers match it only to those files."""
+    import pyarrow.parquet as parquet
+    from pyiceberg.manifest import DataFile, FileFormat
+    from pyiceberg.typedef import Record
+
+    location = table.location_provider().new_data_location(name)
+    with table.io.new_output(location).create(overwrite=False) as stream:
+        parquet.write_table(positions, stream)
+    paths = positions.column("file_path")
+    first, last = paths[0].as_py(), paths[-1].as_py()  # sorted by path
+    return DataFile.from_args(
+        _table_format_version=FORMAT_VERSION,
+        content=DataFileContent.POSITION_DELETES,
+        file_path=location,
+        file_format=FileFormat.PARQUET,
+        partition=Record(),
+        record_count=positions.num_rows,
+        file_size_in_bytes=table.io.new_input(location).__len__(),
+        lower_bounds={DELETE_PATH_FIELD_ID: first.encode()},
+        upper_bounds={DELETE_PATH_FIELD_ID: last.encode()},
+        spec_id=table.metadata.default_spec_id,
+    )
+
+
+def stage_row_delta(
+    table: Table,
+    adds: Sequence[str],
+    changed_keys: pyarrow.Table,
+    properties: dict[str, str],
+    delete_file_name: str,
+    added_columns: Sequence[Column] = (),
+) -> int:
+    """Stage one snapshot that applies a batch of row changes: every live row whose key is in
+    `changed_keys` (updated, or deleted, by the batch) is deleted by position, and the Parquet
+    files `adds` (each changed key's new row, none for a deleted key) are added; `added_columns`
+    (new at the source) join the schema in the same commit. Its ID. The positions are found on
+    the snapshot the commit builds on, so the caller holds the table's row locked."""
+    with table.transaction() as transaction:
+        if added_columns:
+            with transaction.update_schema() as schema:
+                for column in added_columns:
+                    schema.add_column(column.name, iceberg_type(column.type))
+        metadata = transaction.table_metadata
+        live = live_data_files(table)
+        positions = positions_of(table, changed_keys, live.values())
+        added = data_files(_as_of(table, metadata), adds)
+        deletes = (
+            [write_position_deletes(table, positions, delete_file_name)]
+            if positions.num_rows
+            else []
+        )
+        producer = _RowDelta(
+            operation=Operation.OVERWRITE if deletes else Operation.APPEND,
+            transaction=transaction,
+            io=table.io,
+            snapshot_properties=properties,
+        )
+        with producer:
+            for file in added:
+                producer.append_data_file(file)
+            producer.added_deletes.extend(deletes)
+        return producer.snapshot_id
+
+
+def _as_of(table: Table, metadata: TableMetadata) -> Table:
+    """`table` with the metadata a transaction has staged so far (a schema it just evolved)."""
+    return Table(
+        identifier=table.name(),
+        metadata=metadata,
+        metadata_location=table.metadata_location,
+        io=table.io,
+        catalog=table.catalog,
+    )
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    """A format-v2 manifest of delete files (pyiceberg writes only data manifests)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class _RowDelta(_FastAppendFiles):
+    """Iceberg's RowDelta, which pyiceberg lacks: a fast append of data files that also adds
+    position-delete files, in a manifest of their own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.added_deletes: list[IcebergDataFile] = []
+
+    def _manifests(self) -> list[ManifestFile]:
+        manifests = super()._manifests()
+        if not self.added_deletes:
+            return manifests
+        with _DeleteManifestWriter(
+            spec=self._transaction.table_metadata.spec(),
+            schema=self.schema(),
+            output_file=self.new_manifest_output(),
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        ) as writer:
+            for file in self.added_deletes:
+                writer.add(
+                    ManifestEntry.from_args(
+                        status=ManifestEntryStatus.ADDED,
+                        snapshot_id=self._snapshot_id,
+                        sequence_number=None,
+                        file_sequence_number=None,
+                        data_file=file,
+                    )
+                )
+        return [writer.to_manifest_file(), *manifests]
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        # The summary counts what `_added_data_files` holds, delete files by their content.
+        data = self._added_data_files
+        self._added_data_files = [*data, *self.added_deletes]
+        try:
+            return super()._summary(snapshot_properties)
+        finally:
+            self._added_data_files = data

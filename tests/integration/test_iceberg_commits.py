@@ -183,3 +183,126 @@ async def test_types_and_partitions_iceberg_lacks_are_refused_before_anything_is
             )
     assert not (warehouse / "odd").exists()
     assert await pool.fetchval('SELECT count(*) FROM "iceberg_tables"') == 0
+
+
+def keys_of(ids: list[int]) -> pyarrow.Table:
+    return pyarrow.table({"id": pyarrow.array(ids, pyarrow.int64())})
+
+
+def write_images(folder: Path, name: str, images: dict[int, str], note: bool = False) -> str:
+    """A batch's new row images (id -> name) as the apply's Spark job writes them; its URI."""
+    import datetime
+    import decimal
+
+    columns: dict[str, Any] = {
+        "id": pyarrow.array(list(images), pyarrow.int64()),
+        "name": list(images.values()),
+        "amount": pyarrow.array([decimal.Decimal("1.00")] * len(images), pyarrow.decimal128(10, 2)),
+        "day": [datetime.date(2026, 11, 28)] * len(images),
+    }
+    if note:
+        columns["note"] = [f"note {i}" for i in images]
+    path = folder / f"{name}.parquet"
+    parquet.write_table(pyarrow.table(columns), path)
+    return iceberg.file_uri(path)
+
+
+def names_of(catalog: SqlCatalog, table: str) -> dict[int, str]:
+    return {row["id"]: row["name"] for row in rows_of(catalog, table)}
+
+
+async def test_a_batch_of_updates_and_deletes_lands_in_two_tables_at_once(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    catalog = await make_tables(pool, warehouse, "orders", "payments")
+    orders, payments = (warehouse / "shop" / name / "data" for name in ("orders", "payments"))
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.commit_files(
+            connection, "shop", "orders", [write_rows(orders, "load", range(10))], [], {}
+        )
+        await catalog.commit_files(
+            connection, "shop", "payments", [write_rows(payments, "load", range(10, 15))], [], {}
+        )
+    # One source transaction: in orders 1 updated, 2 deleted, 20 inserted; in payments 10
+    # deleted, 11 updated.
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.apply_rows(
+            connection,
+            "shop",
+            "orders",
+            [write_images(orders, "batch-1", {1: "changed", 20: "new"})],
+            keys_of([1, 2, 20]),
+            iceberg.snapshot_properties("batch-1", "pipeline:bank"),
+        )
+        await catalog.apply_rows(
+            connection,
+            "shop",
+            "payments",
+            [write_images(payments, "batch-1", {11: "changed"})],
+            keys_of([10, 11]),
+            iceberg.snapshot_properties("batch-1", "pipeline:bank"),
+        )
+    reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+    expected_orders = {i: f"n{i}" for i in range(10) if i != 2} | {1: "changed", 20: "new"}
+    assert names_of(reader, "shop.orders") == expected_orders
+    assert names_of(reader, "shop.payments") == {11: "changed", 12: "n12", 13: "n13", 14: "n14"}
+    summary = iceberg.summary_of(reader.load_table("shop.orders").current_snapshot())  # type: ignore[arg-type]
+    assert summary["operation"] == "overwrite"
+    assert summary["added-position-deletes"] == "2"  # the load's 1 and 2; 20 is new
+
+    # A key changed again, now living in the first batch's file; one deleted; a column added
+    # at the source arrives with the batch, and older rows read it as NULL.
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.apply_rows(
+            connection,
+            "shop",
+            "orders",
+            [write_images(orders, "batch-2", {1: "again"}, note=True)],
+            keys_of([1, 20]),
+            {},
+            parse_columns("note:string"),
+        )
+    rows = {row["id"]: row for row in rows_of(reader, "shop.orders")}
+    assert {i: row["name"] for i, row in rows.items()} == {
+        i: f"n{i}" for i in range(10) if i != 2
+    } | {1: "again"}
+    assert rows[1]["note"] == "note 1" and rows[3]["note"] is None
+
+
+async def test_a_rewrite_planned_before_rows_of_its_inputs_were_deleted_is_refused(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    catalog = await make_tables(pool, warehouse, "orders")
+    data = warehouse / "shop" / "orders" / "data"
+    small = [write_rows(data, f"small-{n}", range(n * 3, n * 3 + 3)) for n in range(2)]
+    async with pool.acquire() as connection, connection.transaction():
+        planned = await catalog.commit_files(connection, "shop", "orders", small, [], {})
+    merged = write_rows(data, "merged", range(6))  # what a compaction read at `planned`
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.apply_rows(connection, "shop", "orders", [], keys_of([4]), {})
+    with pytest.raises(SnapshotConflict, match="would bring them back"):
+        async with pool.acquire() as connection, connection.transaction():
+            await catalog.commit_files(
+                connection, "shop", "orders", [merged], small, {}, based_on=planned
+            )
+    reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+    assert sorted(names_of(reader, "shop.orders")) == [0, 1, 2, 3, 5]
+
+    # Planned after the delete, the rewrite applies it and lands.
+    table = reader.load_table("shop.orders")
+    current = table.current_snapshot()
+    assert current is not None
+    survivors = table.scan().to_arrow()
+    folded = data / "folded.parquet"
+    parquet.write_table(survivors, folded)
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.commit_files(
+            connection,
+            "shop",
+            "orders",
+            [iceberg.file_uri(folded)],
+            small,
+            {},
+            based_on=current.snapshot_id,
+        )
+    assert sorted(names_of(reader, "shop.orders")) == [0, 1, 2, 3, 5]
