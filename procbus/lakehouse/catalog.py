@@ -1,4 +1,6 @@
-"""The lake catalog in PostgreSQL: namespaces, tables (schema, partitioning), events.
+"""The lake catalog in PostgreSQL: namespaces, tables (schema, partitioning), grants, events,
+and each table's data as an Apache Iceberg table in the Iceberg SQL catalog beside them
+(procbus.lakehouse.commits): a namespace or table is made and removed in both in one transaction.
 
 Every write is idempotent per procedure (a retried step finds its own row), undo removes only
 what its procedure made, and a write that carries a fence is refused once its lock was lost.
@@ -6,24 +8,29 @@ what its procedure made, and a write that carries a fence is refused once its lo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
 from procbus.core.fences import Fence
 from procbus.db.queries import load_queries
-from procbus.errors import InvalidRequest, SnapshotConflict
+from procbus.errors import InvalidRequest
+from procbus.lakehouse import iceberg
+from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.schemas import Column
 from procbus.locks.table import check_fence
 from procbus.topics.publishing import publish_in_transaction
 
+if TYPE_CHECKING:
+    import pyarrow
+
 QUERIES = "procbus.lakehouse"
-# A compare-and-set that lost to another commit is tried again on the new snapshot this often.
-MAX_SWAP_TRIES = 20
 
 
 def _table(row: asyncpg.Record) -> TableDescriptor:
@@ -37,6 +44,7 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
         created_by=row["created_by"],
         created_at=row["created_at"],
         key_columns=list(row.get("key_columns") or []),
+        metadata_location=row.get("metadata_location") or "",
     )
 
 
@@ -62,6 +70,41 @@ def _table_values(table: TableDescriptor) -> tuple[object, ...]:
     )
 
 
+def _uri(folder: Path, path: str) -> str:
+    """A data file's URI from its path as DataFile names it (relative to the table's folder)."""
+    return path if path.startswith("file:") else iceberg.file_uri(folder / path)
+
+
+def _relative(folder: Path, uri: str) -> str:
+    """A data file's path as DataFile names it: relative to the table's folder when inside."""
+    path = iceberg.local_path(uri)
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
+
+
+def _snapshot_properties(
+    operation: SnapshotOperation, job_key: str, procedure_id: str
+) -> dict[str, str]:
+    return {
+        **iceberg.snapshot_properties(job_key, procedure_id),
+        iceberg.OPERATION_PROPERTY: operation.value,
+    }
+
+
+def _snapshot(found: iceberg.SnapshotSummary) -> Snapshot:
+    return Snapshot(
+        snapshot_id=found.snapshot_id,
+        parent_id=found.parent_id,
+        operation=found.properties.get(iceberg.OPERATION_PROPERTY, found.operation),
+        job_key=found.properties.get(iceberg.JOB_KEY_PROPERTY, ""),
+        procedure_id=found.properties.get(iceberg.PROCEDURE_PROPERTY, ""),
+        files_added=int(found.properties.get("added-data-files", 0)),
+        files_removed=int(found.properties.get("deleted-data-files", 0)),
+        records_added=int(found.properties.get("added-records", 0)),
+        records_removed=int(found.properties.get("deleted-records", 0)),
+        committed_at=found.committed_at,
+    )
+
+
 class Catalog:
     """Catalog reads and writes on a pool."""
 
@@ -70,6 +113,7 @@ class Catalog:
         # Catalog events are also published to this topic, in the catalog write's transaction.
         self.events_topic = events_topic
         self.queries = load_queries(QUERIES)
+        self.iceberg = IcebergCatalog()
 
     @contextlib.asynccontextmanager
     async def _writing(self, fence: Fence | None) -> AsyncIterator[asyncpg.Connection]:
@@ -118,6 +162,8 @@ class Catalog:
                 namespace.properties,
                 namespace.created_by,
             )
+            if created is not None:
+                await self.iceberg.add_namespace(connection, namespace.name, namespace.properties)
             for entry in grants if created is not None else ():
                 await self._grant(connection, entry, namespace.created_by)
         if created is None:
@@ -131,15 +177,22 @@ class Catalog:
                 await connection.execute(
                     self.queries["delete_namespace_created_by"], name, procedure_id
                 )
+                await self.iceberg.drop_namespace(connection, name)
 
     async def delete_empty_namespace(self, name: str, fence: Fence | None = None) -> bool:
         """Delete it unless it holds tables; False when it was gone already."""
         async with self._writing(fence) as connection, connection.transaction():
             if await connection.fetchrow(self.queries["get_namespace"], name) is None:
                 return False
-            if await connection.fetchval(self.queries["delete_empty_namespace"], name) is None:
-                tables = await connection.fetchval(self.queries["count_tables_in_namespace"], name)
+            tables = await connection.fetchval(
+                self.queries["count_tables_in_namespace"], name, self.iceberg.catalog_name
+            )
+            if (
+                tables
+                or await connection.fetchval(self.queries["delete_empty_namespace"], name) is None
+            ):
                 raise InvalidRequest(f"namespace {name!r} holds {tables} tables: delete them first")
+            await self.iceberg.drop_namespace(connection, name)
         return True
 
     async def restore_namespace(
@@ -153,19 +206,33 @@ class Catalog:
                 namespace.created_by,
                 namespace.created_at,
             )
+            await self.iceberg.add_namespace(connection, namespace.name, namespace.properties)
 
     async def count_tables(self, namespace: str) -> int:
-        count: int = await self.pool.fetchval(self.queries["count_tables_in_namespace"], namespace)
+        """Its tables: procbus's, and those another engine made in the Iceberg catalog."""
+        count: int = await self.pool.fetchval(
+            self.queries["count_tables_in_namespace"], namespace, self.iceberg.catalog_name
+        )
         return count
 
     async def get_table(self, namespace: str, name: str) -> TableDescriptor | None:
-        row = await self.pool.fetchrow(self.queries["get_table"], namespace, name)
+        row = await self.pool.fetchrow(
+            self.queries["get_table"], namespace, name, self.iceberg.catalog_name
+        )
         return _table(row) if row else None
 
+    async def iceberg_location(self, namespace: str, name: str) -> str | None:
+        """The metadata of an Iceberg table of that name (procbus's or another engine's)."""
+        location: str | None = await self.pool.fetchval(
+            self.queries["iceberg_table_location"], self.iceberg.catalog_name, namespace, name
+        )
+        return location
+
     async def list_tables(self, namespace: str | None = None) -> list[TableDescriptor]:
-        return [
-            _table(row) for row in await self.pool.fetch(self.queries["list_tables"], namespace)
-        ]
+        rows = await self.pool.fetch(
+            self.queries["list_tables"], namespace, self.iceberg.catalog_name
+        )
+        return [_table(row) for row in rows]
 
     async def list_access(self) -> list[AccessEntry]:
         """Every grant, those on a namespace as a whole ('*' for the table) included."""
@@ -258,18 +325,50 @@ class Catalog:
         fence: Fence | None = None,
         grants: Sequence[AccessEntry] = (),
     ) -> None:
-        """Add the table and, in the same transaction, its creator's `grants`."""
+        """Add the table, its Iceberg table (first metadata file and catalog row) and, in the
+        same transaction, its creator's `grants`."""
         try:
             async with self._writing(fence) as connection:
                 added = await connection.fetchval(
                     self.queries["insert_table"], *_table_values(table)
                 )
+                if added is not None:
+                    await self._add_iceberg_table(connection, table)
                 for entry in grants if added is not None else ():
                     await self._grant(connection, entry, table.created_by)
         except asyncpg.ForeignKeyViolationError:
             raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
         if added is None:
             raise InvalidRequest(f"table {table.qualified_name!r} exists already")
+
+    async def _add_iceberg_table(
+        self, connection: asyncpg.Connection, table: TableDescriptor
+    ) -> None:
+        """The table's Iceberg table; a retried step finds the one it made (its metadata is
+        in the table's own folder), and another engine's table of that name refuses it."""
+        found = await connection.fetchval(
+            self.queries["iceberg_table_location"],
+            self.iceberg.catalog_name,
+            table.namespace,
+            table.name,
+        )
+        own_metadata = iceberg.file_uri(Path(table.location) / iceberg.METADATA_FOLDER)
+        if found is not None and found.startswith(f"{own_metadata}/"):
+            return
+        if found is not None:
+            raise InvalidRequest(
+                f"table {table.qualified_name!r} exists already in the Iceberg catalog "
+                f"(made by another engine: {found})"
+            )
+        await self.iceberg.add_table(
+            connection,
+            table.namespace,
+            table.name,
+            Path(table.location),
+            table.columns,
+            table.partition_by,
+            table.properties,
+        )
 
     async def remove_table_created_by(
         self, namespace: str, name: str, procedure_id: str, fence: Fence | None = None
@@ -278,16 +377,23 @@ class Catalog:
         async with self._undoing(fence, "table_created_by", *made) as connection:
             if connection is not None:
                 await connection.execute(self.queries["delete_table_created_by"], *made)
+                await self.iceberg.drop_table(connection, namespace, name)
 
     async def remove_table(self, namespace: str, name: str, fence: Fence | None = None) -> None:
         async with self._writing(fence) as connection:
             await connection.execute(self.queries["delete_table"], namespace, name)
+            await self.iceberg.drop_table(connection, namespace, name)
 
     async def restore_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
+        """Undo remove_table: the table's rows again, its Iceberg row at the metadata it had."""
         async with self._writing(fence) as connection:
             await connection.execute(
                 self.queries["restore_table"], *_table_values(table), table.created_at
             )
+            if table.metadata_location:
+                await self.iceberg.restore_table(
+                    connection, table.namespace, table.name, table.metadata_location
+                )
 
     async def record_event(
         self,
@@ -356,68 +462,87 @@ class Catalog:
     async def table_files(
         self, namespace: str, name: str, snapshot_id: int | None = None
     ) -> TableFiles:
-        """One snapshot of a table whole (the current one by default), read in one transaction
-        so a commit in between cannot mix two snapshots."""
-        async with (
-            self.pool.acquire() as connection,
-            connection.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            return await self._table_files(connection, namespace, name, snapshot_id)
+        """One snapshot of a table whole (the current one by default)."""
+        return (await self.current_files([(namespace, name)], snapshot_id))[0]
 
-    async def current_files(self, tables: list[tuple[str, str]]) -> list[TableFiles]:
-        """The current snapshots of several tables, as one commit left them: a change apply
+    async def current_files(
+        self, tables: list[tuple[str, str]], snapshot_id: int | None = None
+    ) -> list[TableFiles]:
+        """The current snapshots of several tables, read in one transaction: a change apply
         that touched two of them is in both or in neither."""
         async with (
             self.pool.acquire() as connection,
             connection.transaction(isolation="repeatable_read", readonly=True),
         ):
-            return [await self._table_files(connection, ns, name, None) for ns, name in tables]
+            found = [
+                await connection.fetchrow(
+                    self.queries["get_table"], namespace, name, self.iceberg.catalog_name
+                )
+                for namespace, name in tables
+            ]
+        snapshots = []
+        for (namespace, name), row in zip(tables, found, strict=True):
+            if row is None or not row["metadata_location"]:
+                raise InvalidRequest(f"table {namespace}.{name} does not exist")
+            snapshots.append(await self._snapshot_files(_table(row), snapshot_id))
+        return snapshots
 
-    async def _table_files(
-        self, connection: asyncpg.Connection, namespace: str, name: str, snapshot_id: int | None
-    ) -> TableFiles:
-        row = await connection.fetchrow(self.queries["get_table"], namespace, name)
-        if row is None:
-            raise InvalidRequest(f"table {namespace}.{name} does not exist")
-        current = await connection.fetchval(self.queries["current_snapshot"], namespace, name)
-        wanted = current if snapshot_id is None else snapshot_id
-        if snapshot_id is not None and (current is None or not 0 < snapshot_id <= current):
-            raise InvalidRequest(
-                f"table {namespace}.{name} has no snapshot {snapshot_id} (current: {current})"
+    async def _snapshot_files(self, table: TableDescriptor, snapshot_id: int | None) -> TableFiles:
+        def plan() -> TableFiles:
+            loaded = iceberg.load_table(
+                iceberg.StagingCatalog(), table.namespace, table.name, table.metadata_location
             )
-        oldest = (
-            None
-            if snapshot_id is None
-            else await connection.fetchval(self.queries["oldest_snapshot"], namespace, name)
-        )
-        if snapshot_id is not None and oldest is not None and snapshot_id < oldest:
-            # Its files may be deleted already: read as if whole, it would silently lose rows.
-            raise InvalidRequest(
-                f"snapshot {snapshot_id} of {namespace}.{name} has expired "
-                f"(PROCBUS_SNAPSHOT_RETENTION_SECONDS); the oldest kept is {oldest}"
+            snapshot = iceberg.chosen_snapshot(loaded, snapshot_id)
+            folder = Path(table.location)
+            return TableFiles(
+                table=table,
+                snapshot_id=None if snapshot is None else snapshot.snapshot_id,
+                files=[
+                    DataFile(
+                        path=_relative(folder, file.uri),
+                        partition=file.partition,
+                        records=file.records,
+                        bytes=file.bytes,
+                        deletes=file.deletes,
+                    )
+                    for file in iceberg.planned_files(loaded, snapshot)
+                ],
+                metadata_location=table.metadata_location,
             )
-        files = (
-            []
-            if wanted is None
-            else await connection.fetch(self.queries["files_in_snapshot"], namespace, name, wanted)
-        )
-        return TableFiles(
-            table=_table(row),
-            snapshot_id=wanted,
-            files=[DataFile.model_validate(dict(file)) for file in files],
-        )
+
+        return await asyncio.to_thread(plan)
 
     async def list_snapshots(self, namespace: str, name: str) -> list[Snapshot]:
-        if await self.get_table(namespace, name) is None:
+        """The table's Iceberg snapshots, newest first."""
+        table = await self.get_table(namespace, name)
+        if table is None or not table.metadata_location:
             raise InvalidRequest(f"table {namespace}.{name} does not exist")
-        rows = await self.pool.fetch(self.queries["list_snapshots"], namespace, name)
-        return [Snapshot.model_validate(dict(row)) for row in rows]
+
+        def listed() -> list[Snapshot]:
+            loaded = iceberg.load_table(
+                iceberg.StagingCatalog(), namespace, name, table.metadata_location
+            )
+            return [_snapshot(found) for found in iceberg.snapshots_newest_first(loaded)]
+
+        return await asyncio.to_thread(listed)
 
     async def live_among(self, namespace: str, table: str, paths: list[str]) -> set[str]:
-        """Those of these files that the table's current snapshot lists (a commit whose answer
-        was lost may have listed them)."""
-        rows = await self.pool.fetch(self.queries["live_files_among"], namespace, table, paths)
-        return {row["path"] for row in rows}
+        """Those of these files (paths in the table's folder) that the table's current snapshot
+        lists, data or delete files (a commit whose answer was lost may have listed them)."""
+        if not paths:
+            return set()
+        found = await self.get_table(namespace, table)
+        if found is None or not found.metadata_location:
+            return set()
+
+        def referenced() -> set[str]:
+            loaded = iceberg.load_table(
+                iceberg.StagingCatalog(), namespace, table, found.metadata_location
+            )
+            folder = Path(found.location)
+            return {_relative(folder, uri) for uri in iceberg.referenced_files(loaded)}
+
+        return await asyncio.to_thread(referenced) & set(paths)
 
     async def set_key_columns(
         self, connection: asyncpg.Connection, namespace: str, table: str, keys: list[str]
@@ -437,8 +562,8 @@ class Catalog:
         after: list[Column],
     ) -> bool:
         """Inside the caller's transaction: the table's columns become `after` (columns added at
-        the end), by compare-and-set of `before`; False when they changed meanwhile. Files from
-        before read NULL for the added columns."""
+        the end), by compare-and-set of `before`; False when they changed meanwhile. The
+        Iceberg schema follows in the same transaction's commit (`apply_rows`)."""
         return bool(
             await connection.fetchval(
                 self.queries["add_columns"],
@@ -452,8 +577,7 @@ class Catalog:
     async def swap_snapshot(
         self,
         connection: asyncpg.Connection,
-        namespace: str,
-        table: str,
+        table: TableDescriptor,
         operation: SnapshotOperation,
         job_key: str,
         procedure_id: str,
@@ -461,80 +585,48 @@ class Catalog:
         removes: Sequence[DataFile],
         based_on: int | None = None,
     ) -> int:
-        """Inside the caller's transaction: a new snapshot adding `adds` and removing `removes`,
-        by compare-and-set of the table's current one (tried again on the new one when another
-        commit won: adding files never conflicts). SnapshotConflict if a file to remove is no
-        longer live, or (`based_on`: the snapshot a compaction planned on) if a merge-on-read
-        table got a file after it; the new snapshot's ID."""
-        queries = self.queries
-        for _ in range(MAX_SWAP_TRIES):
-            exists = await connection.fetchrow(queries["current_snapshot"], namespace, table)
-            if exists is None:
-                raise InvalidRequest(f"table {namespace}.{table} does not exist")
-            head: int | None = exists["current_snapshot"]
-            new_id = (head or 0) + 1
-            # Swapped, the table's row stays locked until commit: no other commit slips in.
-            if await connection.fetchval(queries["swap_snapshot"], namespace, table, head, new_id):
-                break
-        else:
-            raise SnapshotConflict(f"{namespace}.{table}: the snapshot kept moving; try again")
-        if based_on is not None:
-            await self._check_nothing_newer(connection, namespace, table, based_on)
-        removed_paths = [file.path for file in removes]
-        if removed_paths:
-            live = {
-                row["path"]
-                for row in await connection.fetch(
-                    queries["live_files_among"], namespace, table, removed_paths
-                )
-            }
-            gone = [path for path in removed_paths if path not in live]
-            if gone:
-                raise SnapshotConflict(
-                    f"{namespace}.{table}: {len(gone)} of the {len(removed_paths)} files this "
-                    f"commit replaces are no longer live (first: {gone[0]}); nothing committed"
-                )
-            await connection.execute(
-                queries["remove_files"], namespace, table, new_id, removed_paths
-            )
-        await connection.execute(
-            queries["insert_files"],
-            namespace,
-            table,
-            new_id,
-            [file.model_dump() for file in adds],  # the pool's jsonb codec encodes it
+        """Inside the caller's transaction: a new Iceberg snapshot of the table adding `adds`
+        and removing `removes`, built on its current one with its catalog row locked (so no
+        other commit lands meanwhile, and adding files never conflicts). SnapshotConflict if a
+        file to remove is no longer live, or if rows of one were deleted after `based_on` (the
+        snapshot a compaction planned on); the new snapshot's ID."""
+        folder = Path(table.location)
+        return await self.iceberg.commit_files(
+            connection,
+            table.namespace,
+            table.name,
+            [_uri(folder, file.path) for file in adds],
+            [_uri(folder, file.path) for file in removes],
+            _snapshot_properties(operation, job_key, procedure_id),
+            based_on,
         )
-        await connection.execute(
-            queries["insert_snapshot"],
-            namespace,
-            table,
-            new_id,
-            head,
-            operation.value,
-            job_key,
-            procedure_id,
-            len(adds),
-            len(removes),
-            sum(file.records for file in adds),
-            sum(file.records for file in removes),
-        )
-        return new_id
 
-    async def _check_nothing_newer(
-        self, connection: asyncpg.Connection, namespace: str, table: str, based_on: int
-    ) -> None:
-        """A fold of a merge-on-read table's files, newest by snapshot, would hide the changes
-        of any file committed after its plan: SnapshotConflict then (the table's row is locked,
-        so none can land before this commit)."""
-        found = await connection.fetchrow(
-            self.queries["files_added_since"], namespace, table, based_on
+    async def apply_rows(
+        self,
+        connection: asyncpg.Connection,
+        table: TableDescriptor,
+        job_key: str,
+        procedure_id: str,
+        adds: list[DataFile],
+        changed_keys: pyarrow.Table,
+        added_columns: Sequence[Column] = (),
+        file_prefix: str = "",
+    ) -> int:
+        """Inside the caller's transaction: one snapshot of the table applying a batch of
+        changes: the live rows of `changed_keys` deleted (by position, in a delete file named
+        with `file_prefix`), the rows of `adds` added, the `added_columns` added to its Iceberg
+        schema; its ID."""
+        folder = Path(table.location)
+        return await self.iceberg.apply_rows(
+            connection,
+            table.namespace,
+            table.name,
+            [_uri(folder, file.path) for file in adds],
+            changed_keys,
+            _snapshot_properties(SnapshotOperation.APPLY, job_key, procedure_id),
+            added_columns,
+            file_prefix,
         )
-        if found is not None and found["key_columns"] and found["newer"]:
-            raise SnapshotConflict(
-                f"{namespace}.{table}: {found['newer']} files were committed after snapshot "
-                f"{based_on}, which this compaction planned on; its files would hide their "
-                "changes, so nothing was committed: plan again"
-            )
 
     async def list_events(self) -> list[dict[str, Any]]:
         rows = await self.pool.fetch(self.queries["list_events"])

@@ -77,6 +77,18 @@ class IcebergCatalog:
             raise InvalidRequest(f"table {namespace}.{name} exists already in the Iceberg catalog")
         return metadata_location
 
+    async def restore_table(
+        self, connection: Executor, namespace: str, name: str, metadata_location: str
+    ) -> None:
+        """The table's row again, at the metadata it had (its files are still there)."""
+        await connection.fetchval(
+            self.queries["iceberg_add_table"],
+            self.catalog_name,
+            namespace,
+            name,
+            metadata_location,
+        )
+
     async def drop_table(self, connection: Executor, namespace: str, name: str) -> str | None:
         """Remove the table's row; the metadata location it pointed at (None: it was gone)."""
         location: str | None = await connection.fetchval(
@@ -164,6 +176,7 @@ class IcebergCatalog:
         changed_keys: pyarrow.Table,
         properties: dict[str, str],
         added_columns: Sequence[Column] = (),
+        file_prefix: str = "",
     ) -> int:
         """Inside the caller's transaction: one snapshot of the table applying a batch of row
         changes (procbus.lakehouse.iceberg.stage_row_delta): the live rows of `changed_keys`
@@ -176,7 +189,8 @@ class IcebergCatalog:
             list(adds),
             changed_keys,
             properties,
-            f"{iceberg.new_uuid()}-deletes.parquet",
+            # Named after its batch, so a sweep finds one left by an attempt that died.
+            f"{file_prefix}{iceberg.new_uuid()}-deletes.parquet",
             list(added_columns),
         )
         await self.publish(connection, staging)

@@ -37,13 +37,8 @@ class SnapshotOperation(StrEnum):
     APPLY = "apply"  # a batch of captured changes (procbus.pipeline)
 
 
-# A change file's column that marks a key deleted by its batch.
+# The column of a batch's reduced changes (procbus.spark.changes) that marks a key deleted.
 DELETED_COLUMN = "_procbus_deleted"
-
-
-class FileKind(StrEnum):
-    DATA = "data"  # rows
-    CHANGES = "changes"  # each key's newest row image of a batch, and a deleted flag
 
 
 def split_partition(spec: str) -> list[tuple[str, str]]:
@@ -92,20 +87,26 @@ def partition_resource(namespace: str, table: str, pairs: list[tuple[str, str]])
 
 
 class DataFile(BaseModel):
-    """One Parquet file of a table: its path relative to the table's folder."""
+    """One Parquet data file of a table: its path relative to the table's folder (a `file:`
+    URI when another engine wrote it elsewhere)."""
 
     path: str
     partition: dict[str, str] = Field(default_factory=dict)
-    records: int
+    records: int = Field(description="rows in the file, before deletes")
     bytes: int
-    kind: FileKind = FileKind.DATA
-    added_in: int | None = Field(default=None, description="the snapshot that added it")
+    deletes: list[str] = Field(
+        default_factory=list,
+        description="URIs of the position-delete files that delete rows of it (a change apply's)",
+    )
 
 
 class Snapshot(BaseModel):
+    """An Iceberg snapshot of a table: procbus's operation (load, compact, apply) or, for a
+    snapshot another engine committed, Iceberg's (append, overwrite, ...)."""
+
     snapshot_id: int
     parent_id: int | None
-    operation: SnapshotOperation
+    operation: str
     job_key: str
     procedure_id: str
     files_added: int
@@ -121,6 +122,7 @@ class TableFiles(BaseModel):
     table: TableDescriptor
     snapshot_id: int | None
     files: list[DataFile]
+    metadata_location: str = Field(default="", description="the metadata it was read from")
 
     @property
     def records(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -150,7 +151,8 @@ def file_uri(path: str | Path) -> str:
     if text.startswith("file:"):
         text = text.removeprefix("file:").lstrip("/")
         return f"file:///{text}"
-    return Path(text).absolute().as_uri()
+    # Not Path.as_uri(): it escapes '=' of Hive folders, and Iceberg's readers never unescape.
+    return f"file://{Path(text).absolute()}"
 
 
 def local_path(uri: str) -> Path:
@@ -583,3 +585,116 @@ class _RowDelta(_FastAppendFiles):
             return super()._summary(snapshot_properties)
         finally:
             self._added_data_files = data
+
+
+# ---- reading: snapshots, their files, their rows ----
+
+# Which procbus operation made a snapshot (load, compact, apply); engines' snapshots lack it.
+OPERATION_PROPERTY = "procbus.operation"
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """A live data file of a snapshot: its URI, partition (as Hive names it), rows (before
+    deletes), bytes, and the position-delete files that apply to it."""
+
+    uri: str
+    partition: dict[str, str]
+    records: int
+    bytes: int
+    deletes: list[str]
+
+
+def chosen_snapshot(table: Table, snapshot_id: int | None) -> Snapshot | None:
+    """The snapshot asked for (None: the current one, None if the table has no data yet);
+    InvalidRequest naming the snapshots kept when it is not one of them."""
+    if snapshot_id is None:
+        return table.current_snapshot()
+    snapshot = table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        kept = sorted(s.snapshot_id for s in table.snapshots())
+        raise InvalidRequest(
+            f"table {'.'.join(table.name())} has no snapshot {snapshot_id}: it never had one, or "
+            f"it expired (PROCBUS_SNAPSHOT_RETENTION_SECONDS); kept: "
+            f"{', '.join(map(str, kept)) or 'none'}"
+        )
+    return snapshot
+
+
+def planned_files(table: Table, snapshot: Snapshot | None) -> list[PlannedFile]:
+    """A snapshot's live data files as a scan plans them, in the order they were committed."""
+    if snapshot is None:
+        return []
+    spec_fields = {spec.spec_id: spec.fields for spec in table.specs().values()}
+    schema = table.schema()
+    planned = []
+    for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files():
+        file = task.file
+        partition = {
+            field.name: field.transform.to_human_string(
+                schema.find_field(field.source_id).field_type, file.partition[place]
+            )
+            for place, field in enumerate(spec_fields.get(file.spec_id, ()))
+        }
+        planned.append(
+            PlannedFile(
+                uri=file.file_path,
+                partition=partition,
+                records=file.record_count,
+                bytes=file.file_size_in_bytes,
+                deletes=sorted(delete.file_path for delete in task.delete_files),
+            )
+        )
+    return planned
+
+
+def read_rows(table: Table, snapshot: Snapshot | None, limit: int | None) -> pyarrow.Table:
+    """A snapshot's rows as any Iceberg reader sees them (position deletes applied)."""
+    schema = table.schema().as_arrow()
+    if snapshot is None:
+        return schema.empty_table()
+    try:
+        return table.scan(snapshot_id=snapshot.snapshot_id, limit=limit).to_arrow()
+    except FileNotFoundError as gone:
+        raise InvalidRequest(
+            f"snapshot {snapshot.snapshot_id} of {'.'.join(table.name())} lists a file that is "
+            f"gone ({gone.filename or gone}): it expired, or a compaction replaced and deleted "
+            "it; read a later snapshot"
+        ) from None
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """A snapshot as `procbus table snapshots` lists it."""
+
+    snapshot_id: int
+    parent_id: int | None
+    operation: str
+    properties: dict[str, str]
+    committed_at: datetime
+
+
+def snapshots_newest_first(table: Table) -> list[SnapshotSummary]:
+    listed = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0, reverse=True)
+    return [
+        SnapshotSummary(
+            snapshot_id=snapshot.snapshot_id,
+            parent_id=snapshot.parent_snapshot_id,
+            operation=snapshot.summary.operation.value if snapshot.summary else "",
+            properties=dict(snapshot.summary.additional_properties) if snapshot.summary else {},
+            committed_at=datetime.fromtimestamp(snapshot.timestamp_ms / 1000, UTC),
+        )
+        for snapshot in listed
+    ]
+
+
+def referenced_files(table: Table, snapshot: Snapshot | None = None) -> set[str]:
+    """Every data and delete file a snapshot (the current one by default) lists."""
+    snapshot = snapshot or table.current_snapshot()
+    if snapshot is None:
+        return set()
+    return {
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }

@@ -39,7 +39,10 @@ class TableDescriptor(BaseModel):
     created_at: datetime | None = None
     key_columns: list[str] = Field(
         default_factory=list,
-        description="merge-on-read: each key's row is the newest file's (set by a change apply)",
+        description="the key a change pipeline applies its rows by (set by its first apply)",
+    )
+    metadata_location: str = Field(
+        default="", description="its current Iceberg metadata file (as read with it)"
     )
 
     @property

@@ -34,19 +34,30 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT ("name") DO NOTHING;
 
 -- name: count_tables_in_namespace
-SELECT count(*) FROM "procbus_tables" WHERE "namespace" = $1;
+-- procbus's, and those another engine made in the Iceberg catalog ($2: its name).
+SELECT count(*) FROM (
+    SELECT "name" FROM "procbus_tables" WHERE "namespace" = $1
+    UNION
+    SELECT "table_name" FROM "iceberg_tables" WHERE "catalog_name" = $2 AND "table_namespace" = $1
+) AS "tables";
 
 -- name: get_table
-SELECT "namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
-       "created_at", "key_columns"
-FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
+-- With its current Iceberg metadata ($3: the Iceberg catalog's name).
+SELECT t."namespace", t."name", t."columns", t."partition_by", t."properties", t."location",
+       t."created_by", t."created_at", t."key_columns", i."metadata_location"
+FROM "procbus_tables" AS t
+LEFT JOIN "iceberg_tables" AS i
+    ON i."catalog_name" = $3 AND i."table_namespace" = t."namespace" AND i."table_name" = t."name"
+WHERE t."namespace" = $1 AND t."name" = $2;
 
 -- name: list_tables
-SELECT "namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
-       "created_at", "key_columns"
-FROM "procbus_tables"
-WHERE $1::text IS NULL OR "namespace" = $1
-ORDER BY "namespace", "name";
+SELECT t."namespace", t."name", t."columns", t."partition_by", t."properties", t."location",
+       t."created_by", t."created_at", t."key_columns", i."metadata_location"
+FROM "procbus_tables" AS t
+LEFT JOIN "iceberg_tables" AS i
+    ON i."catalog_name" = $2 AND i."table_namespace" = t."namespace" AND i."table_name" = t."name"
+WHERE $1::text IS NULL OR t."namespace" = $1
+ORDER BY t."namespace", t."name";
 
 -- name: insert_table
 INSERT INTO "procbus_tables"
@@ -138,56 +149,6 @@ WHERE "principal" = $1 AND "namespace" = $2 AND "table_name" = $3 AND "permissio
 DELETE FROM "procbus_namespace_acl"
 WHERE "principal" = $1 AND "namespace" = $2 AND "permission" = $3;
 
--- name: current_snapshot
-SELECT "current_snapshot" FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
-
--- name: oldest_snapshot
--- The oldest snapshot kept (Retention expires older ones); NULL: none recorded.
-SELECT min("snapshot_id") FROM "procbus_snapshots" WHERE "namespace" = $1 AND "table_name" = $2;
-
--- name: swap_snapshot
--- The compare-and-set: no row when another commit moved the table's snapshot meanwhile.
-UPDATE "procbus_tables" SET "current_snapshot" = $4
-WHERE "namespace" = $1 AND "name" = $2 AND "current_snapshot" IS NOT DISTINCT FROM $3
-RETURNING "current_snapshot";
-
--- name: live_files_among
-SELECT "path" FROM "procbus_table_files"
-WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY($3::text[])
-  AND "removed_in" IS NULL;
-
--- name: files_added_since
--- A merge-on-read table's key and how many of its live files came after snapshot $3.
-SELECT t."key_columns",
-       (SELECT count(*) FROM "procbus_table_files" AS f
-        WHERE f."namespace" = t."namespace" AND f."table_name" = t."name"
-          AND f."added_in" > $3 AND f."removed_in" IS NULL) AS "newer"
-FROM "procbus_tables" AS t WHERE t."namespace" = $1 AND t."name" = $2;
-
--- name: insert_snapshot
-INSERT INTO "procbus_snapshots"
-    ("namespace", "table_name", "snapshot_id", "parent_id", "operation", "job_key",
-     "procedure_id", "files_added", "files_removed", "records_added", "records_removed")
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11);
-
--- name: insert_files
-INSERT INTO "procbus_table_files"
-    ("namespace", "table_name", "path", "partition", "records", "bytes", "kind", "added_in")
-SELECT $1, $2, file."path", file."partition", file."records", file."bytes", file."kind", $3
-FROM jsonb_to_recordset($4::jsonb)
-    AS file("path" text, "partition" jsonb, "records" bigint, "bytes" bigint, "kind" text);
-
--- name: remove_files
-UPDATE "procbus_table_files" SET "removed_in" = $3
-WHERE "namespace" = $1 AND "table_name" = $2 AND "path" = ANY($4::text[]);
-
--- name: files_in_snapshot
--- In commit order: a merge-on-read reader takes each key's row from the newest file.
-SELECT "path", "partition", "records", "bytes", "kind", "added_in" FROM "procbus_table_files"
-WHERE "namespace" = $1 AND "table_name" = $2
-  AND "added_in" <= $3 AND ("removed_in" IS NULL OR "removed_in" > $3)
-ORDER BY "added_in", "path";
-
 -- name: set_key_columns
 -- A table's merge key, set by its first change apply; the same key after that, or no row.
 UPDATE "procbus_tables" SET "key_columns" = $3
@@ -200,12 +161,6 @@ RETURNING "name";
 UPDATE "procbus_tables" SET "columns" = $4::jsonb
 WHERE "namespace" = $1 AND "name" = $2 AND "columns" = $3::jsonb
 RETURNING "name";
-
--- name: list_snapshots
-SELECT "snapshot_id", "parent_id", "operation", "job_key", "procedure_id", "files_added",
-       "files_removed", "records_added", "records_removed", "committed_at"
-FROM "procbus_snapshots" WHERE "namespace" = $1 AND "table_name" = $2
-ORDER BY "snapshot_id" DESC;
 
 -- ---- the Iceberg SQL catalog (procbus.lakehouse.commits); $1 is always the catalog name ----
 

@@ -1,21 +1,15 @@
-"""Read one snapshot of a table whole, through the catalog, without a JVM (pyarrow): what
-`procbus table read` shows. A reader sees exactly the snapshot's files, never a staged or
-half-committed one.
-
-A table fed by a change pipeline is merge-on-read: each batch of changes is a file holding each
-key's newest row image and a deleted flag, and the reader takes, per key, the row of the newest
-file that has the key, leaving out keys whose newest image is a delete.
+"""Read one snapshot of a table whole, without a JVM: what `procbus table read` shows. It reads
+as any Iceberg reader does (pyiceberg: the snapshot's data files, their position deletes
+applied), so it sees exactly one snapshot, never a staged or half-committed one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from procbus.errors import InvalidRequest
-from procbus.lakehouse.data import DELETED_COLUMN, FileKind, TableFiles
-from procbus.lakehouse.warehouse import DATA_FOLDER
+from procbus.lakehouse import iceberg
+from procbus.lakehouse.data import TableFiles
 
 if TYPE_CHECKING:
     import pyarrow
@@ -28,8 +22,6 @@ def arrow_type(spark_type: str) -> pyarrow.DataType:
 
     simple = {
         "boolean": pyarrow.bool_(),
-        "tinyint": pyarrow.int8(),
-        "smallint": pyarrow.int16(),
         "int": pyarrow.int32(),
         "bigint": pyarrow.int64(),
         "float": pyarrow.float32(),
@@ -84,78 +76,28 @@ def same_rows(first: pyarrow.Table, second: pyarrow.Table) -> bool:
 
 
 def _read(snapshot: TableFiles, limit: int | None) -> tuple[pyarrow.Table, int]:
-    """The snapshot's first `limit` rows as Arrow, and how many rows it holds in all."""
+    """The snapshot's first `limit` rows as Arrow, in the table's columns and types, and how
+    many rows it holds in all (deletes applied)."""
     # pyarrow loads only where table files are read: importing this module stays cheap.
     import pyarrow
-    import pyarrow.dataset
 
     table = snapshot.table
-    folder = Path(table.location)
     schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
-    if not snapshot.files:
+    if snapshot.snapshot_id is None:
         return schema.empty_table(), 0
-    missing = [file.path for file in snapshot.files if not (folder / file.path).exists()]
-    if missing:
-        raise InvalidRequest(
-            f"snapshot {snapshot.snapshot_id} of {table.qualified_name} lists {len(missing)} "
-            f"files that are gone (first: {missing[0]}): a later compaction replaced and "
-            "deleted them; read a later snapshot"
-        )
-    partition_schema = pyarrow.schema([schema.field(name) for name in table.partition_by])
-    dataset = pyarrow.dataset.dataset(
-        [str(folder / file.path) for file in snapshot.files],
-        schema=schema,
-        format="parquet",
-        partitioning=pyarrow.dataset.partitioning(partition_schema, flavor="hive")
-        if table.partition_by
-        else None,
-        partition_base_dir=str(folder / DATA_FOLDER),
+    loaded = iceberg.load_table(
+        iceberg.StagingCatalog(), table.namespace, table.name, snapshot.metadata_location
     )
-    if not table.key_columns and all(f.kind is FileKind.DATA for f in snapshot.files):
-        rows = dataset.head(limit) if limit is not None else dataset.to_table()
-        rows = rows.select([column.name for column in table.columns])
-        # From the files' footers: what the snapshot holds, not what the catalog once recorded.
-        row_count = rows.num_rows if limit is None else dataset.count_rows()
-        return rows, row_count
-    merged = merge_on_read(folder, snapshot, schema)
-    return (merged if limit is None else merged.slice(0, limit)), merged.num_rows
-
-
-def merge_on_read(folder: Path, snapshot: TableFiles, schema: pyarrow.Schema) -> pyarrow.Table:
-    """Each key's row from the newest file that has it (files are in commit order), without the
-    keys whose newest image is a delete."""
-    # pyarrow loads only where table files are read: importing this module stays cheap.
-    import pyarrow
-    import pyarrow.compute as compute
-    import pyarrow.parquet as parquet
-
-    table = snapshot.table
-    keys = table.key_columns or [column.name for column in table.columns]
-    parts = []
-    for order, file in enumerate(snapshot.files):
-        part = parquet.read_table(folder / file.path)
-        # A file from before a column was added (a change of schema at the source) reads NULL.
-        columns = [
-            part.column(name).cast(schema.field(name).type)
-            if name in part.column_names
-            else pyarrow.nulls(part.num_rows, schema.field(name).type)
-            for name in schema.names
-        ]
-        deleted = (
-            part.column(DELETED_COLUMN)
-            if DELETED_COLUMN in part.column_names
-            else pyarrow.array([False] * part.num_rows)
-        )
-        parts.append(
-            pyarrow.Table.from_arrays(
-                [*columns, deleted, pyarrow.array([order] * part.num_rows, pyarrow.int64())],
-                names=[*schema.names, DELETED_COLUMN, "_order"],
-            )
-        )
-    rows = pyarrow.concat_tables(parts)
-    newest = rows.group_by(keys).aggregate([("_order", "max")])
-    rows = rows.join(
-        newest, keys=[*keys, "_order"], right_keys=[*keys, "_order_max"], join_type="inner"
-    )
-    rows = rows.filter(compute.invert(rows.column(DELETED_COLUMN)))
-    return rows.select(schema.names).sort_by([(key, "ascending") for key in keys])
+    chosen = iceberg.chosen_snapshot(loaded, snapshot.snapshot_id)
+    rows = iceberg.read_rows(loaded, chosen, None)
+    # A column added since the snapshot reads NULL, as Iceberg's readers read it.
+    columns = [
+        rows.column(name).cast(schema.field(name).type)
+        if name in rows.column_names
+        else pyarrow.nulls(rows.num_rows, schema.field(name).type)
+        for name in schema.names
+    ]
+    whole = pyarrow.Table.from_arrays(columns, schema=schema)
+    if table.key_columns:  # a pipeline's table: in key order, as its source lists it
+        whole = whole.sort_by([(key, "ascending") for key in table.key_columns])
+    return (whole if limit is None else whole.slice(0, limit)), whole.num_rows

@@ -1,5 +1,6 @@
 """Schemas of the lake catalog, checked here before any side effect (pure): a schema is NAME:TYPE
-pairs of Spark SQL types. The names themselves are procbus.core.names.
+pairs of Spark SQL types that Apache Iceberg has (procbus.lakehouse.iceberg maps them). The
+names themselves are procbus.core.names.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from procbus.errors import InvalidRequest
 _DECIMAL = re.compile(r"^decimal\((?P<precision>\d{1,2}),(?P<scale>\d{1,2})\)$")
 COLUMN_TYPES = (
     "boolean",
-    "tinyint",
-    "smallint",
     "int",
     "bigint",
     "float",
@@ -45,6 +44,10 @@ def normalize_type(text: str) -> str:
         precision, scale = int(decimal["precision"]), int(decimal["scale"])
         if 0 < precision <= 38 and scale <= precision:
             return column_type
+    if column_type in ("tinyint", "smallint", "byte", "short"):
+        raise InvalidRequest(
+            f"column type {text.strip()!r}: Apache Iceberg tables have no {column_type}; use int"
+        )
     raise InvalidRequest(f"unknown column type {text.strip()!r}; known: {', '.join(COLUMN_TYPES)}")
 
 

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -45,7 +45,7 @@ from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind, SnapshotOperation
+from procbus.lakehouse.data import DELETED_COLUMN, DataFile
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
@@ -56,11 +56,14 @@ from procbus.spark.backends import SparkBackend, run_watched
 from procbus.spark.changes import SEQUENCE_COLUMN, apply_changes
 from procbus.topics.models import Entry
 
+if TYPE_CHECKING:
+    import pyarrow
+
 QUERIES = "procbus.pipeline"
 CHANGE_TYPE = "change"  # the event type of a captured change (procbus.capture)
 # A batch's fence row outlives its settlement this long (then no attempt can still send it).
 FORGET_BATCHES_AFTER_SECONDS = 24 * 3600.0
-_INTEGER_BITS = {"tinyint": 8, "smallint": 16, "int": 32, "bigint": 64}
+_INTEGER_BITS = {"int": 32, "bigint": 64}
 
 
 class PipelineNotAllowed(InvalidRequest):
@@ -273,7 +276,7 @@ class Pipelines:
         topic: str,
         batch_id: str,
         entries: tuple[Entry, ...],
-        written: list[tuple[TableChanges, list[DataFile]]],
+        written: list[Written],
         claim_id: str | None = None,
     ) -> dict[str, int] | None:
         """One transaction: the batch's fence, the columns added at the source to each lake
@@ -303,8 +306,9 @@ class Pipelines:
             )
             snapshots: dict[str, int] = {}
             principal = pipeline_principal(topic)
-            for part, files in written:
-                table = part.table
+            # In name order: two pipelines' commits lock shared tables in the same order.
+            for each in sorted(written, key=lambda w: w.part.table.qualified_name):
+                part, table = each.part, each.part.table
                 # Checked where it commits: a revoke that landed meanwhile stops the pipeline.
                 if not await connection.fetchval(
                     queries["pipeline_may_write"], principal, table.namespace, table.name
@@ -330,15 +334,15 @@ class Pipelines:
                         f"the columns of lake table {table.qualified_name} changed while "
                         "this batch was applied; nothing committed, it is applied again"
                     )
-                snapshots[table.qualified_name] = await self.catalog.swap_snapshot(
+                snapshots[table.qualified_name] = await self.catalog.apply_rows(
                     connection,
-                    table.namespace,
-                    table.name,
-                    SnapshotOperation.APPLY,
+                    table,
                     batch_id,
                     f"pipeline:{topic}",
-                    files,
-                    [],
+                    each.files,
+                    each.keys,
+                    part.added_columns,
+                    each.file_prefix,
                 )
             await connection.execute(queries["record_snapshots"], topic, batch_id, snapshots)
             await connection.execute(
@@ -469,7 +473,7 @@ class TableApplier(EndpointClient):
                 self.swept.add(part.table.qualified_name)
                 await self.sweep_leftovers(part.table)
         token = f"{self.token_prefix}{uuid.uuid4().hex}"
-        written: list[tuple[TableChanges, list[DataFile]]] = []
+        written: list[Written] = []
         try:
             await asyncio.to_thread(_write_inputs, parts, token)
 
@@ -482,18 +486,17 @@ class TableApplier(EndpointClient):
                         part.keys,
                         _input_file(folder, token),
                         staging.staging_folder(folder, token),
+                        _keys_folder(folder, token),
                         reduce=part.repeats,
                     )
 
             await run_watched(await self.backend(), token, job, lambda progress: None)
             for part in parts:
                 folder = Path(part.table.location)
-                files = [
-                    file.model_copy(update={"kind": FileKind.CHANGES})
-                    for file in await asyncio.to_thread(staging.collect_output, folder, token)
-                ]
+                files = await asyncio.to_thread(staging.collect_output, folder, token)
                 await asyncio.to_thread(staging.publish_files, folder, token, files)
-                written.append((part, files))
+                keys = await asyncio.to_thread(_read_keys, _keys_folder(folder, token))
+                written.append(Written(part, files, keys, f"{token}-"))
             committed = await self.pipelines.commit(
                 self.topic, batch_id, entries, written, claim_id
             )
@@ -503,21 +506,42 @@ class TableApplier(EndpointClient):
                         staging.discard_attempt, Path(part.table.location), token
                     )
         except BaseException:
-            # The commit may have happened with its answer lost: files a snapshot lists stay.
-            moved = {part.table.qualified_name: files for part, files in written}
-            for part in parts:
-                table, files = part.table, moved.get(part.table.qualified_name, [])
-                if files and await self.pipelines.catalog.live_among(
-                    table.namespace, table.name, [file.path for file in files]
-                ):
-                    continue
-                await asyncio.to_thread(staging.discard_attempt, Path(table.location), token)
+            # The commit may have happened with its answer lost: then its files stay (an
+            # overlapping attempt's commit leaves them unlisted, for the next sweep).
+            if not written or not await self.pipelines.applied(self.topic, batch_id):
+                for part in parts:
+                    await asyncio.to_thread(
+                        staging.discard_attempt, Path(part.table.location), token
+                    )
             raise
         finally:
             for part in parts:
                 folder = Path(part.table.location)
                 await asyncio.to_thread(shutil.rmtree, _input_file(folder, token).parent, True)
                 await asyncio.to_thread(staging.remove_staging, folder, token)
+
+
+@dataclass
+class Written:
+    """One lake table's part of a batch, ready to commit: the rows to add (under data/), the
+    keys whose live rows go, and the prefix of the files the commit writes (its delete file)."""
+
+    part: TableChanges
+    files: list[DataFile]
+    keys: pyarrow.Table
+    file_prefix: str
+
+
+def _keys_folder(table_folder: Path, token: str) -> Path:
+    """Where the job writes the keys a batch changed in one table (beside its input)."""
+    return table_folder / staging.STAGING_FOLDER / f"{token}-input" / "keys"
+
+
+def _read_keys(folder: Path) -> pyarrow.Table:
+    # pyarrow loads only where table files are read: importing this module stays cheap.
+    import pyarrow.parquet as parquet
+
+    return parquet.read_table(folder)
 
 
 def _input_file(table_folder: Path, token: str) -> Path:

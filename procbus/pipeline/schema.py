@@ -31,7 +31,7 @@ from procbus.topics.models import Entry
 # PostgreSQL types (format_type without modifiers) and the lake column type their to_jsonb
 # values are read into; numeric is decimal(p,s) when it has a precision of at most 38.
 LAKE_TYPES = {
-    "smallint": "smallint",
+    "smallint": "int",  # Iceberg has no smallint
     "integer": "int",
     "bigint": "bigint",
     "real": "float",

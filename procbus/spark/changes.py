@@ -1,6 +1,6 @@
 """The change pipeline's Spark work: a batch of captured changes reduced to each key's newest
-row image per lake table, written as one change file each (merge-on-read), and the fold that
-compaction makes of a table's change files.
+row image per lake table, written as the rows to add and the keys whose live rows the commit
+deletes (Iceberg merge-on-read, procbus.lakehouse.iceberg.stage_row_delta).
 
 The batch comes as JSON lines, one per change: the table's columns (the row after; nulls for a
 delete, except the key), DELETED_COLUMN, and SEQUENCE_COLUMN, the change's place in the batch,
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from procbus.lakehouse.data import DELETED_COLUMN, DataFile, FileKind
+from procbus.lakehouse.data import DELETED_COLUMN
 from procbus.lakehouse.models import TableDescriptor
-from procbus.spark.frames import read_files, schema_ddl
+from procbus.spark.frames import partitioned_writer, schema_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,12 +40,17 @@ def apply_changes(
     keys: list[str],
     changes: Path,
     output: Path,
+    keys_output: Path,
     *,
     reduce: bool = True,
 ) -> None:
-    """Reduce the batch's changes of `table` (JSON lines at `changes`) to each key's newest and
-    write them to `output` as one Parquet file with the deleted flag. `reduce=False`: the caller
-    knows no key repeats in the batch, so no shuffle is needed."""
+    """Reduce the batch's changes of `table` (JSON lines at `changes`) to each key's newest:
+    the rows of keys not deleted to `output` (one Parquet file, added by the commit), and every
+    key the batch changed to `keys_output` (their live rows are deleted by the commit).
+    `reduce=False`: the caller knows no key repeats in the batch, so no shuffle is needed."""
+    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
+    from pyspark.sql import functions
+
     frame = (
         spark.read.schema(
             f"{schema_ddl(table)}, `{DELETED_COLUMN}` boolean, `{SEQUENCE_COLUMN}` bigint"
@@ -56,31 +61,10 @@ def apply_changes(
     )
     newest = (
         newest_per_key(frame, keys, [SEQUENCE_COLUMN]) if reduce else frame.drop(SEQUENCE_COLUMN)
-    )
-    newest.coalesce(1).write.mode("error").parquet(str(output))
-
-
-def fold_changes(
-    spark: SparkSession, table: TableDescriptor, folder: Path, inputs: list[DataFile]
-) -> DataFrame:
-    """A merge-on-read table's rows as a reader sees them: per key, the newest file's row (files
-    in commit order), deletes left out. Compaction writes this and drops the change files."""
-    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import functions
-
-    parts = []
-    for order, file in enumerate(inputs):
-        if file.kind is FileKind.CHANGES:
-            part = spark.read.schema(f"{schema_ddl(table)}, `{DELETED_COLUMN}` boolean").parquet(
-                str(folder / file.path)
-            )
-        else:
-            part = read_files(spark, table, folder, [file]).withColumn(
-                DELETED_COLUMN, functions.lit(False)
-            )
-        parts.append(part.withColumn("_procbus_order", functions.lit(order)))
-    merged = parts[0]
-    for part in parts[1:]:
-        merged = merged.unionByName(part)
-    newest = newest_per_key(merged, table.key_columns, ["_procbus_order"])
-    return newest.filter(~functions.col(DELETED_COLUMN)).drop(DELETED_COLUMN)
+    ).persist()
+    try:
+        rows = newest.filter(~functions.col(DELETED_COLUMN)).drop(DELETED_COLUMN)
+        partitioned_writer(table, rows.coalesce(1)).parquet(str(output))
+        newest.select(*keys).coalesce(1).write.mode("error").parquet(str(keys_output))
+    finally:
+        newest.unpersist()

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.data import DataFile, InputFormat
 from procbus.lakehouse.models import TableDescriptor
-from procbus.spark.changes import fold_changes
-from procbus.spark.frames import read_files, schema_ddl
+from procbus.spark.frames import partitioned_writer, read_files, schema_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -161,10 +160,7 @@ def load(
 
 
 def write(table: TableDescriptor, frame: DataFrame, output: Path) -> None:
-    writer = frame.write.mode("error")  # a fresh staging folder: never written twice
-    if table.partition_by:
-        writer = writer.partitionBy(*table.partition_by)
-    writer.parquet(str(output))
+    partitioned_writer(table, frame).parquet(str(output))
 
 
 def compact(
@@ -176,12 +172,9 @@ def compact(
     output: Path,
 ) -> None:
     """Rewrite `inputs` into files near `target_file_size`: per partition, its rows in as few
-    files as that size allows (records per file from the inputs' bytes per record). A
-    merge-on-read table's files are folded: each key's newest row, deletes left out."""
-    if table.key_columns:
-        frame = fold_changes(spark, table, folder, inputs)
-    else:
-        frame = read_files(spark, table, folder, inputs)
+    files as that size allows (records per file from the inputs' bytes per record), the rows
+    their position deletes removed left out."""
+    frame = read_files(spark, table, folder, inputs)
     total_bytes = sum(file.bytes for file in inputs)
     total_records = sum(file.records for file in inputs)
     records_per_file = max(1, int(target_file_size / max(total_bytes / max(total_records, 1), 1)))
@@ -191,7 +184,6 @@ def compact(
         frame = frame.repartition(tasks, *table.partition_by)
     else:
         frame = frame.repartition(tasks)
-    writer = frame.write.mode("error").option("maxRecordsPerFile", records_per_file)
-    if table.partition_by:
-        writer = writer.partitionBy(*table.partition_by)
-    writer.parquet(str(output))
+    partitioned_writer(table, frame).option("maxRecordsPerFile", records_per_file).parquet(
+        str(output)
+    )

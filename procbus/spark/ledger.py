@@ -23,6 +23,7 @@ from procbus.db.queries import load_queries
 from procbus.errors import AttemptFencedOut
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DataFile, SnapshotOperation
+from procbus.lakehouse.models import TableDescriptor
 from procbus.locks.table import check_fence
 
 QUERIES = "procbus.spark"
@@ -147,8 +148,7 @@ class JobLedger:
         job_key: str,
         attempt_token: str,
         *,
-        namespace: str,
-        table: str,
+        table: TableDescriptor,
         operation: SnapshotOperation,
         procedure_id: str,
         adds: list[DataFile],
@@ -181,7 +181,6 @@ class JobLedger:
                 await check_fence(connection, fence)
             snapshot_id = await self.catalog.swap_snapshot(
                 connection,
-                namespace,
                 table,
                 operation,
                 job_key,

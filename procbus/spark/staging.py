@@ -1,7 +1,7 @@
 """Where a job attempt's output lives before and after its commit, under the table's folder:
 
-    <table>/_staging/<attempt token>/<col=value>/part-....parquet     written by the Spark job
-    <table>/data/<col=value>/<attempt token>-part-....parquet         moved there to commit
+    <table>/_staging/<attempt token>/<copy of col=value>/part-....parquet  written by the job
+    <table>/data/<col=value>/<attempt token>-part-....parquet              moved there to commit
 
 Every attempt writes to its own staging folder (Spark's committer keeps `_temporary` inside the
 output folder, so two attempts must never share one). Files under data/ are visible only once a
@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.warehouse import DATA_FOLDER, OutsideTableFolder, inside, remove_if_empty
+from procbus.spark.frames import PARTITION_COPY_PREFIX
 from procbus.spark.specs import outcome_file, spec_file
 
 STAGING_FOLDER = "_staging"
@@ -49,11 +50,12 @@ def collect_output(table_folder: Path, attempt_token: str) -> list[DataFile]:
     files: list[DataFile] = []
     for written in sorted(staging.rglob("*.parquet")):
         relative = written.relative_to(staging)
+        folders = [part.removeprefix(PARTITION_COPY_PREFIX) for part in relative.parts[:-1]]
         partition = dict(
             (unquote(name), unquote(value))
-            for name, _, value in (part.partition("=") for part in relative.parts[:-1])
+            for name, _, value in (part.partition("=") for part in folders)
         )
-        final = Path(DATA_FOLDER, *relative.parts[:-1], f"{attempt_token}-{relative.name}")
+        final = Path(DATA_FOLDER, *folders, f"{attempt_token}-{relative.name}")
         files.append(
             DataFile(
                 path=final.as_posix(),
@@ -72,7 +74,8 @@ def publish_files(table_folder: Path, attempt_token: str, files: list[DataFile])
     finals = [inside(table_folder, file.path, DATA_FOLDER) for file in files]
     for file, final in zip(files, finals, strict=True):
         relative = Path(file.path).relative_to(DATA_FOLDER)
-        staged = staging / relative.parent / relative.name.removeprefix(f"{attempt_token}-")
+        folders = [f"{PARTITION_COPY_PREFIX}{part}" for part in relative.parent.parts]
+        staged = staging.joinpath(*folders, relative.name.removeprefix(f"{attempt_token}-"))
         if staged.exists():
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staged, final)

@@ -26,6 +26,7 @@ from procbus.delivery.clients import Message, Outcome
 from procbus.delivery.dispatch import deliver_round
 from procbus.delivery.owner import ensure_delivery
 from procbus.errors import AttemptFencedOut, InvalidRequest
+from procbus.lakehouse import iceberg
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput
@@ -118,6 +119,10 @@ async def lake(pool: asyncpg.Pool, *names: str) -> list[list[dict[str, Any]]]:
     return [read_snapshot(snapshot) for snapshot in snapshots]
 
 
+def iceberg_relative(folder: Path, uri: str) -> str:
+    return iceberg.local_path(uri).relative_to(folder.resolve()).as_posix()
+
+
 async def source(pool: asyncpg.Pool, table: str) -> list[dict[str, Any]]:
     return [dict(row) for row in await pool.fetch(f'SELECT * FROM "{table}" ORDER BY "id"')]
 
@@ -151,8 +156,9 @@ async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
         {"id": 2, "owner": "bea", "balance": 99},
     ]
     files = (await Catalog(bank).table_files("bank", "accounts")).files
-    assert [(file.kind, file.records) for file in files] == [("changes", 3)]  # 1, 2 and 3 (deleted)
-    # A second batch deletes a key of the first file; compaction folds both files into one.
+    assert [(file.records, file.deletes) for file in files] == [(2, [])]  # 3 came and went
+    # A second batch deletes a key of the first file, by position, and changes another;
+    # compaction rewrites both files into one and drops the deleted rows.
     # (Fence rows of settled batches are forgotten at once here, not after a day.)
     monkeypatch.setattr(apply_module, "FORGET_BATCHES_AFTER_SECONDS", 0.0)
     await bank.execute("DELETE FROM accounts WHERE id = 1")
@@ -175,7 +181,7 @@ async def test_changes_of_one_key_in_one_batch_and_a_delete_then_reinsert(
     assert len(fences) == 1  # the first batch's was forgotten when the second committed
     assert (await Pipelines(bank).status(topic)).batches_applied == 2
     after = await Catalog(bank).table_files("bank", "accounts")
-    assert [(file.kind, file.records) for file in after.files] == [("data", 2)]
+    assert [(file.records, file.deletes) for file in after.files] == [(2, [])]
     assert read_snapshot(after) == await source(bank, "accounts")
 
 
@@ -827,8 +833,17 @@ async def test_a_worker_killed_mid_apply_loses_nothing_and_leaves_nothing(
     )
     current = await Catalog(bank).table_files("bank", "accounts")
     assert len(await Catalog(bank).list_snapshots("bank", "accounts")) == batches
-    on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
-    assert on_disk == sorted(["_procbus_table.json", *(file.path for file in current.files)])
+    on_disk = sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.relative_to(folder).parts[0] != "metadata"  # Iceberg's metadata
+    )
+    deletes = {d for file in current.files for d in file.deletes}
+    listed = [
+        *(file.path for file in current.files),
+        *(iceberg_relative(folder, d) for d in deletes),
+    ]
+    assert on_disk == sorted(["_procbus_table.json", *listed])
 
 
 async def test_a_capture_created_under_writes_misses_no_row_at_the_seam(

@@ -98,13 +98,37 @@ def expected_rows(first_id: int, count: int) -> list[tuple[int, str, float]]:
     return [(i, REGIONS[i % 3], round(i * 1.5, 2)) for i in range(first_id, first_id + count)]
 
 
+def write_rows(path: Path, rows: list[tuple[int, str, float]]) -> Path:
+    """A Parquet file of the table's rows, as a job writes one."""
+    import pyarrow
+    import pyarrow.parquet
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pyarrow.parquet.write_table(
+        pyarrow.table(
+            {
+                "id": pyarrow.array([r[0] for r in rows], pyarrow.int64()),
+                "region": [r[1] for r in rows],
+                "amount": [r[2] for r in rows],
+            }
+        ),
+        path,
+    )
+    return path
+
+
 def rows_of(snapshot_rows: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
     return sorted((row["id"], row["region"], row["amount"]) for row in snapshot_rows)
 
 
 def table_files_on_disk(table: TableDescriptor) -> list[str]:
+    """The table folder's files but its Iceberg metadata (metadata/, pyiceberg's to write)."""
     folder = Path(table.location)
-    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file())
+    return sorted(
+        str(path.relative_to(folder))
+        for path in folder.rglob("*")
+        if path.is_file() and path.relative_to(folder).parts[0] != "metadata"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -145,7 +169,8 @@ async def start_load(
 
 
 def only_committed_files(table: TableDescriptor, current: TableFiles) -> list[str]:
-    """What the table's folder must hold: its marker and the snapshot's files, nothing staged."""
+    """What the table's folder must hold besides its Iceberg metadata: its marker and the
+    snapshot's files, nothing staged."""
     return sorted(["_procbus_table.json", *(file.path for file in current.files)])
 
 
@@ -165,15 +190,17 @@ async def test_loads_and_a_compaction_keep_every_row_in_whole_snapshots(
     table = await make_table(pool, warehouse)
     catalog = Catalog(pool)
     async with spark_worker(client, pool, task_queue, warehouse):
+        loads = []
         for batch in range(3):
             source = write_csv(tmp_path / f"batch{batch}.csv", batch * 100, 100)
             result = await load(client, task_queue, source)
-            assert (result.snapshot_id, result.records) == (batch + 1, 100)
+            assert result.records == 100 and result.snapshot_id is not None
+            loads.append(result.snapshot_id)
         loaded = await catalog.table_files("sales", "orders")
-        assert loaded.snapshot_id == 3
+        assert loaded.snapshot_id == loads[-1]
         assert rows_of(read_snapshot(loaded)) == expected_rows(0, 300)
         # Each snapshot is whole: the first one holds exactly the first load.
-        first = await catalog.table_files("sales", "orders", snapshot_id=1)
+        first = await catalog.table_files("sales", "orders", snapshot_id=loads[0])
         assert rows_of(read_snapshot(first)) == expected_rows(0, 100)
         assert {file.partition["region"] for file in loaded.files} == set(REGIONS)
         small_files = len(loaded.files)
@@ -189,7 +216,7 @@ async def test_loads_and_a_compaction_keep_every_row_in_whole_snapshots(
         status = await status_of(client, procedure_id)
     assert status.steps_done == ["plan", "rewrite", "swap", "delete_replaced"]
     assert status.pivot_step == "swap"
-    assert compacted.snapshot_id == 4
+    assert compacted.snapshot_id not in (None, *loads)
     assert (compacted.files_removed, compacted.files_added) == (small_files, 3)
     after = await catalog.table_files("sales", "orders")
     # The same rows, not only as many: by the catalog reader and by Spark.
@@ -200,14 +227,12 @@ async def test_loads_and_a_compaction_keep_every_row_in_whole_snapshots(
     assert sorted(file.partition["region"] for file in after.files) == sorted(REGIONS)
     assert table_files_on_disk(table) == only_committed_files(table, after)
     # The snapshots before the compaction list files that are gone: said plainly.
-    with pytest.raises(Exception, match="a later compaction replaced and deleted them"):
-        read_snapshot(await catalog.table_files("sales", "orders", snapshot_id=3))
+    with pytest.raises(Exception, match="a compaction replaced and deleted it"):
+        read_snapshot(await catalog.table_files("sales", "orders", snapshot_id=loads[-1]))
     snapshots = await catalog.list_snapshots("sales", "orders")
     assert [(s.snapshot_id, s.operation) for s in snapshots] == [
-        (4, SnapshotOperation.COMPACT),
-        (3, SnapshotOperation.LOAD),
-        (2, SnapshotOperation.LOAD),
-        (1, SnapshotOperation.LOAD),
+        (compacted.snapshot_id, SnapshotOperation.COMPACT),
+        *((snapshot_id, SnapshotOperation.LOAD) for snapshot_id in reversed(loads)),
     ]
     assert (snapshots[0].records_added, snapshots[0].records_removed) == (300, 300)
 
@@ -238,8 +263,11 @@ async def test_a_compaction_of_one_partition_leaves_the_others(
             task_queue=task_queue,
         )
     after = await catalog.table_files("sales", "orders")
-    untouched = [f for f in before.files if f.partition["region"] != "eu"]
-    assert [f for f in after.files if f.partition["region"] != "eu"] == untouched
+    untouched = sorted(
+        (f for f in before.files if f.partition["region"] != "eu"), key=lambda f: f.path
+    )
+    kept = sorted((f for f in after.files if f.partition["region"] != "eu"), key=lambda f: f.path)
+    assert kept == untouched
     assert [f.partition["region"] for f in after.files].count("eu") == 1
     assert result.files_removed == len(before.files) - len(untouched)
     assert rows_of(read_snapshot(after)) == expected_rows(0, 60)
@@ -333,7 +361,8 @@ async def test_a_load_reads_only_under_the_load_roots(
     assert loaded.records == 6
     current = await Catalog(pool).table_files("sales", "orders")
     assert rows_of(read_snapshot(current)) == expected_rows(0, 6)
-    assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
+    snapshots = await Catalog(pool).list_snapshots("sales", "orders")
+    assert [s.snapshot_id for s in snapshots] == [loaded.snapshot_id]
 
 
 async def wait_for_running_job(client: Client, procedure_id: str) -> dict[str, Any]:
@@ -422,7 +451,7 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
     job = await ledger.get(f"{procedure_id}:write")
     assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 2)
     snapshots = await Catalog(pool).list_snapshots("sales", "orders")
-    assert [s.snapshot_id for s in snapshots] == [1]  # exactly one commit
+    assert [s.snapshot_id for s in snapshots] == [result.snapshot_id]  # exactly one commit
     current = await Catalog(pool).table_files("sales", "orders")
     assert result.records == current.records == 1_500_000
     # Nothing of the killed attempt is left: only the committed attempt's files.
@@ -440,9 +469,10 @@ async def test_a_commit_whose_outcome_was_lost_is_found_by_its_key_not_made_twic
         client, pool, task_queue, warehouse, faults="LoadTable.commit:fail_after=1"
     ):
         result = await load(client, task_queue, source)
-    assert result.snapshot_id == 1
     current = await Catalog(pool).table_files("sales", "orders")
-    assert [s.snapshot_id for s in await Catalog(pool).list_snapshots("sales", "orders")] == [1]
+    assert result.snapshot_id == current.snapshot_id is not None
+    snapshots = await Catalog(pool).list_snapshots("sales", "orders")
+    assert [s.snapshot_id for s in snapshots] == [result.snapshot_id]  # made once
     assert rows_of(read_snapshot(current)) == expected_rows(0, 40)
 
 
@@ -490,7 +520,8 @@ async def test_a_commit_whose_answer_never_comes_rolls_forward_not_back(
     assert rows_of(read_snapshot(current)) == expected_rows(0, 40)  # committed, whatever it says
     assert status.state is ProcedureState.SUCCEEDED, status.error
     assert (status.pivot_step, status.steps_done[-1]) == ("commit_found", "commit_found")
-    assert result is not None and result.snapshot_id == 1 and "answer was lost" in result.message
+    assert result is not None and "answer was lost" in result.message
+    assert result.snapshot_id == current.snapshot_id is not None
     assert table_files_on_disk(table) == only_committed_files(table, current)
 
 
@@ -517,8 +548,9 @@ async def test_a_compaction_racing_a_load_into_its_partition_loses_and_doubles_n
                 await asyncio.sleep(0.1)
         loaded = await load(client, task_queue, write_csv(tmp_path / "b2.csv", 60, 30))
         compacted = await compaction.result()
-    assert (loaded.snapshot_id, compacted.snapshot_id) == (3, 4)
     current = await Catalog(pool).table_files("sales", "orders")
+    snapshots = await Catalog(pool).list_snapshots("sales", "orders")
+    assert [s.snapshot_id for s in snapshots[:2]] == [compacted.snapshot_id, loaded.snapshot_id]
     assert rows_of(read_snapshot(current)) == expected_rows(0, 90)
 
 
@@ -537,14 +569,15 @@ async def test_only_the_current_attempt_commits_and_a_conflict_commits_nothing(
     await ledger.set_state(job_key, second.attempt_token, JobState.STAGED)
 
     def files(token: str) -> list[DataFile]:
-        return [DataFile(path=f"data/{token}-part-0.parquet", records=5, bytes=100)]
+        path = f"data/{token}-part-0.parquet"
+        written = write_rows(Path(table.location) / path, expected_rows(0, 5))
+        return [DataFile(path=path, records=5, bytes=written.stat().st_size)]
 
     async def commit(token: str) -> int:
         return await ledger.commit(
             job_key,
             token,
-            namespace=table.namespace,
-            table=table.name,
+            table=table,
             operation=SnapshotOperation.LOAD,
             procedure_id="proc",
             adds=files(token),
@@ -555,8 +588,9 @@ async def test_only_the_current_attempt_commits_and_a_conflict_commits_nothing(
         commit(first.attempt_token), commit(second.attempt_token), return_exceptions=True
     )
     assert isinstance(outcomes[0], AttemptFencedOut)
-    assert outcomes[1] == 1
-    assert await commit(second.attempt_token) == 1  # again: the same snapshot, nothing new
+    committed = outcomes[1]
+    assert isinstance(committed, int)
+    assert await commit(second.attempt_token) == committed  # again: the same, nothing new
     catalog = Catalog(pool)
     assert [f.path for f in (await catalog.table_files("sales", "orders")).files] == [
         files(second.attempt_token)[0].path
@@ -570,14 +604,13 @@ async def test_only_the_current_attempt_commits_and_a_conflict_commits_nothing(
         await ledger.commit(
             other,
             attempt.attempt_token,
-            namespace="sales",
-            table="orders",
+            table=table,
             operation=SnapshotOperation.COMPACT,
             procedure_id="proc2",
             adds=files(attempt.attempt_token),
             removes=[DataFile(path="data/never-was.parquet", records=1, bytes=1)],
         )
-    assert (await catalog.table_files("sales", "orders")).snapshot_id == 1
+    assert (await catalog.table_files("sales", "orders")).snapshot_id == committed
     assert (await ledger.get(other)).state is JobState.STAGED  # type: ignore[union-attr]
 
 
