@@ -45,6 +45,7 @@ from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.schemas import parse_columns
 from procbus.spark import jobs, spark_session, staging
 from procbus.spark.backends import LocalBackend
+from procbus.spark.frames import partitioned_writer
 from procbus.spark.ledger import Attempt, JobLedger, JobState
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
@@ -138,7 +139,7 @@ async def fill_with_small_files(
             "CAST(id * 0.25 AS double) AS amount",
             "concat('order ', id, ' of the bench') AS note",
         )
-        frame.repartition(SMALL_FILES).write.partitionBy("region").parquet(str(output))
+        partitioned_writer(table, frame.repartition(SMALL_FILES)).parquet(str(output))
 
     await asyncio.to_thread(write)
     files = staging.collect_output(folder, attempt.attempt_token)
@@ -147,8 +148,7 @@ async def fill_with_small_files(
     await ledger.commit(
         job_key,
         attempt.attempt_token,
-        namespace="bench",
-        table=table.name,
+        table=table,
         operation=SnapshotOperation.LOAD,
         procedure_id="bench",
         adds=files,

@@ -531,6 +531,11 @@ class Catalog:
         lists, data or delete files (a commit whose answer was lost may have listed them)."""
         if not paths:
             return set()
+        return await self.listed_files(namespace, table) & set(paths)
+
+    async def listed_files(self, namespace: str, table: str) -> set[str]:
+        """Every file (data and delete files, as paths in the table's folder) that the table's
+        current snapshot lists; none when the table is gone."""
         found = await self.get_table(namespace, table)
         if found is None or not found.metadata_location:
             return set()
@@ -542,7 +547,7 @@ class Catalog:
             folder = Path(found.location)
             return {_relative(folder, uri) for uri in iceberg.referenced_files(loaded)}
 
-        return await asyncio.to_thread(referenced) & set(paths)
+        return await asyncio.to_thread(referenced)
 
     async def set_key_columns(
         self, connection: asyncpg.Connection, namespace: str, table: str, keys: list[str]

@@ -698,3 +698,55 @@ def referenced_files(table: Table, snapshot: Snapshot | None = None) -> set[str]
         for manifest in snapshot.manifests(table.io)
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
     }
+
+
+# ---- retention: snapshot expiry ----
+
+
+@dataclass(frozen=True)
+class ExpiryPlan:
+    """The snapshots to expire, and the files (data, deletes, manifests, manifest lists) that
+    only they list: deleted with them."""
+
+    expired: list[int]
+    doomed: list[str]
+
+
+def plan_expiry(table: Table, older_than: datetime) -> ExpiryPlan:
+    """Keep the current snapshot and every snapshot replaced after `older_than` (so a reader
+    that began on it just before it was replaced still finds its files); the older ones go."""
+    lineage = sorted(table.snapshots(), key=lambda s: s.sequence_number or 0)
+    cutoff_ms = older_than.timestamp() * 1000
+    keep_from = len(lineage) - 1
+    for place, snapshot in enumerate(lineage):
+        if snapshot.timestamp_ms >= cutoff_ms:
+            keep_from = max(place - 1, 0)
+            break
+    expired, kept = lineage[:keep_from], lineage[keep_from:]
+    if not expired:
+        return ExpiryPlan([], [])
+    return ExpiryPlan(
+        expired=[snapshot.snapshot_id for snapshot in expired],
+        doomed=sorted(_listed_by(table, expired) - _listed_by(table, kept)),
+    )
+
+
+def _listed_by(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
+    listed: set[str] = set()
+    for snapshot in snapshots:
+        listed.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            listed.add(manifest.manifest_path)
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                listed.add(entry.data_file.file_path)
+    return listed
+
+
+def stage_expiry(table: Table, snapshot_ids: Sequence[int]) -> list[int]:
+    """Stage the removal of those of these snapshots the table still has; their IDs."""
+    present = [snapshot_id for snapshot_id in snapshot_ids if table.snapshot_by_id(snapshot_id)]
+    current = table.current_snapshot()
+    present = [s for s in present if current is None or s != current.snapshot_id]
+    if present:
+        table.maintenance.expire_snapshots().by_ids(present).commit()
+    return present

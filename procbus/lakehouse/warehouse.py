@@ -126,6 +126,25 @@ def delete_data(root: Path, namespace: str, table: str, created_by: str) -> bool
     return True
 
 
+def delete_listed_files(folder: Path, uris: list[str]) -> int:
+    """Delete files an Iceberg snapshot listed (`file:` URIs), each only if it lies in the
+    table's own folder (else OutsideTableFolder, and none is deleted); the number deleted now
+    (a retry finds some gone already)."""
+    base = folder.resolve()
+    targets = []
+    for uri in uris:
+        path = Path("/" + uri.removeprefix("file:").lstrip("/") if uri.startswith("file:") else uri)
+        # Relative to the folder if it is in it; as given (refused by `inside`) if not.
+        relative = path.relative_to(base).as_posix() if path.is_relative_to(base) else uri
+        targets.append(inside(base, relative))
+    deleted = 0
+    for target in targets:
+        if target.exists():
+            target.unlink()
+            deleted += 1
+    return deleted
+
+
 def remove_if_empty(folder: Path) -> None:
     with contextlib.suppress(OSError):  # not empty, or gone: either way nothing to do
         folder.rmdir()

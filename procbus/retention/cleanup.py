@@ -2,12 +2,13 @@
 at most `batch_size` rows, repeated until fewer come back) and reports its count after each
 batch, so the activity around it heartbeats.
 
-Snapshot expiry is a catalog write: it holds the table's lock (X, taken only if free: a table
-with a running load or compaction is left for the next run) and carries its fence into every
-transaction, with the table's row locked as a commit locks it. It keeps the current snapshot and
-every snapshot replaced less than the retention ago, and deletes a file only when no kept
-snapshot lists it: from disk first, then its row, so a run cut short leaves rows the next run
-deletes again, never files nobody knows about.
+Snapshot expiry is an Iceberg commit: it holds the table's lock (X, taken only if free: a table
+with a running load or compaction is left for the next run) and carries its fence into the
+commit's transaction, with the table's catalog row locked as every commit locks it. It keeps
+the current snapshot and every snapshot replaced less than the retention ago, and deletes a
+file (data, deletes, manifests) only when no kept snapshot lists it: from disk first, then the
+snapshots from the metadata, so a run cut short leaves snapshots the next run expires again,
+never files nobody knows about.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -23,10 +25,12 @@ from procbus.core.fences import Fence, LockMode
 from procbus.core.names import table_resource
 from procbus.db.queries import load_queries
 from procbus.errors import LockTimeout
-from procbus.lakehouse.warehouse import OutsideTableFolder, owned_table_folder
+from procbus.lakehouse import iceberg
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.commits import IcebergCatalog
+from procbus.lakehouse.warehouse import OutsideTableFolder, delete_listed_files, owned_table_folder
 from procbus.locks.table import LockTable, check_fence, fence_of
 from procbus.retention.models import KindResult, RetentionKind, RetentionRequest
-from procbus.spark.staging import delete_files
 
 QUERIES = "procbus.retention"
 # The lease of an expiry's table lock, renewed while it runs: a dead worker's lock goes soon.
@@ -118,13 +122,10 @@ class Cleanup:
 
     async def snapshots(self, request: RetentionRequest) -> KindResult:
         result = KindResult(kind=RetentionKind.SNAPSHOTS)
-        candidates = await self.pool.fetch(
-            self.queries["tables_to_expire"], request.snapshot_seconds
-        )
-        for row in candidates:
-            namespace, name = row["namespace"], row["name"]
+        for table in await Catalog(self.pool).list_tables():
+            namespace, name = table.namespace, table.name
             try:
-                folder = owned_table_folder(self.warehouse_root, namespace, name, row["location"])
+                folder = owned_table_folder(self.warehouse_root, namespace, name, table.location)
             except OutsideTableFolder as refused:
                 result.skipped.append(f"{namespace}.{name}: {refused}")
                 continue
@@ -140,7 +141,7 @@ class Cleanup:
                     snapshots, files = await self._expire_table(
                         namespace, name, folder, fence_of(held.grants, resource), request
                     )
-            except OutsideTableFolder as refused:  # a file row naming a path out of the table
+            except OutsideTableFolder as refused:  # a file naming a path out of the table
                 result.skipped.append(f"{namespace}.{name}: {refused}")
                 continue
             except LockTimeout:
@@ -152,22 +153,6 @@ class Cleanup:
             result.files_deleted += files
         return result
 
-    async def _keep_from(
-        self,
-        connection: asyncpg.Connection,
-        namespace: str,
-        name: str,
-        fence: Fence,
-        seconds: float,
-    ) -> int | None:
-        """In the caller's transaction: the fence checked, the table's row locked, and the oldest
-        snapshot to keep (None: no snapshot, or the table is gone)."""
-        await check_fence(connection, fence)
-        keep_from: int | None = await connection.fetchval(
-            self.queries["lock_table_keep_from"], namespace, name, seconds
-        )
-        return keep_from
-
     async def _expire_table(
         self,
         namespace: str,
@@ -176,44 +161,23 @@ class Cleanup:
         fence: Fence,
         request: RetentionRequest,
     ) -> tuple[int, int]:
-        """The snapshots expired and the files deleted, for one table under its lock."""
-        queries, seconds, size = self.queries, request.snapshot_seconds, request.batch_size
-        snapshots = 0
-        while True:
-            async with self.pool.acquire() as connection, connection.transaction():
-                keep_from = await self._keep_from(connection, namespace, name, fence, seconds)
-                if keep_from is None:
-                    return snapshots, 0
-                expired: int = await connection.fetchval(
-                    queries["delete_snapshots_before"], namespace, name, keep_from, size
-                )
-            snapshots += expired
-            self.progress(snapshots)
-            if expired < size:
-                break
-        files = 0
-        while True:
-            async with self.pool.acquire() as connection, connection.transaction():
-                keep_from = await self._keep_from(connection, namespace, name, fence, seconds)
-                if keep_from is None:
-                    break
-                rows = await connection.fetch(
-                    queries["files_listed_by_no_kept_snapshot"], namespace, name, keep_from, size
-                )
-            paths = [row["path"] for row in rows]
-            if not paths:
-                break
-            # From disk first: a run cut short here leaves rows to delete again, no lost file.
-            await asyncio.to_thread(delete_files, folder, paths)
-            async with self.pool.acquire() as connection, connection.transaction():
-                keep_from = await self._keep_from(connection, namespace, name, fence, seconds)
-                if keep_from is None:
-                    break
-                status = await connection.execute(
-                    queries["delete_file_rows"], namespace, name, paths, keep_from
-                )
-            files += int(status.split()[-1])  # "DELETE n"
-            self.progress(snapshots + files)
-            if len(paths) < size:
-                break
-        return snapshots, files
+        """The snapshots expired and the files deleted, for one table under its lock: the
+        files that only expiring snapshots list go from disk first, then the snapshots from the
+        table's metadata (a run cut short between leaves snapshots the next run expires again,
+        never a file nobody lists)."""
+        tables = IcebergCatalog()
+        older_than = datetime.now(UTC) - timedelta(seconds=request.snapshot_seconds)
+        table = await tables.load(self.pool, namespace, name)
+        plan = await asyncio.to_thread(iceberg.plan_expiry, table, older_than)
+        if not plan.expired:
+            return 0, 0
+        files = await asyncio.to_thread(delete_listed_files, folder, plan.doomed)
+        self.progress(files)
+        async with self.pool.acquire() as connection, connection.transaction():
+            await check_fence(connection, fence)
+            staging = iceberg.StagingCatalog()
+            table = await tables.load(connection, namespace, name, staging, lock=True)
+            expired = await asyncio.to_thread(iceberg.stage_expiry, table, plan.expired)
+            await tables.publish(connection, staging)
+        self.progress(len(expired) + files)
+        return len(expired), files

@@ -35,6 +35,7 @@ from procbus.db.pool import create_pool
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
+from procbus.lakehouse.iceberg import METADATA_FOLDER
 from procbus.lakehouse.warehouse import MARKER
 from procbus.locks.modes import compatible
 from procbus.procedures.client import procedure_status
@@ -792,14 +793,14 @@ class Run:
                 source = [dict(row) for row in await pool.fetch(queries["bank_accounts"])]
                 snapshot = await Catalog(pool).table_files(BANK_NAMESPACE, BANK_TABLE)
                 lake = await asyncio.to_thread(read_snapshot, snapshot)
-                listed: dict[str, dict[str, Any]] = {}
-                for row in await pool.fetch(queries["live_table_files"]):
-                    table = listed.setdefault(
-                        f"{row['namespace']}.{row['name']}",
-                        {"location": row["location"], "live": []},
-                    )
-                    if row["path"] is not None:
-                        table["live"].append(row["path"])
+                catalog = Catalog(pool)
+                listed = {
+                    table.qualified_name: {
+                        "location": table.location,
+                        "live": sorted(await catalog.listed_files(table.namespace, table.name)),
+                    }
+                    for table in await catalog.list_tables()
+                }
                 return {"bank_source": source, "bank_lake": lake, "lake_files": listed}
             finally:
                 await pool.close()
@@ -807,10 +808,12 @@ class Run:
         state = asyncio.run(read())
         for table in state["lake_files"].values():
             folder = Path(table["location"])
-            table["on_disk"] = sorted(
+            table["on_disk"] = sorted(  # Iceberg's metadata/ is pyiceberg's to keep
                 path.relative_to(folder).as_posix()
                 for path in folder.rglob("*")
-                if path.is_file() and path.name != MARKER
+                if path.is_file()
+                and path.name != MARKER
+                and path.relative_to(folder).parts[0] != METADATA_FOLDER
             )
         pipeline = self.cli("pipeline", "status", BANK_TOPIC, "--json")
         return state | {
@@ -1503,8 +1506,10 @@ def check_spark(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> lis
     committed one, a compaction at most one (of nothing to compact, none), one undone none; no
     job's ledger row is left running or staged, and no driver is left running."""
     violations = []
-    commits = collections.Counter(
-        (entry["namespace"], entry["table_name"], entry["job_key"]) for entry in end["snapshot_log"]
+    commits = collections.Counter(  # an expiry's commit has no job
+        (entry["namespace"], entry["table_name"], entry["job_key"])
+        for entry in end["snapshot_log"]
+        if entry["job_key"]
     )
     for (namespace, table, job_key), count in sorted(commits.items()):
         if count > 1:

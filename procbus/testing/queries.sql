@@ -77,47 +77,63 @@ FROM "nemesis_catalog_log" ORDER BY "seq";
 SELECT "procedure_id", "event_type" FROM "procbus_events" ORDER BY "id";
 
 -- name: install_snapshot_log
--- Every snapshot committed to a lake table, kept when its table is deleted (its snapshots go
--- with it): the Spark checker counts each job's commits.
+-- Every commit to a lake table (a move of its Iceberg catalog row), kept when its table is
+-- deleted, with the job or change batch that its transaction committed: the Spark checker
+-- counts each job's commits. Expiries (retention) move the row with no job.
 CREATE TABLE IF NOT EXISTS "nemesis_snapshot_log" (
     "seq" bigserial PRIMARY KEY,
     "at" timestamptz NOT NULL DEFAULT clock_timestamp(),
     "namespace" text NOT NULL,
     "table_name" text NOT NULL,
-    "snapshot_id" bigint NOT NULL,
-    "operation" text NOT NULL,
+    "metadata_location" text NOT NULL,
+    "txid" bigint NOT NULL DEFAULT txid_current()
+);
+CREATE TABLE IF NOT EXISTS "nemesis_commit_log" (
+    "txid" bigint NOT NULL DEFAULT txid_current(),
     "job_key" text NOT NULL,
     "procedure_id" text NOT NULL
 );
 CREATE OR REPLACE FUNCTION "nemesis_log_snapshot"() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO "nemesis_snapshot_log"
-        ("namespace", "table_name", "snapshot_id", "operation", "job_key", "procedure_id")
-    VALUES (NEW."namespace", NEW."table_name", NEW."snapshot_id", NEW."operation",
-            NEW."job_key", NEW."procedure_id");
+    INSERT INTO "nemesis_snapshot_log" ("namespace", "table_name", "metadata_location")
+    VALUES (NEW."table_namespace", NEW."table_name", NEW."metadata_location");
     RETURN NULL;
 END $$;
-DROP TRIGGER IF EXISTS "nemesis_log_snapshot" ON "procbus_snapshots";
-CREATE TRIGGER "nemesis_log_snapshot" AFTER INSERT ON "procbus_snapshots"
+DROP TRIGGER IF EXISTS "nemesis_log_snapshot" ON "iceberg_tables";
+CREATE TRIGGER "nemesis_log_snapshot" AFTER UPDATE OF "metadata_location" ON "iceberg_tables"
 FOR EACH ROW EXECUTE FUNCTION "nemesis_log_snapshot"();
+CREATE OR REPLACE FUNCTION "nemesis_log_job_commit"() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO "nemesis_commit_log" ("job_key", "procedure_id")
+    VALUES (NEW."job_key", NEW."procedure_id");
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS "nemesis_log_job_commit" ON "procbus_spark_jobs";
+CREATE TRIGGER "nemesis_log_job_commit" AFTER UPDATE OF "state" ON "procbus_spark_jobs"
+FOR EACH ROW WHEN (NEW."state" = 'committed' AND OLD."state" <> 'committed')
+EXECUTE FUNCTION "nemesis_log_job_commit"();
+CREATE OR REPLACE FUNCTION "nemesis_log_batch_commit"() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO "nemesis_commit_log" ("job_key", "procedure_id")
+    VALUES (NEW."batch_id", 'pipeline:' || NEW."topic");
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS "nemesis_log_batch_commit" ON "procbus_pipeline_batches";
+CREATE TRIGGER "nemesis_log_batch_commit" AFTER INSERT ON "procbus_pipeline_batches"
+FOR EACH ROW EXECUTE FUNCTION "nemesis_log_batch_commit"();
 
 -- name: snapshot_log
-SELECT "seq", "at", "namespace", "table_name", "snapshot_id", "operation", "job_key",
-       "procedure_id"
-FROM "nemesis_snapshot_log" ORDER BY "seq";
+-- Each commit with the job or batch of its transaction (none: an expiry's).
+SELECT s."seq", s."at", s."namespace", s."table_name", s."seq" AS "snapshot_id",
+       coalesce(c."job_key", '') AS "job_key", coalesce(c."procedure_id", '') AS "procedure_id"
+FROM "nemesis_snapshot_log" AS s
+LEFT JOIN "nemesis_commit_log" AS c ON c."txid" = s."txid"
+ORDER BY s."seq";
 
 -- name: spark_jobs
 -- Each Spark job's ledger row at the end: none may be left running or staged.
 SELECT "job_key", "procedure_id", "namespace", "table_name", "attempt", "state"
 FROM "procbus_spark_jobs" ORDER BY "job_key";
-
--- name: live_table_files
--- Each lake table's folder and the files its current snapshot lists (none: a NULL path).
-SELECT t."namespace", t."name", t."location", f."path"
-FROM "procbus_tables" t
-LEFT JOIN "procbus_table_files" f
-  ON f."namespace" = t."namespace" AND f."table_name" = t."name" AND f."removed_in" IS NULL
-ORDER BY t."namespace", t."name", f."path";
 
 -- name: install_bank
 -- The application's bank: accounts whose changes a capture publishes to a change pipeline.

@@ -1064,21 +1064,6 @@ CREATE TABLE public.procbus_principal_token_uses (
     expires_at timestamp with time zone NOT NULL,
     used_at timestamp with time zone DEFAULT now() NOT NULL
 );
-CREATE TABLE public.procbus_snapshots (
-    namespace text NOT NULL,
-    table_name text NOT NULL,
-    snapshot_id bigint NOT NULL,
-    parent_id bigint,
-    operation text NOT NULL,
-    job_key text NOT NULL,
-    procedure_id text NOT NULL,
-    files_added integer NOT NULL,
-    files_removed integer NOT NULL,
-    records_added bigint NOT NULL,
-    records_removed bigint NOT NULL,
-    committed_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT procbus_snapshots_operation_check CHECK ((operation = ANY (ARRAY['load'::text, 'compact'::text, 'apply'::text])))
-);
 CREATE TABLE public.procbus_spark_attempts (
     job_key text NOT NULL,
     attempt integer NOT NULL,
@@ -1116,18 +1101,6 @@ CREATE SEQUENCE public.procbus_stack_checks_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE public.procbus_stack_checks_id_seq OWNED BY public.procbus_stack_checks.id;
-CREATE TABLE public.procbus_table_files (
-    namespace text NOT NULL,
-    table_name text NOT NULL,
-    path text NOT NULL,
-    partition jsonb DEFAULT '{}'::jsonb NOT NULL,
-    records bigint NOT NULL,
-    bytes bigint NOT NULL,
-    added_in bigint NOT NULL,
-    removed_in bigint,
-    kind text DEFAULT 'data'::text NOT NULL,
-    CONSTRAINT procbus_table_files_kind_check CHECK ((kind = ANY (ARRAY['data'::text, 'changes'::text])))
-);
 CREATE TABLE public.procbus_tables (
     namespace text NOT NULL,
     name text NOT NULL,
@@ -1137,7 +1110,6 @@ CREATE TABLE public.procbus_tables (
     location text NOT NULL,
     created_by text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    current_snapshot bigint,
     key_columns text[] DEFAULT '{}'::text[] NOT NULL
 );
 CREATE TABLE public.procbus_topic_batches (
@@ -1319,8 +1291,6 @@ ALTER TABLE ONLY public.procbus_pipelines
     ADD CONSTRAINT procbus_pipelines_pkey PRIMARY KEY (topic);
 ALTER TABLE ONLY public.procbus_principal_token_uses
     ADD CONSTRAINT procbus_principal_token_uses_pkey PRIMARY KEY (token_mac);
-ALTER TABLE ONLY public.procbus_snapshots
-    ADD CONSTRAINT procbus_snapshots_pkey PRIMARY KEY (namespace, table_name, snapshot_id);
 ALTER TABLE ONLY public.procbus_spark_attempts
     ADD CONSTRAINT procbus_spark_attempts_attempt_token_key UNIQUE (attempt_token);
 ALTER TABLE ONLY public.procbus_spark_attempts
@@ -1331,8 +1301,6 @@ ALTER TABLE ONLY public.procbus_stack_checks
     ADD CONSTRAINT procbus_stack_checks_check_id_key UNIQUE (check_id);
 ALTER TABLE ONLY public.procbus_stack_checks
     ADD CONSTRAINT procbus_stack_checks_pkey PRIMARY KEY (id);
-ALTER TABLE ONLY public.procbus_table_files
-    ADD CONSTRAINT procbus_table_files_pkey PRIMARY KEY (namespace, table_name, path);
 ALTER TABLE ONLY public.procbus_tables
     ADD CONSTRAINT procbus_tables_pkey PRIMARY KEY (namespace, name);
 ALTER TABLE ONLY public.procbus_topic_batches
@@ -1359,7 +1327,6 @@ CREATE INDEX procbus_locks_waiting ON public.procbus_locks USING btree (resource
 CREATE INDEX procbus_outbox_pending ON public.procbus_outbox USING btree (id) WHERE (done_at IS NULL);
 CREATE INDEX procbus_pipeline_batches_age ON public.procbus_pipeline_batches USING btree (topic, applied_at);
 CREATE INDEX procbus_principal_token_uses_expiry ON public.procbus_principal_token_uses USING btree (expires_at);
-CREATE INDEX procbus_table_files_live ON public.procbus_table_files USING btree (namespace, table_name) WHERE (removed_in IS NULL);
 CREATE INDEX procbus_topic_dead_letters_topic ON public.procbus_topic_dead_letters USING btree (topic, id);
 CREATE INDEX procbus_topic_entries_batch ON public.procbus_topic_entries USING btree (topic, id) WHERE (batch_id IS NOT NULL);
 CREATE INDEX procbus_topic_entries_key ON public.procbus_topic_entries USING btree (topic, key, id) WHERE (key IS NOT NULL);
@@ -1377,12 +1344,8 @@ ALTER TABLE ONLY public.procbus_pipeline_batches
     ADD CONSTRAINT procbus_pipeline_batches_topic_fkey FOREIGN KEY (topic) REFERENCES public.procbus_pipelines(topic) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_pipelines
     ADD CONSTRAINT procbus_pipelines_topic_fkey FOREIGN KEY (topic) REFERENCES public.procbus_topics(name) ON DELETE CASCADE;
-ALTER TABLE ONLY public.procbus_snapshots
-    ADD CONSTRAINT procbus_snapshots_namespace_table_name_fkey FOREIGN KEY (namespace, table_name) REFERENCES public.procbus_tables(namespace, name) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_spark_attempts
     ADD CONSTRAINT procbus_spark_attempts_job_key_fkey FOREIGN KEY (job_key) REFERENCES public.procbus_spark_jobs(job_key) ON DELETE CASCADE;
-ALTER TABLE ONLY public.procbus_table_files
-    ADD CONSTRAINT procbus_table_files_namespace_table_name_fkey FOREIGN KEY (namespace, table_name) REFERENCES public.procbus_tables(namespace, name) ON DELETE CASCADE;
 ALTER TABLE ONLY public.procbus_tables
     ADD CONSTRAINT procbus_tables_namespace_fkey FOREIGN KEY (namespace) REFERENCES public.procbus_namespaces(name);
 ALTER TABLE ONLY public.procbus_topic_batches

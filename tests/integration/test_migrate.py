@@ -227,3 +227,29 @@ async def test_procbus_dev_names_its_own_state_folder_to_remove(
 
 async def test_the_test_database_is_migrated(pool: asyncpg.Pool) -> None:
     assert await pool.fetchval('SELECT count(*) FROM "procbus_stack_checks"') == 0
+
+
+async def test_a_database_with_tables_of_the_former_lake_format_is_refused_before_any_drop(
+    empty_database: str,
+) -> None:
+    """0005 drops procbus's own snapshot and file lists: a table made before 0004 (no Iceberg
+    metadata) is refused with what to do, and the whole migration leaves nothing changed."""
+    shipped = discover_migrations()
+    before = [m for m in shipped if m.version < 4]
+    connection = await connect(empty_database)
+    try:
+        await migrate(connection, before)
+        await connection.execute(
+            'INSERT INTO "procbus_namespaces" ("name", "created_by") VALUES (\'sales\', \'t\');'
+            'INSERT INTO "procbus_tables" ("namespace", "name", "columns", "location", '
+            '"created_by", "current_snapshot") '
+            "VALUES ('sales', 'orders', '[]', '/w/sales/orders', 't', 1)"
+        )
+        with pytest.raises(MigrationError, match="former table format.*start from an empty"):
+            await migrate(connection)
+        # Nothing of 0004 or 0005 happened: the old lists and the table's row are all there.
+        assert "procbus_snapshots" in await public_tables(connection)
+        assert "iceberg_tables" not in await public_tables(connection)
+        assert await connection.fetchval('SELECT "current_snapshot" FROM "procbus_tables"') == 1
+    finally:
+        await connection.close()

@@ -17,11 +17,13 @@ from typing import Any
 
 import asyncpg
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from procbus.errors import InvalidRequest
+from procbus.lakehouse import iceberg
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import DataFile, SnapshotOperation
@@ -35,6 +37,9 @@ from tests.services import run_command, subprocess_environment, worker_process
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 HOUR = 3600.0
+# Snapshots committed before a sleep of RECENT seconds are older than the retention WINDOW of
+# the runs that follow at once; those committed after it are younger.
+RECENT, WINDOW = 12.0, 10.0
 # Retention's schedule and workflow ID are fixed, shared by every test on this server.
 SCHEDULE_ID = "procbus-retention"
 
@@ -175,29 +180,18 @@ async def commit(
     table: TableDescriptor,
     adds: list[DataFile],
     removes: list[DataFile] = (),  # type: ignore[assignment]
-    hours_ago: float = 0.0,
 ) -> int:
-    """A commit as LoadTable's or CompactTable's, back-dated by `hours_ago`."""
+    """A commit as LoadTable's or CompactTable's."""
     async with pool.acquire() as connection, connection.transaction():
-        snapshot = await Catalog(pool).swap_snapshot(
+        return await Catalog(pool).swap_snapshot(
             connection,
-            table.namespace,
-            table.name,
+            table,
             SnapshotOperation.COMPACT if removes else SnapshotOperation.LOAD,
             f"job-{uuid.uuid4().hex[:6]}",
             "test",
             adds,
             removes,
         )
-        await connection.execute(
-            'UPDATE "procbus_snapshots" SET "committed_at" = now() - make_interval(secs => $4) '
-            'WHERE "namespace" = $1 AND "table_name" = $2 AND "snapshot_id" = $3',
-            table.namespace,
-            table.name,
-            snapshot,
-            hours_ago * HOUR,
-        )
-    return snapshot
 
 
 def on_disk(table: TableDescriptor) -> list[str]:
@@ -233,65 +227,75 @@ async def test_snapshots_replaced_long_ago_expire_with_the_files_only_they_liste
     }
     orders = await make_table(pool, warehouse, "orders")
     a, b = parquet(orders, "a", range(0, 10)), parquet(orders, "b", range(10, 20))
-    await commit(pool, orders, [a], hours_ago=3)  # 1
-    await commit(pool, orders, [b], hours_ago=3)  # 2
+    first = await commit(pool, orders, [a])
+    second = await commit(pool, orders, [b])
     c = parquet(orders, "c", range(0, 20))
-    await commit(pool, orders, [c], [a, b], hours_ago=3)  # 3: replaced by 4 just now
-    d = parquet(orders, "d", range(20, 30))
-    await commit(pool, orders, [d])  # 4
-    e = parquet(orders, "e", range(0, 30))
-    await commit(pool, orders, [e], [c, d])  # 5, the current one
+    third = await commit(pool, orders, [c], [a, b])  # replaced by the fourth, recent
     # A table whose only snapshots are old: the current one stays, whatever its age.
     old = await make_table(pool, warehouse, "old")
     f = parquet(old, "f", range(5))
-    await commit(pool, old, [f], hours_ago=5)
+    await commit(pool, old, [f])
     g = parquet(old, "g", range(5))
-    await commit(pool, old, [g], [f], hours_ago=4)  # 2, current
+    old_current = await commit(pool, old, [g], [f])
+    # Iceberg's snapshot times are in its metadata: the retention window is short instead.
+    await asyncio.sleep(RECENT)
+    d = parquet(orders, "d", range(20, 30))
+    fourth = await commit(pool, orders, [d])
+    e = parquet(orders, "e", range(0, 30))
+    fifth = await commit(pool, orders, [e], [c, d])  # the current one
 
     catalog = Catalog(pool)
     before = await asyncio.to_thread(read_snapshot, await catalog.table_files("sales", "orders"))
-    third = await asyncio.to_thread(read_snapshot, await catalog.table_files("sales", "orders", 3))
+    third_rows = await asyncio.to_thread(
+        read_snapshot, await catalog.table_files("sales", "orders", third)
+    )
 
     # While a load holds the table (IX), expiry leaves it for a later run.
     locks = LockTable(pool)
     async with locks.holding("a-running-load", [("sales/orders", "IX")]):
-        busy = await run_retention(client, task_queue, snapshot_seconds=HOUR)
+        busy = await run_retention(client, task_queue, snapshot_seconds=WINDOW)
     skipped = kind(busy, "snapshots")
     assert skipped["skipped"] == [
         "sales.orders: locked by a running procedure; expired on a later run"
     ]
     assert len(await catalog.list_snapshots("sales", "orders")) == 5
     assert on_disk(orders) == ["a.parquet", "b.parquet", "c.parquet", "d.parquet", "e.parquet"]
-    # The other table went on: its snapshot 1 expired, f (listed by it alone) is gone.
-    assert (skipped["deleted"], skipped["files_deleted"]) == (1, 1)
-
-    result = await run_retention(client, task_queue, snapshot_seconds=HOUR)
-    snapshots = kind(result, "snapshots")
-    # 1 and 2 (their successors are old): a and b are listed by no kept snapshot.
-    assert (snapshots["deleted"], snapshots["files_deleted"], snapshots["skipped"]) == (2, 2, [])
-    assert [s.snapshot_id for s in await catalog.list_snapshots("sales", "orders")] == [5, 4, 3]
-    assert [s.snapshot_id for s in await catalog.list_snapshots("sales", "old")] == [2]
-    # Snapshot 3 was replaced only just now: a reader that began on it still finds c and d.
-    assert on_disk(orders) == ["c.parquet", "d.parquet", "e.parquet"]
+    # The other table went on: its first snapshot expired, and f (listed by it alone) is gone,
+    # with the manifest and manifest list only it listed.
+    assert skipped["deleted"] == 1 and skipped["files_deleted"] >= 1
     assert on_disk(old) == ["g.parquet"]
-    rows = await pool.fetch('SELECT "table_name", "path" FROM "procbus_table_files" ORDER BY 1, 2')
-    assert [(r["table_name"], r["path"]) for r in rows] == [
-        ("old", "data/g.parquet"),
-        ("orders", "data/c.parquet"),
-        ("orders", "data/d.parquet"),
-        ("orders", "data/e.parquet"),
-    ]
+
+    result = await run_retention(client, task_queue, snapshot_seconds=WINDOW)
+    snapshots = kind(result, "snapshots")
+    # The first two (their successors are old): a and b are listed by no kept snapshot.
+    assert (snapshots["deleted"], snapshots["skipped"]) == (2, [])
+    assert snapshots["files_deleted"] >= 2
+    kept = [s.snapshot_id for s in await catalog.list_snapshots("sales", "orders")]
+    assert kept == [fifth, fourth, third]
+    assert [s.snapshot_id for s in await catalog.list_snapshots("sales", "old")] == [old_current]
+    # The third was replaced only recently: a reader that began on it still finds c and d.
+    assert on_disk(orders) == ["c.parquet", "d.parquet", "e.parquet"]
+    # pyiceberg's own SqlCatalog reads what is kept, the expired snapshots gone from it.
+    reader = await asyncio.to_thread(
+        SqlCatalog,
+        iceberg.CATALOG_NAME,
+        uri=database_url.replace("postgresql://", "postgresql+psycopg2://", 1),
+    )
+    table = await asyncio.to_thread(reader.load_table, "sales.orders")
+    assert {s.snapshot_id for s in table.snapshots()} == {third, fourth, fifth}
+    assert table.scan(snapshot_id=third).to_arrow().num_rows == 20
     # The same rows, current and kept, through `procbus table read`.
     code, out, err = await cli_read(services, "sales.orders")
     assert code == 0, err
     assert json.loads(out)["rows"] == before and len(before) == 30
-    code, out, err = await cli_read(services, "sales.orders", "--snapshot", "3")
+    code, out, err = await cli_read(services, "sales.orders", "--snapshot", str(third))
     assert code == 0, err
-    assert json.loads(out)["rows"] == third and len(third) == 20
+    assert json.loads(out)["rows"] == third_rows and len(third_rows) == 20
     # An expired snapshot is refused by name, never read short of the files it lost.
-    with pytest.raises(InvalidRequest, match="snapshot 2 of sales.orders has expired"):
-        await catalog.table_files("sales", "orders", 2)
-    # Nothing more to do: a second run deletes nothing.
+    for gone in (first, second):
+        with pytest.raises(InvalidRequest, match=f"has no snapshot {gone}: .* expired"):
+            await catalog.table_files("sales", "orders", gone)
+    # Nothing more to do: a second run with a longer retention deletes nothing.
     again = kind(await run_retention(client, task_queue, snapshot_seconds=HOUR), "snapshots")
     assert (again["deleted"], again["files_deleted"]) == (0, 0)
 
