@@ -11,7 +11,7 @@ the same Spark session:
 2. Latency: producers commit STEADY_RATE small transactions a second for STEADY_SECONDS while
    the pipeline runs with batches of STEADY_BATCH; a lake reader polls the table's snapshots
    (reading the files each new snapshot adds) and notes when each row is first visible:
-   p99_commit_to_visible_s from the source commit, goal <= 10 s.
+   p99_commit_to_visible_s from the source commit, goal <= 1 s (issue 38).
 
 Last line: JSON.
 """
@@ -154,7 +154,7 @@ def plain_write(spark: Any, table: TableDescriptor, rows: Path, output: Path) ->
 
 def apply_alone(spark: Any, table: TableDescriptor, changes: Path, output: Path) -> float:
     started = time.perf_counter()
-    apply_changes(spark, table, ["id"], changes, output)
+    apply_changes(spark, table, ["id"], changes, output, output.with_name(f"{output.name}-keys"))
     return time.perf_counter() - started
 
 
@@ -292,7 +292,7 @@ async def main() -> dict[str, Any]:
         "ratio_floor_to_plain_write": round(plain_best / (drain_seconds + plain_best), 3),
         "ratio_apply_to_floor": round((drain_seconds + plain_best) / applied["apply_seconds"], 3),
         **steady,
-        "goal_p99_commit_to_visible_s_at_most": 10.0,
+        "goal_p99_commit_to_visible_s_at_most": 1.0,
     }
 
 

@@ -127,7 +127,10 @@ def table_schema(columns: Sequence[Column]) -> Schema:
 
 def partition_spec(schema: Schema, partition_by: Sequence[str]) -> PartitionSpec:
     """Hive-style partitioning as Iceberg identity partitions; InvalidRequest for a column the
-    transform does not apply to."""
+    schema lacks or the transform does not apply to."""
+    missing = [name for name in partition_by if name not in schema.column_names]
+    if missing:
+        raise InvalidRequest(f"the partitioning does not apply: {missing[0]!r} is no column")
     fields = [
         PartitionField(
             source_id=schema.find_field(name).field_id,

@@ -493,7 +493,9 @@ class TableApplier(EndpointClient):
             await run_watched(await self.backend(), token, job, lambda progress: None)
             for part in parts:
                 folder = Path(part.table.location)
-                files = await asyncio.to_thread(staging.collect_output, folder, token)
+                # A batch that only deletes adds no file (Spark writes an empty one).
+                staged = await asyncio.to_thread(staging.collect_output, folder, token)
+                files = [file for file in staged if file.records]
                 await asyncio.to_thread(staging.publish_files, folder, token, files)
                 keys = await asyncio.to_thread(_read_keys, _keys_folder(folder, token))
                 written.append(Written(part, files, keys, f"{token}-"))

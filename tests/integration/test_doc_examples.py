@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from temporalio.worker import Worker
 
 from examples.access import grant_write
 from examples.grant_access import AccessActivities, GrantAccess, GrantAccessInput
+from examples.iceberg_read import read_eu_orders
 from examples.locks import Jobs, RewriteInput, RewritePartition, nightly_compaction
 from examples.orders import place_order, receipts
 from examples.pipeline import capture_accounts
@@ -26,6 +28,8 @@ from procbus.core.faults import parse_faults
 from procbus.core.outcomes import MemberOutcome
 from procbus.engine.runner import workflow_runner
 from procbus.hooks.outbox import OutboxRelay
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.reader import read_snapshot
 from procbus.plugin.locks import LockActivities
 from procbus.temporal.auth import Signer
 from procbus.temporal.faults import FaultInterceptor
@@ -226,6 +230,7 @@ async def test_the_table_data_examples_load_compact_and_read(
     spark: Any,
     client: Client,
     pool: asyncpg.Pool,
+    database_url: str,
     task_queue: str,
     warehouse: Path,
     tmp_path: Path,
@@ -240,3 +245,10 @@ async def test_the_table_data_examples_load_compact_and_read(
     rows = await first_rows(pool)
     assert len(rows) == 10
     assert list(rows[0]) == ["id", "region", "amount"]
+    # pyiceberg alone reads the same table: its eu rows are procbus's.
+    eu = (await asyncio.to_thread(read_eu_orders, database_url)).to_pylist()
+    expected = read_snapshot(await Catalog(pool).table_files("sales", "orders"))
+    assert sorted(eu, key=lambda row: row["id"]) == sorted(
+        (row for row in expected if row["region"] == "eu"), key=lambda row: row["id"]
+    )
+    assert len(eu) == 20

@@ -19,7 +19,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse import iceberg
 from procbus.lakehouse.commits import IcebergCatalog
-from procbus.lakehouse.schemas import parse_columns
+from procbus.lakehouse.schemas import Column, parse_columns
 
 COLUMNS = parse_columns("id:bigint,name:string,amount:decimal(10,2),day:date")
 
@@ -176,10 +176,15 @@ async def test_types_and_partitions_iceberg_lacks_are_refused_before_anything_is
     pool: asyncpg.Pool, warehouse: Path
 ) -> None:
     catalog = await make_tables(pool, warehouse)
+    with pytest.raises(InvalidRequest, match="Apache Iceberg tables have no tinyint; use int"):
+        parse_columns("id:tinyint")  # what every table procedure's input check runs first
     async with pool.acquire() as connection, connection.transaction():
         with pytest.raises(InvalidRequest, match="no Apache Iceberg type"):
+            odd = [Column(name="id", type="smallint")]  # past the input check
+            await catalog.add_table(connection, "shop", "odd", warehouse / "odd", odd, [], {})
+        with pytest.raises(InvalidRequest, match="the partitioning does not apply"):
             await catalog.add_table(
-                connection, "shop", "odd", warehouse / "odd", parse_columns("id:tinyint"), [], {}
+                connection, "shop", "odd", warehouse / "odd", COLUMNS, ["nope"], {}
             )
     assert not (warehouse / "odd").exists()
     assert await pool.fetchval('SELECT count(*) FROM "iceberg_tables"') == 0

@@ -78,11 +78,15 @@ async def test_a_killed_worker_mid_procedure_is_replaced_and_each_step_applies_o
     assert after.tables == ("sales.orders",)
     assert after.events == (("NamespaceCreated", None), ("TableCreated", "orders"))
     assert after.cached == ("sales.orders",)  # step 3 ran again, on the new worker
-    # Each step's effect once: one folder with its marker, one catalog row, one event.
-    assert [p for p in after.files if p.startswith("sales/orders/")] == [
+    # Each step's effect once: one folder with its marker, one catalog row, one event, and one
+    # Iceberg table (its first metadata file).
+    files = [p for p in after.files if p.startswith("sales/orders/")]
+    assert files[:3] == [
         "sales/orders/_procbus_table.json",
         "sales/orders/data",
+        "sales/orders/metadata",
     ]
+    assert len(files) == 4 and files[3].endswith(".metadata.json"), files
 
 
 def sent_to_a_member(status: ProcedureStatus) -> bool:

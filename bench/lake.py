@@ -1,0 +1,231 @@
+"""Lake tables as Apache Iceberg tables: the figures issue 38 asks for, each ratio against a
+baseline measured in the same run.
+
+1. Loads and compactions against the same PySpark work done directly (ratio_load_to_direct,
+   ratio_compaction_to_direct, goal <= 1.15 each), and the pipeline's apply against its floor
+   (ratio_apply_to_floor, goal >= 0.5) with its latency at 50 source transactions a second
+   (p99_commit_to_visible_s, goal <= 1): bench/spark.py and bench/pipeline.py, each run whole as
+   a subprocess here, their last JSON lines taken as they are.
+2. Cost follows the batch, not the table: one batch of BATCH_CHANGES changes, keys uniform over
+   the table, applied by the pipeline (capture, queue, delivery, the Spark apply job, the
+   position deletes found on the key column, one Iceberg commit) to a table of BIG_ROWS rows and
+   to one of SMALL_ROWS rows: ratio_apply_big_to_small_table, goal <= 2. Each table is filled by
+   one direct Spark write committed as one snapshot; each batch is one source transaction.
+
+Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from procbus.auth.policy import BENCH_AUTH
+from procbus.capture import Captures
+from procbus.db import connect, create_pool
+from procbus.db.migrate import migrate
+from procbus.delivery.owner import ensure_delivery
+from procbus.lakehouse import iceberg
+from procbus.lakehouse import warehouse as layout
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import SnapshotOperation
+from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
+from procbus.lakehouse.schemas import parse_columns
+from procbus.pipeline import Pipelines
+from procbus.spark import spark_session, staging
+from procbus.spark.backends import LocalBackend
+from procbus.spark.frames import partitioned_writer
+from procbus.stack.ephemeral import ephemeral_services
+from procbus.temporal import connect_client
+from procbus.topics import Topics, TopicSettings
+from procbus.worker import build_worker
+
+BIG_ROWS = int(os.environ.get("BENCH_BIG_ROWS", "10000000"))
+SMALL_ROWS = int(os.environ.get("BENCH_SMALL_ROWS", "100000"))
+BATCH_CHANGES = int(os.environ.get("BENCH_BATCH_CHANGES", "10000"))
+ROWS_PER_FILE = 1_000_000  # the fill's files: as a load of that table would write them
+COLUMNS = "id:bigint,owner:string,balance:bigint"
+SOURCE = (
+    'CREATE TABLE "{name}" ("id" bigint PRIMARY KEY, "owner" text NOT NULL, '
+    '"balance" bigint NOT NULL)'
+)
+# One source transaction: the batch's keys, each with a new row image.
+CHANGE = "INSERT INTO \"{name}\" SELECT k, 'changed-' || k, -1 FROM unnest($1::bigint[]) AS k"
+BENCHES = ("spark.py", "pipeline.py")
+
+
+async def filled_table(pool: asyncpg.Pool, spark: Any, root: Path, name: str, rows: int) -> None:
+    """A lake table of `rows` rows, written by one Spark job and committed as one snapshot."""
+    catalog = Catalog(pool)
+    if await catalog.get_namespace("bench") is None:
+        await catalog.create_namespace(NamespaceDescriptor(name="bench", created_by="bench"))
+    table = TableDescriptor(
+        namespace="bench", name=name, columns=parse_columns(COLUMNS), created_by="bench"
+    )
+    folder = layout.create_layout(root, table)
+    table = table.model_copy(update={"location": str(folder.resolve())})
+    await catalog.add_table(table)
+    token = f"fill-{uuid.uuid4().hex[:8]}"
+
+    def write() -> None:
+        frame = spark.range(rows).selectExpr(
+            "id", "concat('owner-', id) AS owner", "id % 1000 AS balance"
+        )
+        output = staging.staging_folder(folder, token)
+        partitioned_writer(table, frame.repartition(max(1, rows // ROWS_PER_FILE))).parquet(
+            str(output)
+        )
+
+    await asyncio.to_thread(write)
+    files = await asyncio.to_thread(staging.collect_output, folder, token)
+    await asyncio.to_thread(staging.publish_files, folder, token, files)
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.swap_snapshot(
+            connection, table, SnapshotOperation.LOAD, token, "bench", files, []
+        )
+    await asyncio.to_thread(staging.remove_staging, folder, token)
+
+
+async def until_applied(pool: asyncpg.Pool, topic: str) -> None:
+    pipelines = Pipelines(pool)
+    async with asyncio.timeout(1800):
+        while True:
+            status = await pipelines.status(topic)
+            if status.state != "running":
+                raise RuntimeError(f"the pipeline stopped: {status.state}")
+            if status.lag_changes == 0:
+                return
+            await asyncio.sleep(0.02)
+
+
+def live_rows(database_url: str, name: str) -> tuple[int, int]:
+    """The table's rows and those of them the batch changed, as pyiceberg alone reads them."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = database_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    table = SqlCatalog(iceberg.CATALOG_NAME, uri=uri).load_table(f"bench.{name}")
+    ids = table.scan(selected_fields=("id", "balance")).to_arrow()
+    changed = ids.filter(ids.column("balance").to_numpy() == -1).num_rows
+    return ids.num_rows, changed
+
+
+async def apply_seconds(
+    pool: asyncpg.Pool,
+    client: Any,
+    queue: str,
+    spark: Any,
+    root: Path,
+    database_url: str,
+    rows: int,
+    rng: random.Random,
+) -> float:
+    """Seconds from the delivery's start to one batch of changes applied to a table of `rows`
+    rows (checked: the table keeps its rows, the batch's keys hold their new rows)."""
+    name = f"t{rows}_{uuid.uuid4().hex[:6]}"
+    await filled_table(pool, spark, root, name, rows)
+    await pool.execute(SOURCE.format(name=name))
+    await Topics(pool).create(
+        name,
+        TopicSettings(
+            endpoint=f"table://bench.{name}",
+            group_transactions=True,
+            batch_size=BATCH_CHANGES,
+            max_entries=10 * BATCH_CHANGES,
+        ),
+    )
+    await Captures(pool).create(name, name)
+    keys = rng.sample(range(rows), BATCH_CHANGES)
+    await pool.execute(CHANGE.format(name=name), keys)
+    started = time.perf_counter()
+    await ensure_delivery(client, name, queue)
+    await until_applied(pool, name)
+    seconds = time.perf_counter() - started
+    total, changed = await asyncio.to_thread(live_rows, database_url, name)
+    if (total, changed) != (rows, BATCH_CHANGES):
+        raise RuntimeError(f"{name}: {total} rows ({rows} wanted), {changed} changed")
+    return seconds
+
+
+async def cost_follows_the_batch() -> dict[str, Any]:
+    with ephemeral_services("procbus-bench-") as services:
+        database_url = services.postgres.url()
+        setup = await connect(database_url)
+        await migrate(setup)
+        await setup.close()
+        pool = await create_pool(database_url, min_size=2, max_size=8)
+        root = services.root / "warehouse"
+        root.mkdir(parents=True, exist_ok=True)
+        spark = spark_session("local[*]", root, "procbus-bench")
+        client = await connect_client(services.temporal.address, "default")
+        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        rng = random.Random(38)
+        try:
+            async with build_worker(
+                client,
+                pool,
+                queue,
+                warehouse_root=root,
+                spark_backend=LocalBackend(spark),
+                auth=BENCH_AUTH,
+            ):
+                measure = (pool, client, queue, spark, root, database_url)
+                await apply_seconds(*measure, SMALL_ROWS, rng)  # warm-up: the JVM's first jobs
+                small = await apply_seconds(*measure, SMALL_ROWS, rng)
+                big = await apply_seconds(*measure, BIG_ROWS, rng)
+                small = min(small, await apply_seconds(*measure, SMALL_ROWS, rng))
+        finally:
+            await pool.close()
+    return {
+        "big_table_rows": BIG_ROWS,
+        "small_table_rows": SMALL_ROWS,
+        "batch_changes": BATCH_CHANGES,
+        "apply_big_table_s": round(big, 3),
+        "apply_small_table_s": round(small, 3),
+        "ratio_apply_big_to_small_table": round(big / small, 3),
+        "goal_ratio_apply_big_to_small_table_at_most": 2.0,
+    }
+
+
+def last_json_line(bench: str) -> dict[str, Any]:
+    """Run another benchmark of this folder whole; its figures (its last line)."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name(bench))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def main() -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    if os.environ.get("BENCH_LAKE_ONLY_BATCH") != "1":
+        spark_figures, pipeline_figures = (last_json_line(bench) for bench in BENCHES)
+        figures |= {
+            "ratio_load_to_direct": spark_figures.get("ratio_load_to_direct"),
+            "ratio_compaction_to_direct": spark_figures.get("ratio_compaction_to_direct"),
+            "goal_ratio_load_and_compaction_to_direct_at_most": 1.15,
+            "ratio_apply_to_floor": pipeline_figures.get("ratio_apply_to_floor"),
+            "goal_ratio_apply_to_floor_at_least": 0.5,
+            "p99_commit_to_visible_s": pipeline_figures.get("p99_commit_to_visible_s"),
+            "goal_p99_commit_to_visible_s_at_most": 1.0,
+        }
+    return figures | asyncio.run(cost_follows_the_batch())
+
+
+if __name__ == "__main__":
+    results = main()
+    for key, value in results.items():
+        print(f"{key:<48} {value}")
+    print(json.dumps(results), flush=True)
