@@ -190,7 +190,8 @@ class SparkActivities:
     @activity.defn(name="plan_compaction")
     async def plan_compaction(self, step: CompactStep) -> CompactStep:
         """The files to rewrite: per partition in scope, its files below SMALL_FILE_SHARE of
-        the target size, when it has at least two of them."""
+        the target size, when it has at least two of them, and every file some rows of which
+        a change apply deleted (its rewrite drops them, and its deletes with it)."""
         table = await self._table(step.table)
         self.auth.require_write(self.access, step.principal, table)
         scopes = [parse_partition(table, spec) for spec in step.plan.partitions]
@@ -199,12 +200,14 @@ class SparkActivities:
         for file in current.files:
             if scopes and not any(partition_matches(file.partition, scope) for scope in scopes):
                 continue
-            if file.bytes < step.plan.target_file_size * SMALL_FILE_SHARE:
+            if file.deletes or file.bytes < step.plan.target_file_size * SMALL_FILE_SHARE:
                 by_partition.setdefault(tuple(sorted(file.partition.items())), []).append(file)
-        inputs = [file for files in by_partition.values() if len(files) > 1 for file in files]
-        if table.key_columns and len(current.files) > 1:
-            # Merge-on-read: a delete may hide a row of any older file, so all of them fold.
-            inputs = list(current.files)
+        inputs = [
+            file
+            for files in by_partition.values()
+            if len(files) > 1 or any(file.deletes for file in files)
+            for file in files
+        ]
         plan = step.plan.model_copy(update={"inputs": inputs, "snapshot_id": current.snapshot_id})
         return step.model_copy(update={"table": table, "plan": plan})
 
@@ -364,8 +367,7 @@ class SparkActivities:
             snapshot_id = await self.ledger.commit(
                 output.job_key,
                 output.attempt_token,
-                namespace=step.table.namespace,
-                table=step.table.name,
+                table=step.table,
                 operation=step.operation,
                 procedure_id=step.procedure_id,
                 adds=output.files,
@@ -416,9 +418,13 @@ class SparkActivities:
     @activity.defn(name="delete_replaced_files")
     async def delete_replaced_files(self, step: CommitStep) -> int:
         """After a compaction's commit: its input files are no longer in the current snapshot,
-        so they are deleted (roll-forward: retried until done)."""
+        so they are deleted (roll-forward: retried until done). A file the current snapshot
+        still lists (a forged step's) is never deleted."""
+        folder = self._folder(step.table)  # refused before anything is looked up or removed
         paths = [file.path for file in step.removes]
-        return await asyncio.to_thread(staging.delete_files, self._folder(step.table), paths)
+        live = await self.catalog.live_among(step.table.namespace, step.table.name, paths)
+        gone = [path for path in paths if path not in live]
+        return await asyncio.to_thread(staging.delete_files, folder, gone)
 
     def all(self) -> list[Callable[..., object]]:
         return [

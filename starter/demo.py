@@ -9,6 +9,7 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import asyncpg
 from pydantic import BaseModel, Field
@@ -105,6 +106,9 @@ DEMO_STEPS = (
 )
 NEEDS_CREATE_TABLE = frozenset({"failed-create-table", "bus", "table-data", "pipeline"})
 
+if TYPE_CHECKING:
+    import pyarrow
+
 
 def demo_steps(only: list[str] | None) -> list[str]:
     """The scenes to run: all of them, or those named (with what they need); InvalidRequest
@@ -120,6 +124,14 @@ def demo_steps(only: list[str] | None) -> list[str]:
     if named & NEEDS_CREATE_TABLE:
         named.add("create-table")
     return [step for step in DEMO_STEPS if step in named]
+
+
+def read_with_pyiceberg(database_url: str, namespace: str, table: str) -> pyarrow.Table:
+    """A table's rows as a user reads them with pyiceberg alone (docs/concepts/table-format.md)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = database_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    return SqlCatalog("procbus", uri=uri).load_table(f"{namespace}.{table}").scan().to_arrow()
 
 
 class DemoProcedure(BaseModel):
@@ -932,10 +944,21 @@ class Demo:
             f"{len(after.files)} files ({compacted.files_removed} replaced files deleted)"
         )
         snapshots = [
-            f"{snapshot.snapshot_id} {snapshot.operation.value}"
+            f"{snapshot.snapshot_id} {snapshot.operation}"
             for snapshot in await catalog.list_snapshots(namespace, "orders")
         ]
         self.say(f"   snapshots, newest first: {', '.join(snapshots)}")
+        by_iceberg = await asyncio.to_thread(
+            read_with_pyiceberg, self.services.database_url, namespace, "orders"
+        )
+        # The same columns in the same Arrow types (pyiceberg's carry field IDs as metadata).
+        by_iceberg = by_iceberg.select(rows_after.schema.names).cast(rows_after.schema)
+        if not await asyncio.to_thread(same_rows, by_iceberg, rows_after):
+            raise ProcbusError("demo: pyiceberg read other rows than procbus's reader")
+        self.say(
+            f"   an Iceberg table: pyiceberg's own SqlCatalog on this database (no procbus code) "
+            f"reads the same {by_iceberg.num_rows} rows"
+        )
         schedule_id = f"demo-compact-{namespace}"
         runs_id, compact = f"compact-{table}-{schedule_id}", CompactTableInput(table=table)
         signer = client_signer(self.settings)

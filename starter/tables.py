@@ -378,7 +378,7 @@ def table_snapshots(
         for snapshot in snapshots:
             grid.add_row(
                 str(snapshot.snapshot_id),
-                snapshot.operation.value,
+                snapshot.operation,
                 f"+{snapshot.files_added} -{snapshot.files_removed}",
                 f"+{snapshot.records_added} -{snapshot.records_removed}",
                 snapshot.procedure_id,

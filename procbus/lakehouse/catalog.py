@@ -70,17 +70,6 @@ def _table_values(table: TableDescriptor) -> tuple[object, ...]:
     )
 
 
-def _uri(folder: Path, path: str) -> str:
-    """A data file's URI from its path as DataFile names it (relative to the table's folder)."""
-    return path if path.startswith("file:") else iceberg.file_uri(folder / path)
-
-
-def _relative(folder: Path, uri: str) -> str:
-    """A data file's path as DataFile names it: relative to the table's folder when inside."""
-    path = iceberg.local_path(uri)
-    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
-
-
 def _snapshot_properties(
     operation: SnapshotOperation, job_key: str, procedure_id: str
 ) -> dict[str, str]:
@@ -499,7 +488,7 @@ class Catalog:
                 snapshot_id=None if snapshot is None else snapshot.snapshot_id,
                 files=[
                     DataFile(
-                        path=_relative(folder, file.uri),
+                        path=iceberg.path_in(folder, file.uri),
                         partition=file.partition,
                         records=file.records,
                         bytes=file.bytes,
@@ -545,7 +534,7 @@ class Catalog:
                 iceberg.StagingCatalog(), namespace, table, found.metadata_location
             )
             folder = Path(found.location)
-            return {_relative(folder, uri) for uri in iceberg.referenced_files(loaded)}
+            return {iceberg.path_in(folder, uri) for uri in iceberg.referenced_files(loaded)}
 
         return await asyncio.to_thread(referenced)
 
@@ -600,8 +589,8 @@ class Catalog:
             connection,
             table.namespace,
             table.name,
-            [_uri(folder, file.path) for file in adds],
-            [_uri(folder, file.path) for file in removes],
+            [iceberg.uri_in(folder, file.path) for file in adds],
+            [iceberg.uri_in(folder, file.path) for file in removes],
             _snapshot_properties(operation, job_key, procedure_id),
             based_on,
         )
@@ -626,7 +615,7 @@ class Catalog:
             connection,
             table.namespace,
             table.name,
-            [_uri(folder, file.path) for file in adds],
+            [iceberg.uri_in(folder, file.path) for file in adds],
             changed_keys,
             _snapshot_properties(SnapshotOperation.APPLY, job_key, procedure_id),
             added_columns,

@@ -165,6 +165,18 @@ def local_path(uri: str) -> Path:
     )
 
 
+def uri_in(folder: Path, path: str) -> str:
+    """A data file's URI from its path as procbus names it (relative to its table's folder, or
+    a URI already when another engine wrote it elsewhere)."""
+    return path if path.startswith("file:") else file_uri(folder / path)
+
+
+def path_in(folder: Path, uri: str) -> str:
+    """A data file's path as procbus names it: relative to the table's folder when inside."""
+    path = local_path(uri)
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
+
+
 def new_table(
     location: Path,
     columns: Sequence[Column],

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from procbus.core.names import validate_name
 from procbus.errors import InvalidRequest
+from procbus.lakehouse.iceberg import local_path
 from procbus.lakehouse.models import TableDescriptor
 
 MARKER = "_procbus_table.json"
@@ -133,7 +134,7 @@ def delete_listed_files(folder: Path, uris: list[str]) -> int:
     base = folder.resolve()
     targets = []
     for uri in uris:
-        path = Path("/" + uri.removeprefix("file:").lstrip("/") if uri.startswith("file:") else uri)
+        path = local_path(uri)
         # Relative to the folder if it is in it; as given (refused by `inside`) if not.
         relative = path.relative_to(base).as_posix() if path.is_relative_to(base) else uri
         targets.append(inside(base, relative))

@@ -49,7 +49,7 @@ def read_files(
     for file in files:
         if not file.deletes:
             continue
-        uri = file.path if file.path.startswith("file:") else iceberg.file_uri(folder / file.path)
+        uri = iceberg.uri_in(folder, file.path)
         rows = spark.read.schema(schema_ddl(table)).parquet(_path(folder, file))
         rows = rows.select(*columns, functions.col("_metadata.row_index").alias("_procbus_pos"))
         deleted = (
@@ -65,9 +65,8 @@ def read_files(
 
 
 def _path(folder: Path, file: DataFile) -> str:
-    return str(
-        iceberg.local_path(file.path) if file.path.startswith("file:") else folder / file.path
-    )
+    """Where Spark reads a data file (its path is relative to the table's folder, or a URI)."""
+    return str(iceberg.local_path(iceberg.uri_in(folder, file.path)))
 
 
 def partitioned_writer(table: TableDescriptor, frame: DataFrame) -> DataFrameWriter:
