@@ -204,8 +204,9 @@ def last_json_line(bench: str) -> dict[str, Any]:
         [sys.executable, str(Path(__file__).with_name(bench))],
         capture_output=True,
         text=True,
-        check=True,
     )
+    if done.returncode != 0:
+        raise RuntimeError(f"bench/{bench} failed: {done.stderr[-3000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 

@@ -51,7 +51,7 @@ from procbus.worker import build_worker
 
 CHANGES = int(os.environ.get("BENCH_CHANGES", "200000"))
 TXN_ROWS = 100
-BATCH = int(os.environ.get("BENCH_BATCH", "20000"))
+BATCH = int(os.environ.get("BENCH_BATCH", "10000"))  # the most a topic batches
 STEADY_RATE = float(os.environ.get("BENCH_STEADY_RATE", "50"))  # transactions per second
 STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "30"))
 STEADY_BATCH = 200

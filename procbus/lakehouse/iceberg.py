@@ -48,7 +48,7 @@ from pyiceberg.table.update import (
     TableUpdate,
     update_table_metadata,
 )
-from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.types import (
@@ -198,6 +198,8 @@ def new_table(
             **properties,
             TableProperties.FORMAT_VERSION: str(FORMAT_VERSION),
             TableProperties.DEFAULT_NAME_MAPPING: mapping,
+            # Appends merge small manifests, as Iceberg's Java writers do by default.
+            TableProperties.MANIFEST_MERGE_ENABLED: "true",
         },
     )
     provider = load_location_provider(metadata.location, metadata.properties)
@@ -314,9 +316,8 @@ def stage_commit(
     added = data_files(table, adds)
     with table.transaction() as transaction:
         if not removes:
-            with transaction.update_snapshot(
-                snapshot_properties=properties
-            ).fast_append() as append:
+            update = transaction.update_snapshot(snapshot_properties=properties)
+            with update.merge_append() as append:
                 for file in added:
                     append.append_data_file(file)
             return append.snapshot_id
@@ -328,17 +329,53 @@ def stage_commit(
                 f"replaces are no longer live (first: {gone[0]}); nothing committed"
             )
         _check_no_deletes_since(table, based_on, removes)
+        remaining = set(live) - set(removes)
         try:
-            update = transaction.update_snapshot(snapshot_properties=properties)
-            with update.overwrite() as overwrite:
+            rewrite = _Rewrite(
+                operation=Operation.OVERWRITE,
+                transaction=transaction,
+                io=table.io,
+                snapshot_properties=properties,
+            )
+            with rewrite:
                 for path in removes:
-                    overwrite.delete_data_file(live[path])
+                    rewrite.delete_data_file(live[path])
                 for file in added:
-                    overwrite.append_data_file(file)
-                staging.replacing.add(overwrite.snapshot_id)
+                    rewrite.append_data_file(file)
+                rewrite.dropped_deletes = _deletes_of_none_but(table, removes, remaining)
+                staging.replacing.add(rewrite.snapshot_id)
         except ValidationException as conflict:
             raise SnapshotConflict(f"{'.'.join(table.name())}: {conflict}") from None
-        return overwrite.snapshot_id
+        return rewrite.snapshot_id
+
+
+def _deletes_of_none_but(
+    table: Table, removes: Sequence[str], remaining: set[str]
+) -> list[IcebergDataFile]:
+    """The live delete files that name rows of `removes` and of no file in `remaining`: once
+    those files go, the deletes delete nothing, and the rewrite drops them too."""
+    import pyarrow.parquet as parquet
+
+    current = table.current_snapshot()
+    if current is None:
+        return []
+    dropped = []
+    for manifest in current.manifests(table.io):
+        if manifest.content != ManifestContent.DELETES:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            deletes = entry.data_file
+            if not any(_names_path(deletes, path) for path in removes):
+                continue
+            with table.io.new_input(deletes.file_path).open() as stream:
+                named = set(
+                    parquet.read_table(stream, columns=["file_path"])["file_path"]
+                    .unique()
+                    .to_pylist()
+                )
+            if not named & remaining:
+                dropped.append(deletes)
+    return dropped
 
 
 def _check_no_deletes_since(table: Table, based_on: int | None, removes: Sequence[str]) -> None:
@@ -561,9 +598,10 @@ class _DeleteManifestWriter(ManifestWriterV2):
         return {**super()._meta, "content": "deletes"}
 
 
-class _RowDelta(_FastAppendFiles):
-    """Iceberg's RowDelta, which pyiceberg lacks: a fast append of data files that also adds
-    position-delete files, in a manifest of their own."""
+class _RowDelta(_MergeAppendFiles):
+    """Iceberg's RowDelta, which pyiceberg lacks: an append of data files that also adds
+    position-delete files, in a manifest of their own (data manifests are merged as Iceberg
+    merges them, so a table's manifests stay few however many commits it takes)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -765,3 +803,59 @@ def stage_expiry(table: Table, snapshot_ids: Sequence[int]) -> list[int]:
     if present:
         table.maintenance.expire_snapshots().by_ids(present).commit()
     return present
+
+
+class _Rewrite(_OverwriteFiles):
+    """An overwrite that also drops the delete files `dropped_deletes` (those that named only
+    rows of the files it removes), rewriting their manifests with them marked deleted."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dropped_deletes: list[IcebergDataFile] = []
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        manifests = super()._existing_manifests()
+        dropped = {file.file_path for file in self.dropped_deletes}
+        if not dropped:
+            return manifests
+        kept = []
+        for manifest in manifests:
+            entries = (
+                manifest.fetch_manifest_entry(self._io, discard_deleted=True)
+                if manifest.content == ManifestContent.DELETES
+                else []
+            )
+            if not any(entry.data_file.file_path in dropped for entry in entries):
+                kept.append(manifest)
+                continue
+            with _DeleteManifestWriter(
+                spec=self.spec(manifest.partition_spec_id),
+                schema=self.schema(),
+                output_file=self.new_manifest_output(),
+                snapshot_id=self._snapshot_id,
+                avro_compression=self._compression,
+            ) as writer:
+                for entry in entries:
+                    gone = entry.data_file.file_path in dropped
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.DELETED
+                            if gone
+                            else ManifestEntryStatus.EXISTING,
+                            snapshot_id=self._snapshot_id if gone else entry.snapshot_id,
+                            sequence_number=entry.sequence_number,
+                            file_sequence_number=entry.file_sequence_number,
+                            data_file=entry.data_file,
+                        )
+                    )
+            kept.append(writer.to_manifest_file())
+        return kept
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        # The summary counts what `_deleted_data_files` holds, delete files by their content.
+        removed = self._deleted_data_files
+        self._deleted_data_files = {*removed, *self.dropped_deletes}
+        try:
+            return super()._summary(snapshot_properties)
+        finally:
+            self._deleted_data_files = removed

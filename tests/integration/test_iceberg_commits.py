@@ -311,3 +311,10 @@ async def test_a_rewrite_planned_before_rows_of_its_inputs_were_deleted_is_refus
             based_on=current.snapshot_id,
         )
     assert sorted(names_of(reader, "shop.orders")) == [0, 1, 2, 3, 5]
+    # The delete file named rows of the replaced files only: it went with them.
+    compacted = reader.load_table("shop.orders")
+    assert all(not task.delete_files for task in compacted.scan().plan_files())
+    summary = iceberg.summary_of(compacted.current_snapshot())  # type: ignore[arg-type]
+    assert summary["operation"] == "replace"
+    assert (summary["removed-delete-files"], summary["total-delete-files"]) == ("1", "0")
+    assert iceberg.referenced_files(compacted) == {iceberg.file_uri(folded)}
