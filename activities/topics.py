@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import asyncpg
 from temporalio import activity
@@ -30,7 +30,6 @@ from procbus.delivery.factory import client_for
 from procbus.delivery.models import DeliveryRequest, DeliveryResult
 from procbus.errors import AttemptFencedOut, InvalidRequest
 from procbus.pipeline import Pipelines, TableApplier
-from procbus.spark.backends import SparkBackend
 from procbus.topics.models import Topic
 from procbus.topics.queue import Topics
 from procbus.topics.refusals import TopicNotFound
@@ -55,16 +54,13 @@ class TopicActivities:
         self,
         pool: asyncpg.Pool,
         allowlist: list[str] | None = None,
-        spark: Callable[[], Awaitable[SparkBackend]] | None = None,
         kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
     ) -> None:
-        """`spark`: the backend that applies table:// topics' batches (None: this worker
-        cannot deliver them); `kafka_credentials`: the logins kafka:// endpoints may name."""
+        """`kafka_credentials`: the logins kafka:// endpoints may name."""
         self.topics = Topics(pool, allowlist)
         self.allowlist = allowlist or []
         self.kafka_credentials = kafka_credentials or {}
         self.pipelines = Pipelines(pool)
-        self.spark = spark
 
     @activity.defn(name="deliver_topic")
     async def deliver_topic(self, request: DeliveryRequest) -> DeliveryResult:
@@ -155,9 +151,7 @@ class TopicActivities:
 
     def _client(self, topic: Topic, endpoint: Endpoint, secrets: list[str]) -> EndpointClient:
         if endpoint.kind is EndpointKind.TABLE:
-            if self.spark is None:
-                raise InvalidRequest(f"this worker runs no Spark to apply {endpoint.url}")
-            return TableApplier(topic.name, endpoint, self.pipelines, self.spark)
+            return TableApplier(topic.name, endpoint, self.pipelines)
         return client_for(
             endpoint,
             secrets,

@@ -96,7 +96,7 @@ def activities_for(
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),
-        *TopicActivities(pool, endpoint_allowlist, spark.local_backend, kafka_credentials).all(),
+        *TopicActivities(pool, endpoint_allowlist, kafka_credentials).all(),
         *RetentionActivities(pool, warehouse_root).all(),
         *spark.all(),
     ]

@@ -37,7 +37,7 @@ class SnapshotOperation(StrEnum):
     APPLY = "apply"  # a batch of captured changes (procbus.pipeline)
 
 
-# The column of a batch's reduced changes (procbus.spark.changes) that marks a key deleted.
+# The column of a batch's planned changes (procbus.pipeline) that marks a key deleted.
 DELETED_COLUMN = "_procbus_deleted"
 
 

@@ -82,6 +82,8 @@ FORMAT_VERSION: Literal[2] = 2
 JOB_KEY_PROPERTY = "procbus.job-key"
 PROCEDURE_PROPERTY = "procbus.procedure"
 METADATA_FOLDER = "metadata"
+# Small data manifests are merged into one once a table has this many (Iceberg's default: 100).
+MANIFESTS_BEFORE_MERGE = 8
 # Partition fields take IDs from here on, as Iceberg numbers them.
 FIRST_PARTITION_FIELD_ID = 1000
 
@@ -198,8 +200,10 @@ def new_table(
             **properties,
             TableProperties.FORMAT_VERSION: str(FORMAT_VERSION),
             TableProperties.DEFAULT_NAME_MAPPING: mapping,
-            # Appends merge small manifests, as Iceberg's Java writers do by default.
+            # Appends merge small manifests, as Iceberg's Java writers do by default, and early:
+            # a pipeline commits often, and every reader's plan reads every manifest.
             TableProperties.MANIFEST_MERGE_ENABLED: "true",
+            TableProperties.MANIFEST_MIN_MERGE_COUNT: str(MANIFESTS_BEFORE_MERGE),
         },
     )
     provider = load_location_provider(metadata.location, metadata.properties)

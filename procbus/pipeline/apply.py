@@ -29,9 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,10 +48,9 @@ from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
+from procbus.pipeline.rows import SEQUENCE_COLUMN, reduce_changes, write_rows
 from procbus.pipeline.schema import ChangeMisfit, added_columns, explain_type_misfit
 from procbus.spark import staging
-from procbus.spark.backends import SparkBackend, run_watched
-from procbus.spark.changes import SEQUENCE_COLUMN, apply_changes
 from procbus.topics.models import Entry
 
 if TYPE_CHECKING:
@@ -108,14 +105,14 @@ def _timestamp(text: str) -> str | None:
 
 @dataclass
 class TableChanges:
-    """One lake table's part of a batch: its changes as the JSON lines the Spark job reads."""
+    """One lake table's part of a batch: its changes, each the table's columns (the row after;
+    nulls but the key for a delete), DELETED_COLUMN and SEQUENCE_COLUMN (its place in the batch,
+    which per key is commit order), values checked and normalized (timestamps in UTC)."""
 
     table: TableDescriptor
     keys: list[str]
     source: str  # the captured table, SCHEMA.TABLE
-    lines: list[str] = field(default_factory=list)
-    seen_keys: set[str] = field(default_factory=set)
-    repeats: bool = False  # a key changes more than once in the batch: the job reduces
+    changes: list[dict[str, Any]] = field(default_factory=list)
     # Added at the source since the capture began: the commit adds them to the lake table.
     added_columns: list[Column] = field(default_factory=list)
 
@@ -168,10 +165,9 @@ def plan_batch(
             raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
         row = change["row"] if change["op"] != "delete" else change["key"]
         optional = {column.name for column in part.added_columns}
-        part.lines.append(_line(part.table, wanted[name], optional, entry.id, change, row, place))
-        key = json.dumps(change["key"], sort_keys=True)
-        part.repeats = part.repeats or key in part.seen_keys
-        part.seen_keys.add(key)
+        part.changes.append(
+            _change(part.table, wanted[name], optional, entry.id, change, row, place)
+        )
     return planned
 
 
@@ -216,7 +212,7 @@ def _check_table(table: TableDescriptor, keys: list[str], change: dict[str, Any]
         )
 
 
-def _line(
+def _change(
     table: TableDescriptor,
     wanted: list[str],
     optional: set[str],
@@ -224,7 +220,7 @@ def _line(
     change: dict[str, Any],
     row: Any,
     place: int,
-) -> str:
+) -> dict[str, Any]:
     if not isinstance(row, dict):
         raise ChangeMisfit(f"change {entry_id} of {change['schema']}.{change['table']} has no row")
     if change["op"] != "delete" and (len(row) != len(wanted) or not all(n in row for n in wanted)):
@@ -253,7 +249,7 @@ def _line(
         line[column.name] = _timestamp(value) if column.type == "timestamp" and value else value
     line[DELETED_COLUMN] = change["op"] == "delete"
     line[SEQUENCE_COLUMN] = place
-    return json.dumps(line)
+    return line
 
 
 class Pipelines:
@@ -389,28 +385,21 @@ class TableApplier(EndpointClient):
         topic: str,
         endpoint: Endpoint,
         pipelines: Pipelines,
-        backend: Callable[[], Awaitable[SparkBackend]],
     ) -> None:
         self.topic = topic
         self.endpoint = endpoint
         self.pipelines = pipelines
-        self.backend = backend
         # This topic's apply attempts name their files so; one client per delivery run.
         self.token_prefix = f"apply-{hashlib.sha256(topic.encode()).hexdigest()[:12]}-"
         self.swept: set[str] = set()
 
     async def sweep_leftovers(self, table: TableDescriptor) -> int:
         """Remove what earlier apply attempts of this topic left in the table's folder (a
-        worker killed mid-apply): staging, and moved files the current snapshot does not list.
-        Run by the topic's one owner after its take-over, which fences every earlier attempt's
-        claims and commits out (its owner epoch, `batch_still_claimed`), so none of them can
-        still list what goes here."""
+        worker killed mid-apply): files under data/ the current snapshot does not list. Run by
+        the topic's one owner after its take-over, which fences every earlier attempt's claims
+        and commits out (its owner epoch, `batch_still_claimed`), so none of them can still
+        list what goes here."""
         folder = Path(table.location)
-        staged = folder / staging.STAGING_FOLDER
-        for leftover in staged.glob(f"{self.token_prefix}*") if staged.exists() else []:
-            # Never through a symlink out of the table's folder.
-            inside(folder, leftover.relative_to(folder).as_posix(), staging.STAGING_FOLDER)
-            await asyncio.to_thread(shutil.rmtree, leftover, True)
         data = folder / DATA_FOLDER
         moved = sorted(data.rglob(f"{self.token_prefix}*")) if data.exists() else []
         paths = [path.relative_to(folder).as_posix() for path in moved]
@@ -475,29 +464,12 @@ class TableApplier(EndpointClient):
         token = f"{self.token_prefix}{uuid.uuid4().hex}"
         written: list[Written] = []
         try:
-            await asyncio.to_thread(_write_inputs, parts, token)
-
-            def job(spark: Any) -> None:
-                for part in parts:
-                    folder = Path(part.table.location)
-                    apply_changes(
-                        spark,
-                        part.table,
-                        part.keys,
-                        _input_file(folder, token),
-                        staging.staging_folder(folder, token),
-                        _keys_folder(folder, token),
-                        reduce=part.repeats,
-                    )
-
-            await run_watched(await self.backend(), token, job, lambda progress: None)
             for part in parts:
                 folder = Path(part.table.location)
-                # A batch that only deletes adds no file (Spark writes an empty one).
-                staged = await asyncio.to_thread(staging.collect_output, folder, token)
-                files = [file for file in staged if file.records]
-                await asyncio.to_thread(staging.publish_files, folder, token, files)
-                keys = await asyncio.to_thread(_read_keys, _keys_folder(folder, token))
+                rows, keys = await asyncio.to_thread(
+                    reduce_changes, part.table, part.keys, part.changes
+                )
+                files = await asyncio.to_thread(write_rows, rows, folder, token)
                 written.append(Written(part, files, keys, f"{token}-"))
             committed = await self.pipelines.commit(
                 self.topic, batch_id, entries, written, claim_id
@@ -516,11 +488,6 @@ class TableApplier(EndpointClient):
                         staging.discard_attempt, Path(part.table.location), token
                     )
             raise
-        finally:
-            for part in parts:
-                folder = Path(part.table.location)
-                await asyncio.to_thread(shutil.rmtree, _input_file(folder, token).parent, True)
-                await asyncio.to_thread(staging.remove_staging, folder, token)
 
 
 @dataclass
@@ -532,27 +499,3 @@ class Written:
     files: list[DataFile]
     keys: pyarrow.Table
     file_prefix: str
-
-
-def _keys_folder(table_folder: Path, token: str) -> Path:
-    """Where the job writes the keys a batch changed in one table (beside its input)."""
-    return table_folder / staging.STAGING_FOLDER / f"{token}-input" / "keys"
-
-
-def _read_keys(folder: Path) -> pyarrow.Table:
-    # pyarrow loads only where table files are read: importing this module stays cheap.
-    import pyarrow.parquet as parquet
-
-    return parquet.read_table(folder)
-
-
-def _input_file(table_folder: Path, token: str) -> Path:
-    """Where a batch's changes of one table wait for the Spark job (beside its output)."""
-    return table_folder / staging.STAGING_FOLDER / f"{token}-input" / "changes.jsonl"
-
-
-def _write_inputs(parts: list[TableChanges], token: str) -> None:
-    for part in parts:
-        path = _input_file(Path(part.table.location), token)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(part.lines) + "\n")

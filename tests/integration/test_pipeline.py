@@ -35,7 +35,6 @@ from procbus.lakehouse.reader import read_snapshot
 from procbus.lakehouse.schemas import parse_columns
 from procbus.pipeline import Pipelines, PipelineStatus, TableApplier
 from procbus.pipeline import apply as apply_module
-from procbus.spark.backends import LocalBackend
 from procbus.topics import Entry, Topics, TopicSettings
 from procbus.worker import build_worker
 from procbus.workflows.data import CompactTable
@@ -523,9 +522,7 @@ async def test_a_schema_change_that_cannot_be_applied_stops_the_pipeline_saying_
     assert f"topic '{topic}' is full" in str(refused.value) and reason in str(refused.value)
 
 
-async def test_a_batch_applied_twice_commits_once(
-    bank: asyncpg.Pool, warehouse: Path, spark: Any
-) -> None:
+async def test_a_batch_applied_twice_commits_once(bank: asyncpg.Pool, warehouse: Path) -> None:
     topic = await pipeline(bank, "accounts")
     now = datetime.now(UTC)
     entries = tuple(
@@ -550,13 +547,9 @@ async def test_a_batch_applied_twice_commits_once(
         )
         for n in (1, 2, 3)
     )
-    backend = LocalBackend(spark)
-
-    async def local() -> LocalBackend:
-        return backend
 
     def applier() -> TableApplier:
-        return TableApplier(topic, parse_endpoint("table://bank"), Pipelines(bank), local)
+        return TableApplier(topic, parse_endpoint("table://bank"), Pipelines(bank))
 
     message = Message(
         id="b1", body="", timestamp=now, key=None, batch_id="batch-1", entries=entries
@@ -585,16 +578,11 @@ async def test_a_batch_applied_twice_commits_once(
 
 
 async def test_a_zombie_attempt_claims_nothing_after_a_take_over_and_no_file_goes_missing(
-    bank: asyncpg.Pool, warehouse: Path, spark: Any
+    bank: asyncpg.Pool, warehouse: Path
 ) -> None:
     topic = await pipeline(bank, "accounts", batch_size=2)
     await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10)")
     await bank.execute("INSERT INTO accounts VALUES (2, 'bob', 20)")
-    backend = LocalBackend(spark)
-
-    async def local() -> LocalBackend:
-        return backend
-
     paused, resume = asyncio.Event(), asyncio.Event()
 
     class PausedBeforeCommit(Pipelines):
@@ -609,13 +597,13 @@ async def test_a_zombie_attempt_claims_nothing_after_a_take_over_and_no_file_goe
     settings = await Topics(bank).get(topic)
     first = Topics(bank)  # the first delivery attempt, the topic's owner
     await first.take_over(topic)
-    first_applier = TableApplier(topic, endpoint, PausedBeforeCommit(bank), local)
+    first_applier = TableApplier(topic, endpoint, PausedBeforeCommit(bank))
     stalled = asyncio.create_task(deliver_round(first, settings, first_applier, round_seconds=60))
     await asyncio.wait_for(paused.wait(), 120)
     # Its heartbeat timed out: a second attempt takes over, sweeps, and applies what it held.
     second = Topics(bank)
     assert await second.take_over(topic)
-    second_applier = TableApplier(topic, endpoint, Pipelines(bank), local)
+    second_applier = TableApplier(topic, endpoint, Pipelines(bank))
     taken = await deliver_round(second, settings, second_applier, round_seconds=60)
     assert taken.delivered == 2
     await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30)")
@@ -819,9 +807,11 @@ async def test_a_worker_killed_mid_apply_loses_nothing_and_leaves_nothing(
     folder = warehouse / "bank" / "accounts"
     with worker_process(env) as doomed:
         await ensure_delivery(client, topic, task_queue)
-        async with asyncio.timeout(120):  # until it is inside an apply: its staging exists
-            while not list((folder / "_staging").glob("apply-*")):
-                await asyncio.sleep(0.02)
+        # Until it is inside an apply: its first batch's rows are written, and its commit (tens
+        # of milliseconds) has most likely not happened yet.
+        async with asyncio.timeout(120):
+            while not list((folder / "data").glob("apply-*")):
+                await asyncio.sleep(0.01)
         os.kill(doomed.pid, signal.SIGKILL)
     async with delivering(client, bank, task_queue, warehouse, topic):
         await applied(bank, topic, timeout=180)

@@ -1,9 +1,8 @@
 """The change pipeline's checks of a batch against its lake tables (pure): what fits, what does
-not, and the lines the Spark job reads."""
+not, the changes planned, and their reduction to the rows to add and the keys to delete."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,8 +16,8 @@ from procbus.lakehouse.data import DELETED_COLUMN
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.schemas import Column, parse_columns
 from procbus.pipeline.apply import ChangeMisfit, plan_batch, value_fits
+from procbus.pipeline.rows import SEQUENCE_COLUMN, reduce_changes
 from procbus.pipeline.schema import lake_type
-from procbus.spark.changes import SEQUENCE_COLUMN
 from procbus.topics import Entry
 
 ACCOUNTS = TableDescriptor(
@@ -57,7 +56,7 @@ def test_a_batch_becomes_lines_in_batch_order_with_the_deleted_flag() -> None:
         change(9, "update", 1, {"id": 1, "owner": "ada", "balance": 6}),
         change(12, "delete", 1, None),
     )
-    lines = [json.loads(line) for line in planned["accounts"].lines]
+    lines = planned["accounts"].changes
     assert [line[SEQUENCE_COLUMN] for line in lines] == [0, 1, 2]
     assert [line[DELETED_COLUMN] for line in lines] == [False, False, True]
     assert lines[2] == {
@@ -68,14 +67,26 @@ def test_a_batch_becomes_lines_in_batch_order_with_the_deleted_flag() -> None:
         SEQUENCE_COLUMN: 2,
     }
     assert planned["accounts"].keys == ["id"]
-    assert planned["accounts"].repeats  # key 1 changed three times: the Spark job reduces
+    # Key 1 changed three times and was deleted last: no row to add, its live row goes.
+    rows, keys = reduce_changes(ACCOUNTS, ["id"], lines)
+    assert (rows.num_rows, keys.to_pylist()) == (0, [{"id": 1}])
 
 
-def test_a_batch_of_distinct_keys_needs_no_reduction() -> None:
+def test_each_key_keeps_its_newest_image_in_commit_order() -> None:
     planned = plan(
-        *(change(n, "insert", n, {"id": n, "owner": "o", "balance": n}) for n in range(5))
+        change(1, "insert", 1, {"id": 1, "owner": "ada", "balance": 5}),
+        change(2, "insert", 2, {"id": 2, "owner": "bob", "balance": 7}),
+        change(3, "update", 1, {"id": 1, "owner": "ada", "balance": 6}),
+        change(4, "delete", 2, None),
+        change(5, "insert", 2, {"id": 2, "owner": "bea", "balance": 9}),
     )
-    assert not planned["accounts"].repeats and len(planned["accounts"].lines) == 5
+    rows, keys = reduce_changes(ACCOUNTS, ["id"], planned["accounts"].changes)
+    assert sorted(rows.to_pylist(), key=lambda row: row["id"]) == [
+        {"id": 1, "owner": "ada", "balance": 6},
+        {"id": 2, "owner": "bea", "balance": 9},
+    ]
+    assert sorted(keys.column("id").to_pylist()) == [1, 2]
+    assert rows.schema.field("balance").type == keys.schema.field("id").type  # int64 both
 
 
 @pytest.mark.parametrize(
@@ -143,7 +154,7 @@ def test_rows_from_before_a_column_was_added_read_null_for_it() -> None:
     part = planned["accounts"]
     assert part.columns == ["id", "owner", "balance", "note"]
     assert [column.name for column in part.added_columns] == ["note"]
-    assert [json.loads(line)["note"] for line in part.lines] == [None, "hi"]
+    assert [line["note"] for line in part.changes] == [None, "hi"]
 
 
 @pytest.mark.parametrize(
