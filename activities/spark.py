@@ -418,8 +418,10 @@ class SparkActivities:
     @activity.defn(name="delete_replaced_files")
     async def delete_replaced_files(self, step: CommitStep) -> int:
         """After a compaction's commit: its input files are no longer in the current snapshot,
-        so they are deleted (roll-forward: retried until done). A file the current snapshot
-        still lists (a forged step's) is never deleted."""
+        but the snapshots before it still list them (time travel reads them), so they stay until
+        those snapshots expire (Retention deletes them then). What this deletes is only what no
+        snapshot the table keeps lists (a table dropped meanwhile; never a forged step's live
+        file); roll-forward: retried until done."""
         folder = self._folder(step.table)  # refused before anything is looked up or removed
         paths = [file.path for file in step.removes]
         live = await self.catalog.live_among(step.table.namespace, step.table.name, paths)

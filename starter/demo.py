@@ -941,7 +941,8 @@ class Demo:
             raise ProcbusError("demo: the compaction changed the table's rows")
         self.say(
             f"   read snapshot {after.snapshot_id}: the same {rows_after.num_rows} rows, now in "
-            f"{len(after.files)} files ({compacted.files_removed} replaced files deleted)"
+            f"{len(after.files)} files (the {compacted.files_removed} replaced files stay for "
+            "time travel until their snapshots expire)"
         )
         snapshots = [
             f"{snapshot.snapshot_id} {snapshot.operation}"

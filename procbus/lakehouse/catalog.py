@@ -516,15 +516,16 @@ class Catalog:
         return await asyncio.to_thread(listed)
 
     async def live_among(self, namespace: str, table: str, paths: list[str]) -> set[str]:
-        """Those of these files (paths in the table's folder) that the table's current snapshot
+        """Those of these files (paths in the table's folder) that a snapshot the table keeps
         lists, data or delete files (a commit whose answer was lost may have listed them)."""
         if not paths:
             return set()
         return await self.listed_files(namespace, table) & set(paths)
 
     async def listed_files(self, namespace: str, table: str) -> set[str]:
-        """Every file (data and delete files, as paths in the table's folder) that the table's
-        current snapshot lists; none when the table is gone."""
+        """Every file (data and delete files, as paths in the table's folder) that a snapshot
+        the table keeps lists (the current one, and older ones until they expire: time travel
+        reads them); none when the table is gone."""
         found = await self.get_table(namespace, table)
         if found is None or not found.metadata_location:
             return set()
@@ -534,7 +535,7 @@ class Catalog:
                 iceberg.StagingCatalog(), namespace, table, found.metadata_location
             )
             folder = Path(found.location)
-            return {iceberg.path_in(folder, uri) for uri in iceberg.referenced_files(loaded)}
+            return {iceberg.path_in(folder, uri) for uri in iceberg.kept_files(loaded)}
 
         return await asyncio.to_thread(referenced)
 

@@ -757,6 +757,21 @@ def referenced_files(table: Table, snapshot: Snapshot | None = None) -> set[str]
     }
 
 
+def kept_files(table: Table) -> set[str]:
+    """Every data and delete file that some snapshot the table keeps lists: time travel reads
+    them, so they stay until their snapshots expire."""
+    manifests = {
+        manifest.manifest_path: manifest
+        for snapshot in table.snapshots()
+        for manifest in snapshot.manifests(table.io)
+    }
+    return {
+        entry.data_file.file_path
+        for manifest in manifests.values()
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+
+
 # ---- retention: snapshot expiry ----
 
 

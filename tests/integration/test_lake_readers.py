@@ -1,7 +1,9 @@
-"""procbus's lake tables read by engines no one here wrote: pyiceberg alone (its own SqlCatalog
-on the database, no procbus code), after loads, a compaction, and a change pipeline applying
-inserts, updates and deletes across two tables in the same source transactions. It must see
-exactly the source's rows, the same rows procbus's own reader sees."""
+"""procbus's lake tables read by engines no one here wrote, after loads, a compaction, and a
+change pipeline applying inserts, updates and deletes across two tables in the same source
+transactions: pyiceberg alone (its own SqlCatalog on the database, no procbus code), and Spark
+3.5 with Iceberg's own runtime through Iceberg's JdbcCatalog (procbus.testing.iceberg_spark,
+its environment built by `make iceberg-spark`). Each must see exactly the source's rows, the
+same rows procbus's own reader sees."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from procbus.lakehouse import iceberg
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput, LoadTableInput
 from procbus.lakehouse.reader import read_snapshot
+from procbus.testing.iceberg_spark import SparkRead, read_all_with_spark_iceberg
 from procbus.workflows.data import CompactTable, LoadTable
 from tests.integration.test_pipeline import applied, bank, delivering, pipeline, source
 from tests.integration.test_table_data import make_table
@@ -106,6 +109,30 @@ async def test_pyiceberg_alone_reads_loads_a_compaction_and_a_pipeline_across_tw
         assert by_pyiceberg == await source(bank, name), name
         by_procbus = read_snapshot(await Catalog(bank).table_files("bank", name))
         assert by_pyiceberg == by_procbus, name
+    # Spark with Iceberg's runtime, through JdbcCatalog: the same rows (its position deletes
+    # applied by Iceberg's own reader), and time travel to the first load.
+    first_load = min(
+        (s for s in (await Catalog(bank).list_snapshots("sales", "orders"))),
+        key=lambda s: s.committed_at or 0,
+    )
+    by_spark = await asyncio.to_thread(
+        read_all_with_spark_iceberg,
+        database_url,
+        warehouse,
+        [
+            SparkRead("sales.orders"),
+            SparkRead("bank.accounts"),
+            SparkRead("bank.savings"),
+            SparkRead("sales.orders", first_load.snapshot_id),
+        ],
+    )
+    spark_orders, spark_accounts, spark_savings, spark_first = (
+        sorted(rows, key=lambda row: row["id"]) for rows in by_spark
+    )
+    assert spark_orders == orders
+    assert spark_accounts == await source(bank, "accounts")
+    assert spark_savings == await source(bank, "savings")
+    assert [row["id"] for row in spark_first] == list(range(20))
     # Each batch is one snapshot per table it touched, with the batch as its job key.
     accounts = await asyncio.to_thread(reader.load_table, "bank.accounts")
     summaries = [iceberg.summary_of(s) for s in accounts.snapshots()]
