@@ -478,11 +478,15 @@ class Catalog:
 
     async def _snapshot_files(self, table: TableDescriptor, snapshot_id: int | None) -> TableFiles:
         def plan() -> TableFiles:
+            folder = Path(table.location)
             loaded = iceberg.load_table(
-                iceberg.StagingCatalog(), table.namespace, table.name, table.metadata_location
+                iceberg.StagingCatalog(),
+                table.namespace,
+                table.name,
+                table.metadata_location,
+                folder,
             )
             snapshot = iceberg.chosen_snapshot(loaded, snapshot_id)
-            folder = Path(table.location)
             return TableFiles(
                 table=table,
                 snapshot_id=None if snapshot is None else snapshot.snapshot_id,
@@ -509,7 +513,11 @@ class Catalog:
 
         def listed() -> list[Snapshot]:
             loaded = iceberg.load_table(
-                iceberg.StagingCatalog(), namespace, name, table.metadata_location
+                iceberg.StagingCatalog(),
+                namespace,
+                name,
+                table.metadata_location,
+                Path(table.location),
             )
             return [_snapshot(found) for found in iceberg.snapshots_newest_first(loaded)]
 
@@ -531,10 +539,10 @@ class Catalog:
             return set()
 
         def referenced() -> set[str]:
-            loaded = iceberg.load_table(
-                iceberg.StagingCatalog(), namespace, table, found.metadata_location
-            )
             folder = Path(found.location)
+            loaded = iceberg.load_table(
+                iceberg.StagingCatalog(), namespace, table, found.metadata_location, folder
+            )
             return {iceberg.path_in(folder, uri) for uri in iceberg.kept_files(loaded)}
 
         return await asyncio.to_thread(referenced)
@@ -590,6 +598,7 @@ class Catalog:
             connection,
             table.namespace,
             table.name,
+            folder,
             [iceberg.uri_in(folder, file.path) for file in adds],
             [iceberg.uri_in(folder, file.path) for file in removes],
             _snapshot_properties(operation, job_key, procedure_id),
@@ -616,6 +625,7 @@ class Catalog:
             connection,
             table.namespace,
             table.name,
+            folder,
             [iceberg.uri_in(folder, file.path) for file in adds],
             changed_keys,
             _snapshot_properties(SnapshotOperation.APPLY, job_key, procedure_id),

@@ -114,13 +114,20 @@ class IcebergCatalog:
         connection: Executor,
         namespace: str,
         name: str,
+        folder: Path,
         staging: iceberg.StagingCatalog | None = None,
         lock: bool = False,
     ) -> Table:
-        """The table as its row points at now, bound to `staging` (its commits go there)."""
+        """The table in `folder` as its row points at now, bound to `staging` (its commits go
+        there)."""
         location = await self.metadata_location(connection, namespace, name, lock)
         return await asyncio.to_thread(
-            iceberg.load_table, staging or iceberg.StagingCatalog(), namespace, name, location
+            iceberg.load_table,
+            staging or iceberg.StagingCatalog(),
+            namespace,
+            name,
+            location,
+            folder,
         )
 
     async def publish(
@@ -150,6 +157,7 @@ class IcebergCatalog:
         connection: asyncpg.Connection,
         namespace: str,
         name: str,
+        folder: Path,
         adds: Sequence[str],
         removes: Sequence[str],
         properties: dict[str, str],
@@ -160,7 +168,7 @@ class IcebergCatalog:
         SnapshotConflict when a file to remove is no longer live, or when rows of one were
         deleted after snapshot `based_on` (the one a rewrite read)."""
         staging = iceberg.StagingCatalog()
-        table = await self.load(connection, namespace, name, staging, lock=True)
+        table = await self.load(connection, namespace, name, folder, staging, lock=True)
         snapshot_id = await asyncio.to_thread(
             iceberg.stage_commit, table, list(adds), list(removes), properties, based_on
         )
@@ -172,6 +180,7 @@ class IcebergCatalog:
         connection: asyncpg.Connection,
         namespace: str,
         name: str,
+        folder: Path,
         adds: Sequence[str],
         changed_keys: pyarrow.Table,
         properties: dict[str, str],
@@ -182,7 +191,7 @@ class IcebergCatalog:
         changes (procbus.lakehouse.iceberg.stage_row_delta): the live rows of `changed_keys`
         deleted by position, the new rows `adds` added, `added_columns` added; its ID."""
         staging = iceberg.StagingCatalog()
-        table = await self.load(connection, namespace, name, staging, lock=True)
+        table = await self.load(connection, namespace, name, folder, staging, lock=True)
         snapshot_id = await asyncio.to_thread(
             iceberg.stage_row_delta,
             table,

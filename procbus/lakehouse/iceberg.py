@@ -273,10 +273,23 @@ class StagingCatalog(NoopCatalog):
         return update
 
 
-def load_table(catalog: StagingCatalog, namespace: str, name: str, metadata_location: str) -> Table:
-    """The table as its metadata file at `metadata_location` (read from its catalog row) has it."""
+def load_table(
+    catalog: StagingCatalog, namespace: str, name: str, metadata_location: str, folder: Path
+) -> Table:
+    """The table as its metadata file at `metadata_location` (read from its catalog row) has it.
+    The row is input anyone who writes the database can forge: metadata outside the table's own
+    `folder`, or naming another folder as the table's, is refused before procbus reads a data
+    file by it or writes a file where it says."""
+    base = folder.resolve()
+    where = f"table {namespace}.{name}'s Iceberg catalog row points at {metadata_location}"
+    if not local_path(metadata_location).resolve().is_relative_to(base / METADATA_FOLDER):
+        raise InvalidRequest(f"{where}, outside its folder {base}: refused, nothing read")
     io = load_file_io(catalog.properties, metadata_location)
     metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+    if local_path(metadata.location).resolve() != base:
+        raise InvalidRequest(
+            f"{where}, whose table lives in {metadata.location}, not {base}: refused, nothing read"
+        )
     return Table(
         identifier=(namespace, name),
         metadata=metadata,

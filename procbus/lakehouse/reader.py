@@ -6,6 +6,7 @@ applied), so it sees exactly one snapshot, never a staged or half-committed one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from procbus.lakehouse import iceberg
@@ -86,7 +87,11 @@ def _read(snapshot: TableFiles, limit: int | None) -> tuple[pyarrow.Table, int]:
     if snapshot.snapshot_id is None:
         return schema.empty_table(), 0
     loaded = iceberg.load_table(
-        iceberg.StagingCatalog(), table.namespace, table.name, snapshot.metadata_location
+        iceberg.StagingCatalog(),
+        table.namespace,
+        table.name,
+        snapshot.metadata_location,
+        Path(table.location),
     )
     chosen = iceberg.chosen_snapshot(loaded, snapshot.snapshot_id)
     rows = iceberg.read_rows(loaded, chosen, None)

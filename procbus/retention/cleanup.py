@@ -167,7 +167,7 @@ class Cleanup:
         never a file nobody lists)."""
         tables = IcebergCatalog()
         older_than = datetime.now(UTC) - timedelta(seconds=request.snapshot_seconds)
-        table = await tables.load(self.pool, namespace, name)
+        table = await tables.load(self.pool, namespace, name, folder)
         plan = await asyncio.to_thread(iceberg.plan_expiry, table, older_than)
         if not plan.expired:
             return 0, 0
@@ -176,7 +176,7 @@ class Cleanup:
         async with self.pool.acquire() as connection, connection.transaction():
             await check_fence(connection, fence)
             staging = iceberg.StagingCatalog()
-            table = await tables.load(connection, namespace, name, staging, lock=True)
+            table = await tables.load(connection, namespace, name, folder, staging, lock=True)
             expired = await asyncio.to_thread(iceberg.stage_expiry, table, plan.expired)
             await tables.publish(connection, staging)
         self.progress(len(expired) + files)

@@ -77,12 +77,19 @@ async def test_two_tables_commit_in_one_transaction_or_not_at_all(
     payments = write_rows(warehouse / "shop" / "payments" / "data", "a", range(10, 12))
     async with pool.acquire() as connection, connection.transaction():
         first = await catalog.commit_files(
-            connection, "shop", "orders", [orders], [], iceberg.snapshot_properties("job-1", "p")
+            connection,
+            "shop",
+            "orders",
+            warehouse / "shop" / "orders",
+            [orders],
+            [],
+            iceberg.snapshot_properties("job-1", "p"),
         )
         await catalog.commit_files(
             connection,
             "shop",
             "payments",
+            warehouse / "shop" / "payments",
             [payments],
             [],
             iceberg.snapshot_properties("job-1", "p"),
@@ -99,8 +106,18 @@ async def test_two_tables_commit_in_one_transaction_or_not_at_all(
     more_payments = write_rows(warehouse / "shop" / "payments" / "data", "b", range(12, 14))
     with pytest.raises(RuntimeError, match="cut"):
         async with pool.acquire() as connection, connection.transaction():
-            await catalog.commit_files(connection, "shop", "orders", [more_orders], [], {})
-            await catalog.commit_files(connection, "shop", "payments", [more_payments], [], {})
+            await catalog.commit_files(
+                connection, "shop", "orders", warehouse / "shop" / "orders", [more_orders], [], {}
+            )
+            await catalog.commit_files(
+                connection,
+                "shop",
+                "payments",
+                warehouse / "shop" / "payments",
+                [more_payments],
+                [],
+                {},
+            )
             raise RuntimeError("cut before the commit")
     assert [row["id"] for row in rows_of(reader, "shop.orders")] == [0, 1, 2]
     assert [row["id"] for row in rows_of(reader, "shop.payments")] == [10, 11]
@@ -113,14 +130,20 @@ async def test_a_rewrite_whose_inputs_were_replaced_is_refused(
     data = warehouse / "shop" / "orders" / "data"
     small = [write_rows(data, f"small-{n}", range(n * 2, n * 2 + 2)) for n in range(3)]
     async with pool.acquire() as connection, connection.transaction():
-        loaded = await catalog.commit_files(connection, "shop", "orders", small, [], {})
+        loaded = await catalog.commit_files(
+            connection, "shop", "orders", warehouse / "shop" / "orders", small, [], {}
+        )
     merged = write_rows(data, "merged", range(0, 6))
     async with pool.acquire() as connection, connection.transaction():
-        await catalog.commit_files(connection, "shop", "orders", [merged], small, {})
+        await catalog.commit_files(
+            connection, "shop", "orders", warehouse / "shop" / "orders", [merged], small, {}
+        )
     again = write_rows(data, "merged-again", range(0, 6))
     with pytest.raises(SnapshotConflict, match="no longer live"):
         async with pool.acquire() as connection, connection.transaction():
-            await catalog.commit_files(connection, "shop", "orders", [again], small, {})
+            await catalog.commit_files(
+                connection, "shop", "orders", warehouse / "shop" / "orders", [again], small, {}
+            )
 
     reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
     table = reader.load_table("shop.orders")
@@ -159,7 +182,13 @@ async def test_an_engine_committing_beside_procbus_lands_after_it(
 
     async with pool.acquire() as connection, connection.transaction():
         await catalog.commit_files(
-            connection, "shop", "orders", [write_rows(data, "ours", range(3))], [], {}
+            connection,
+            "shop",
+            "orders",
+            warehouse / "shop" / "orders",
+            [write_rows(data, "ours", range(3))],
+            [],
+            {},
         )
         # Loaded before procbus's commit lands: the engine's compare-and-set must lose, wait
         # behind the locked row, and land on the new snapshot after retrying.
@@ -223,10 +252,22 @@ async def test_a_batch_of_updates_and_deletes_lands_in_two_tables_at_once(
     orders, payments = (warehouse / "shop" / name / "data" for name in ("orders", "payments"))
     async with pool.acquire() as connection, connection.transaction():
         await catalog.commit_files(
-            connection, "shop", "orders", [write_rows(orders, "load", range(10))], [], {}
+            connection,
+            "shop",
+            "orders",
+            warehouse / "shop" / "orders",
+            [write_rows(orders, "load", range(10))],
+            [],
+            {},
         )
         await catalog.commit_files(
-            connection, "shop", "payments", [write_rows(payments, "load", range(10, 15))], [], {}
+            connection,
+            "shop",
+            "payments",
+            warehouse / "shop" / "payments",
+            [write_rows(payments, "load", range(10, 15))],
+            [],
+            {},
         )
     # One source transaction: in orders 1 updated, 2 deleted, 20 inserted; in payments 10
     # deleted, 11 updated.
@@ -235,6 +276,7 @@ async def test_a_batch_of_updates_and_deletes_lands_in_two_tables_at_once(
             connection,
             "shop",
             "orders",
+            warehouse / "shop" / "orders",
             [write_images(orders, "batch-1", {1: "changed", 20: "new"})],
             keys_of([1, 2, 20]),
             iceberg.snapshot_properties("batch-1", "pipeline:bank"),
@@ -243,6 +285,7 @@ async def test_a_batch_of_updates_and_deletes_lands_in_two_tables_at_once(
             connection,
             "shop",
             "payments",
+            warehouse / "shop" / "payments",
             [write_images(payments, "batch-1", {11: "changed"})],
             keys_of([10, 11]),
             iceberg.snapshot_properties("batch-1", "pipeline:bank"),
@@ -262,6 +305,7 @@ async def test_a_batch_of_updates_and_deletes_lands_in_two_tables_at_once(
             connection,
             "shop",
             "orders",
+            warehouse / "shop" / "orders",
             [write_images(orders, "batch-2", {1: "again"}, note=True)],
             keys_of([1, 20]),
             {},
@@ -281,14 +325,25 @@ async def test_a_rewrite_planned_before_rows_of_its_inputs_were_deleted_is_refus
     data = warehouse / "shop" / "orders" / "data"
     small = [write_rows(data, f"small-{n}", range(n * 3, n * 3 + 3)) for n in range(2)]
     async with pool.acquire() as connection, connection.transaction():
-        planned = await catalog.commit_files(connection, "shop", "orders", small, [], {})
+        planned = await catalog.commit_files(
+            connection, "shop", "orders", warehouse / "shop" / "orders", small, [], {}
+        )
     merged = write_rows(data, "merged", range(6))  # what a compaction read at `planned`
     async with pool.acquire() as connection, connection.transaction():
-        await catalog.apply_rows(connection, "shop", "orders", [], keys_of([4]), {})
+        await catalog.apply_rows(
+            connection, "shop", "orders", warehouse / "shop" / "orders", [], keys_of([4]), {}
+        )
     with pytest.raises(SnapshotConflict, match="would bring them back"):
         async with pool.acquire() as connection, connection.transaction():
             await catalog.commit_files(
-                connection, "shop", "orders", [merged], small, {}, based_on=planned
+                connection,
+                "shop",
+                "orders",
+                warehouse / "shop" / "orders",
+                [merged],
+                small,
+                {},
+                based_on=planned,
             )
     reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
     assert sorted(names_of(reader, "shop.orders")) == [0, 1, 2, 3, 5]
@@ -305,6 +360,7 @@ async def test_a_rewrite_planned_before_rows_of_its_inputs_were_deleted_is_refus
             connection,
             "shop",
             "orders",
+            warehouse / "shop" / "orders",
             [iceberg.file_uri(folded)],
             small,
             {},
@@ -318,3 +374,48 @@ async def test_a_rewrite_planned_before_rows_of_its_inputs_were_deleted_is_refus
     assert summary["operation"] == "replace"
     assert (summary["removed-delete-files"], summary["total-delete-files"]) == ("1", "0")
     assert iceberg.referenced_files(compacted) == {iceberg.file_uri(folded)}
+
+
+async def test_a_forged_catalog_row_is_refused_before_anything_is_read_or_written(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    """The Iceberg catalog's rows are procbus's tables, and anyone who writes the database can
+    write them: a row pointing at another table's metadata, or at metadata that names another
+    folder as the table's, must not lead procbus to read or write files there."""
+    catalog = await make_tables(pool, warehouse, "orders", "payments")
+    orders, payments = (warehouse / "shop" / name for name in ("orders", "payments"))
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.commit_files(
+            connection,
+            "shop",
+            "payments",
+            payments,
+            [write_rows(payments / "data", "a", range(3))],
+            [],
+            {},
+        )
+    theirs = await pool.fetchval(
+        'SELECT "metadata_location" FROM "iceberg_tables" WHERE "table_name" = \'payments\''
+    )
+    # A copy of payments' metadata inside orders' own metadata folder: it names payments' folder.
+    copied = orders / "metadata" / "99999-forged.metadata.json"
+    copied.write_bytes(iceberg.local_path(theirs).read_bytes())
+    before = sorted(p.name for p in (payments / "metadata").iterdir())
+    for forged, says in ((theirs, "outside its folder"), (iceberg.file_uri(copied), "lives in")):
+        await pool.execute(
+            'UPDATE "iceberg_tables" SET "metadata_location" = $1 WHERE "table_name" = \'orders\'',
+            forged,
+        )
+        with pytest.raises(InvalidRequest, match=says):
+            async with pool.acquire() as connection, connection.transaction():
+                await catalog.commit_files(
+                    connection,
+                    "shop",
+                    "orders",
+                    orders,
+                    [write_rows(orders / "data", "x", range(2))],
+                    [],
+                    {},
+                )
+    # Nothing was written where the forged rows pointed.
+    assert sorted(p.name for p in (payments / "metadata").iterdir()) == before

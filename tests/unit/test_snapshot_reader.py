@@ -27,7 +27,9 @@ def write_file(folder: Path, relative: str, columns: dict[str, list[object]]) ->
 def committed(table: TableDescriptor, metadata: str, commit: object) -> tuple[str, int]:
     """Run one staged commit on the table at `metadata`; the new metadata and snapshot."""
     staging = iceberg.StagingCatalog()
-    loaded = iceberg.load_table(staging, table.namespace, table.name, metadata)
+    loaded = iceberg.load_table(
+        staging, table.namespace, table.name, metadata, Path(table.location)
+    )
     snapshot_id = commit(loaded)  # type: ignore[operator]
     return staging.pending[-1].new_location, snapshot_id
 
