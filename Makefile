@@ -74,7 +74,7 @@ check-nftables:
 	@command -v nft >/dev/null 2>&1 || { $(call apt_install,nftables,the cluster tests,the cluster tests cut links between hosts with it (as root).); }
 
 # Spark 3.5 with Iceberg's own runtime, in a venv of its own (procbus's has Spark 4, for which no
-# Iceberg runtime is at hand): tests/integration/test_iceberg_engines.py reads Iceberg tables with
+# Iceberg runtime is at hand): tests/integration/test_lake_readers.py reads Iceberg tables with
 # it, an engine procbus did not write. Debian's PostgreSQL JDBC driver and jarjar (which rebuilds
 # the shaded Jackson that Iceberg's runtime jar lacks) come from apt. The script keeps a stamp
 # (its own hash) and returns at once when the venv is whole (0.01 s); a fresh build takes 10 s

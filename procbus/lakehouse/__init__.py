@@ -1,13 +1,14 @@
-"""A small lakehouse control plane: namespaces hold tables, tables hold Parquet files.
+"""A small lakehouse control plane: namespaces hold tables, tables are Apache Iceberg tables.
 
 schemas: columns and types, checked (pure; the names are procbus.core.names); models: catalog
-objects and the table procedures' inputs (pure); catalog: the catalog in PostgreSQL; warehouse:
-table folders on disk; cache: a worker's table-descriptor and ACL caches; data: snapshots and data
-files; reader: one snapshot read whole.
+objects and the table procedures' inputs (pure); catalog: the catalog in PostgreSQL (import it
+from procbus.lakehouse.catalog: it loads pyiceberg); iceberg and commits: Iceberg metadata and
+procbus's compare-and-set on the Iceberg catalog's rows; warehouse: table folders on disk;
+cache: a worker's table-descriptor and ACL caches; data: snapshots and data files; reader: one
+snapshot read whole.
 """
 
 from procbus.lakehouse.cache import DescriptorCache
-from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
     CreateNamespaceInput,
     CreateTableInput,
@@ -21,7 +22,6 @@ from procbus.lakehouse.models import (
 from procbus.lakehouse.schemas import Column, parse_columns, validate_partitioning
 
 __all__ = [
-    "Catalog",
     "Column",
     "CreateNamespaceInput",
     "CreateTableInput",

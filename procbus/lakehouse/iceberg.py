@@ -70,6 +70,12 @@ from pyiceberg.types import (
 from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse.schemas import Column
 
+# Data-file paths and URIs (kept free of pyiceberg there), used through this module too.
+from procbus.lakehouse.warehouse import file_uri as file_uri
+from procbus.lakehouse.warehouse import local_path as local_path
+from procbus.lakehouse.warehouse import path_in as path_in
+from procbus.lakehouse.warehouse import uri_in as uri_in
+
 if TYPE_CHECKING:
     import pyarrow
     from pyiceberg.manifest import DataFile as IcebergDataFile
@@ -148,35 +154,6 @@ def partition_spec(schema: Schema, partition_by: Sequence[str]) -> PartitionSpec
     except ValidationError as misfit:
         raise InvalidRequest(f"the partitioning does not apply: {misfit}") from None
     return spec
-
-
-def file_uri(path: str | Path) -> str:
-    """One spelling of a local path, `file:///abs/path`: Iceberg compares paths as strings."""
-    text = str(path)
-    if text.startswith("file:"):
-        text = text.removeprefix("file:").lstrip("/")
-        return f"file:///{text}"
-    # Not Path.as_uri(): it escapes '=' of Hive folders, and Iceberg's readers never unescape.
-    return f"file://{Path(text).absolute()}"
-
-
-def local_path(uri: str) -> Path:
-    """The local path of a `file:` URI (Spark writes `file:/p`, pyiceberg `file:///p`)."""
-    return (
-        Path("/" + uri.removeprefix("file:").lstrip("/")) if uri.startswith("file:") else Path(uri)
-    )
-
-
-def uri_in(folder: Path, path: str) -> str:
-    """A data file's URI from its path as procbus names it (relative to its table's folder, or
-    a URI already when another engine wrote it elsewhere)."""
-    return path if path.startswith("file:") else file_uri(folder / path)
-
-
-def path_in(folder: Path, uri: str) -> str:
-    """A data file's path as procbus names it: relative to the table's folder when inside."""
-    path = local_path(uri)
-    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
 
 
 def new_table(

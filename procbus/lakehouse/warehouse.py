@@ -15,7 +15,6 @@ from pathlib import Path
 
 from procbus.core.names import validate_name
 from procbus.errors import InvalidRequest
-from procbus.lakehouse.iceberg import local_path
 from procbus.lakehouse.models import TableDescriptor
 
 MARKER = "_procbus_table.json"
@@ -24,6 +23,35 @@ DATA_FOLDER = "data"
 
 class OutsideTableFolder(InvalidRequest):
     """A removal aimed outside the table's own folder under the warehouse: nothing removed."""
+
+
+def file_uri(path: str | Path) -> str:
+    """One spelling of a local path, `file:///abs/path`: Iceberg compares paths as strings."""
+    text = str(path)
+    if text.startswith("file:"):
+        text = text.removeprefix("file:").lstrip("/")
+        return f"file:///{text}"
+    # Not Path.as_uri(): it escapes '=' of Hive folders, and Iceberg's readers never unescape.
+    return f"file://{Path(text).absolute()}"
+
+
+def local_path(uri: str) -> Path:
+    """The local path of a `file:` URI (Spark writes `file:/p`, pyiceberg `file:///p`)."""
+    return (
+        Path("/" + uri.removeprefix("file:").lstrip("/")) if uri.startswith("file:") else Path(uri)
+    )
+
+
+def uri_in(folder: Path, path: str) -> str:
+    """A data file's URI from its path as procbus names it (relative to its table's folder, or
+    a URI already when another engine wrote it elsewhere)."""
+    return path if path.startswith("file:") else file_uri(folder / path)
+
+
+def path_in(folder: Path, uri: str) -> str:
+    """A data file's path as procbus names it: relative to the table's folder when inside."""
+    path = local_path(uri)
+    return path.relative_to(folder).as_posix() if path.is_relative_to(folder) else uri
 
 
 def table_folder(root: Path, namespace: str, table: str) -> Path:

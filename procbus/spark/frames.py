@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from procbus.lakehouse import iceberg
 from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.models import TableDescriptor
 
@@ -34,8 +33,10 @@ def read_files(
 ) -> DataFrame:
     """The live rows of the given data files of a table: each file's position deletes (a
     change apply's) left out."""
-    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
+    # pyspark and pyiceberg load only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import functions
+
+    from procbus.lakehouse import iceberg
 
     columns = [column.name for column in table.columns]
     if not files:
@@ -66,6 +67,8 @@ def read_files(
 
 def _path(folder: Path, file: DataFile) -> str:
     """Where Spark reads a data file (its path is relative to the table's folder, or a URI)."""
+    from procbus.lakehouse import iceberg
+
     return str(iceberg.local_path(iceberg.uri_in(folder, file.path)))
 
 

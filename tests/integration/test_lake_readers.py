@@ -2,19 +2,34 @@
 change pipeline applying inserts, updates and deletes across two tables in the same source
 transactions: pyiceberg alone (its own SqlCatalog on the database, no procbus code), and Spark
 3.5 with Iceberg's own runtime through Iceberg's JdbcCatalog (procbus.testing.iceberg_spark,
-its environment built by `make iceberg-spark`). Each must see exactly the source's rows, the
-same rows procbus's own reader sees."""
+its environment built by `make iceberg-spark`, which `make test` builds first). Each must see
+exactly the source's rows, the same rows procbus's own reader sees. Spark also reads a table
+pyiceberg itself wrote into procbus's catalog (one JVM for every read)."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
+import datetime
+import decimal
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pyarrow
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import (
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestamptzType,
+)
 from temporalio.client import Client
 
 from procbus.lakehouse import iceberg
@@ -33,7 +48,65 @@ __all__ = ["bank"]  # the fixture, used by name
 
 def sql_catalog(database_url: str, warehouse: Path) -> SqlCatalog:
     uri = database_url.replace("postgresql://", "postgresql+psycopg2://", 1)
-    return SqlCatalog(iceberg.CATALOG_NAME, uri=uri, warehouse=f"file://{warehouse}")
+    return SqlCatalog(iceberg.CATALOG_NAME, uri=uri, warehouse=iceberg.file_uri(warehouse))
+
+
+# A table another engine writes (pyiceberg: two appends, a copy-on-write delete) in procbus's
+# catalog, with the types procbus's tables here lack (date, timestamptz, decimal, nulls).
+SCHEMA = Schema(
+    NestedField(1, "id", LongType()),
+    NestedField(2, "name", StringType()),
+    NestedField(3, "score", DoubleType()),
+    NestedField(4, "day", DateType()),
+    NestedField(5, "at", TimestamptzType()),
+    NestedField(6, "amount", DecimalType(10, 2)),
+)
+ARROW_SCHEMA = pyarrow.schema(
+    [
+        ("id", pyarrow.int64()),
+        ("name", pyarrow.string()),
+        ("score", pyarrow.float64()),
+        ("day", pyarrow.date32()),
+        ("at", pyarrow.timestamp("us", tz="UTC")),
+        ("amount", pyarrow.decimal128(10, 2)),
+    ]
+)
+
+
+def source_row(row_id: int) -> dict[str, Any]:
+    return {
+        "id": row_id,
+        "name": None if row_id == 5 else f"name {row_id}",
+        "score": row_id + 0.25,
+        "day": datetime.date(2026, 11, row_id),
+        "at": datetime.datetime(2026, 11, row_id, 8, 30, 0, 123456 * row_id, tzinfo=datetime.UTC),
+        "amount": None if row_id == 5 else decimal.Decimal(f"{row_id}0.50"),
+    }
+
+
+def as_spark_reads_it(row: dict[str, Any]) -> dict[str, Any]:
+    """A source row as the reader writes it: dates, timestamps and decimals as strings."""
+    return {
+        key: value.isoformat()
+        if isinstance(value, datetime.date)
+        else str(value)
+        if isinstance(value, decimal.Decimal)
+        else value
+        for key, value in row.items()
+    }
+
+
+def write_with_pyiceberg(database_url: str, warehouse: Path) -> tuple[Table, int]:
+    """Two appends, then a copy-on-write delete of row 2; the first snapshot's id."""
+    catalog = sql_catalog(database_url, warehouse)
+    catalog.create_namespace("shop")
+    table = catalog.create_table("shop.orders", schema=SCHEMA)
+    table.append(pyarrow.Table.from_pylist([source_row(i) for i in (1, 2, 3)], ARROW_SCHEMA))
+    first_snapshot = table.current_snapshot()
+    assert first_snapshot is not None
+    table.append(pyarrow.Table.from_pylist([source_row(i) for i in (4, 5)], ARROW_SCHEMA))
+    table.delete("id = 2")
+    return table, first_snapshot.snapshot_id
 
 
 def rows_by_pyiceberg(catalog: SqlCatalog, table: str) -> list[dict[str, Any]]:
@@ -111,6 +184,7 @@ async def test_pyiceberg_alone_reads_loads_a_compaction_and_a_pipeline_across_tw
         assert by_pyiceberg == by_procbus, name
     # Spark with Iceberg's runtime, through JdbcCatalog: the same rows (its position deletes
     # applied by Iceberg's own reader), and time travel to the first load.
+    _, first_write = await asyncio.to_thread(write_with_pyiceberg, database_url, warehouse)
     first_load = min(
         (s for s in (await Catalog(bank).list_snapshots("sales", "orders"))),
         key=lambda s: s.committed_at or 0,
@@ -124,11 +198,15 @@ async def test_pyiceberg_alone_reads_loads_a_compaction_and_a_pipeline_across_tw
             SparkRead("bank.accounts"),
             SparkRead("bank.savings"),
             SparkRead("sales.orders", first_load.snapshot_id),
+            SparkRead("shop.orders"),
+            SparkRead("shop.orders", first_write),
         ],
     )
-    spark_orders, spark_accounts, spark_savings, spark_first = (
+    spark_orders, spark_accounts, spark_savings, spark_first, theirs, theirs_first = (
         sorted(rows, key=lambda row: row["id"]) for rows in by_spark
     )
+    assert theirs == [as_spark_reads_it(source_row(i)) for i in (1, 3, 4, 5)]
+    assert theirs_first == [as_spark_reads_it(source_row(i)) for i in (1, 2, 3)]
     assert spark_orders == orders
     assert spark_accounts == await source(bank, "accounts")
     assert spark_savings == await source(bank, "savings")

@@ -39,7 +39,7 @@ PROCBUS = str(Path(sys.executable).parent / "procbus")
 HOUR = 3600.0
 # Snapshots committed before a sleep of RECENT seconds are older than the retention WINDOW of
 # the runs that follow at once; those committed after it are younger.
-RECENT, WINDOW = 12.0, 10.0
+RECENT, WINDOW = 7.0, 6.0
 # Retention's schedule and workflow ID are fixed, shared by every test on this server.
 SCHEDULE_ID = "procbus-retention"
 
