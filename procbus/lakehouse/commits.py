@@ -12,7 +12,7 @@ callers lock them in name order, so two such transactions never wait on each oth
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -167,13 +167,15 @@ class IcebergCatalog:
         `adds` and removing the data files `removes` (paths as `file:` URIs); its ID.
         SnapshotConflict when a file to remove is no longer live, or when rows of one were
         deleted after snapshot `based_on` (the one a rewrite read)."""
-        staging = iceberg.StagingCatalog()
-        table = await self.load(connection, namespace, name, folder, staging, lock=True)
-        snapshot_id = await asyncio.to_thread(
-            iceberg.stage_commit, table, list(adds), list(removes), properties, based_on
+        return await self._commit(
+            connection,
+            namespace,
+            name,
+            folder,
+            lambda table: iceberg.stage_commit(
+                table, list(adds), list(removes), properties, based_on
+            ),
         )
-        await self.publish(connection, staging)
-        return snapshot_id
 
     async def apply_rows(
         self,
@@ -190,17 +192,34 @@ class IcebergCatalog:
         """Inside the caller's transaction: one snapshot of the table applying a batch of row
         changes (procbus.lakehouse.iceberg.stage_row_delta): the live rows of `changed_keys`
         deleted by position, the new rows `adds` added, `added_columns` added; its ID."""
+        return await self._commit(
+            connection,
+            namespace,
+            name,
+            folder,
+            lambda table: iceberg.stage_row_delta(
+                table,
+                list(adds),
+                changed_keys,
+                properties,
+                # Named after its batch, so a sweep finds one left by an attempt that died.
+                f"{file_prefix}{iceberg.new_uuid()}-deletes.parquet",
+                list(added_columns),
+            ),
+        )
+
+    async def _commit(
+        self,
+        connection: asyncpg.Connection,
+        namespace: str,
+        name: str,
+        folder: Path,
+        stage: Callable[[Table], int],
+    ) -> int:
+        """Lock the table's row, `stage` one snapshot on the metadata it points at (in a thread:
+        file I/O), and move the row to it; the snapshot's ID."""
         staging = iceberg.StagingCatalog()
         table = await self.load(connection, namespace, name, folder, staging, lock=True)
-        snapshot_id = await asyncio.to_thread(
-            iceberg.stage_row_delta,
-            table,
-            list(adds),
-            changed_keys,
-            properties,
-            # Named after its batch, so a sweep finds one left by an attempt that died.
-            f"{file_prefix}{iceberg.new_uuid()}-deletes.parquet",
-            list(added_columns),
-        )
+        snapshot_id = await asyncio.to_thread(stage, table)
         await self.publish(connection, staging)
         return snapshot_id
