@@ -147,7 +147,11 @@ class TableActivities:
 
     @activity.defn(name="remove_from_catalog")
     async def remove_from_catalog(self, step: TableStep) -> None:
-        await self.catalog.remove_table(step.table.namespace, step.table.name, step.fence)
+        table = step.table
+        # At the metadata the preflight read, which the undo puts back.
+        await self.catalog.remove_table(
+            table.namespace, table.name, step.fence, table.metadata_location or None
+        )
 
     @activity.defn(name="restore_to_catalog")
     async def restore_to_catalog(self, step: TableStep) -> None:

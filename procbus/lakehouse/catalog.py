@@ -18,7 +18,7 @@ import asyncpg
 
 from procbus.core.fences import Fence
 from procbus.db.queries import load_queries
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse import iceberg
 from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
@@ -368,10 +368,27 @@ class Catalog:
                 await connection.execute(self.queries["delete_table_created_by"], *made)
                 await self.iceberg.drop_table(connection, namespace, name)
 
-    async def remove_table(self, namespace: str, name: str, fence: Fence | None = None) -> None:
+    async def remove_table(
+        self,
+        namespace: str,
+        name: str,
+        fence: Fence | None = None,
+        metadata_location: str | None = None,
+    ) -> None:
+        """Remove the table's rows. With `metadata_location` (what the caller read, and what its
+        undo, restore_table, would put back), only at that metadata: a commit that moved the
+        table since (a pipeline's: it takes no table lock) refuses the removal with
+        SnapshotConflict, nothing removed, for an undo never to put an older snapshot back."""
         async with self._writing(fence) as connection:
             await connection.execute(self.queries["delete_table"], namespace, name)
-            await self.iceberg.drop_table(connection, namespace, name)
+            dropped = await self.iceberg.drop_table(connection, namespace, name)
+            if metadata_location is not None and dropped not in (None, metadata_location):
+                raise SnapshotConflict(
+                    f"table {namespace}.{name} changed after this delete read it (a commit "
+                    f"landed: its metadata is now {dropped}, not {metadata_location}): nothing "
+                    "deleted; stop what writes it (`procbus topic disable` for a pipeline) and "
+                    "delete it again"
+                )
 
     async def restore_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:
         """Undo remove_table: the table's rows again, its Iceberg row at the metadata it had."""

@@ -16,6 +16,8 @@ from temporalio.exceptions import CancelledError
 from procbus.activities.tables import TableActivities
 from procbus.errors import ProcbusError
 from procbus.lakehouse.cache import DescriptorCache
+from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse.data import DataFile, SnapshotOperation
 from procbus.lakehouse.models import (
     CreateNamespaceInput,
     CreateTableInput,
@@ -239,6 +241,55 @@ async def test_a_late_delete_data_leaves_the_folder_of_the_table_made_again(
     assert kept.read_bytes() == b"PAR1"
     marker = json.loads((Path(again.table.location) / "_procbus_table.json").read_text())
     assert marker["created_by"] == again.table.created_by
+
+
+async def test_a_commit_landing_between_a_deletes_preflight_and_its_removal_is_never_undone(
+    client: Client, start_worker: Any, task_queue: str, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    """A pipeline commits without table locks: one landing after DeleteTable read the table
+    refuses the removal, so a rollback (here: the removal's answer lost) never puts back the
+    metadata the preflight read, which would drop the commit."""
+    import pyarrow
+    import pyarrow.parquet
+
+    faults = "DeleteTable.evict_cache.apply:delay=3,DeleteTable.remove_from_catalog:fail_after"
+    async with start_worker(faults=faults):
+        await create_namespace(client, task_queue)
+        made = await client.execute_workflow(
+            CreateTable.run,
+            CreateTableInput(table="sales.ledger", columns="id:bigint,amount:double"),
+            id=new_id("c"),
+            task_queue=task_queue,
+        )
+        procedure_id = new_id("delete")
+        handle = await client.start_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.ledger"),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        async with asyncio.timeout(30):
+            while "preflight" not in (await status_of(client, procedure_id)).steps_done:
+                await asyncio.sleep(0.1)
+        # A commit as a pipeline's, while the delete waits at its eviction.
+        table = made.table
+        path = Path(table.location) / "data" / "batch-1.parquet"
+        pyarrow.parquet.write_table(pyarrow.table({"id": [1, 2], "amount": [1.5, 2.5]}), path)
+        added = DataFile(path="data/batch-1.parquet", records=2, bytes=path.stat().st_size)
+        async with pool.acquire() as connection, connection.transaction():
+            committed = await Catalog(pool).swap_snapshot(
+                connection, table, SnapshotOperation.APPLY, "batch-1", "pipeline", [added], []
+            )
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK
+    files = await Catalog(pool).table_files("sales", "ledger")
+    assert (files.snapshot_id, [file.path for file in files.files]) == (
+        committed,
+        ["data/batch-1.parquet"],
+    )
+    assert "changed after this delete read it" in (status.error or ""), status.error
 
 
 async def test_abort_is_refused_past_the_pivot(
