@@ -1,0 +1,89 @@
+"""A pipeline batch deletes the live rows of its changed keys by position: positions_of must name
+exactly the rows holding those keys, in every file, for one-column keys (a membership test) and
+keys of several columns (a join), with files its bounds skip and files read side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow
+import pyarrow.parquet as parquet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from procbus.lakehouse import iceberg
+from procbus.lakehouse.schemas import parse_columns
+
+COLUMNS = parse_columns("region:string,id:bigint,balance:bigint")
+
+
+def table_with(folder: Path, files: list[list[tuple[str, int]]]) -> iceberg.Table:
+    """An Iceberg table of these files (each a list of (region, id) rows), as a commit left it."""
+    metadata = iceberg.new_table(folder, COLUMNS, [], {})
+    paths = []
+    for number, rows in enumerate(files):
+        path = folder / "data" / f"part-{number}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        parquet.write_table(
+            pyarrow.table(
+                {
+                    "region": pyarrow.array([region for region, _ in rows], pyarrow.string()),
+                    "id": pyarrow.array([key for _, key in rows], pyarrow.int64()),
+                    "balance": pyarrow.array([0] * len(rows), pyarrow.int64()),
+                }
+            ),
+            path,
+        )
+        paths.append(iceberg.file_uri(path))
+    staging = iceberg.StagingCatalog()
+    loaded = iceberg.load_table(staging, "bank", "accounts", metadata, folder)
+    iceberg.stage_commit(loaded, paths, [], {})
+    return iceberg.load_table(
+        iceberg.StagingCatalog(), "bank", "accounts", staging.pending[-1].new_location, folder
+    )
+
+
+rows_of_a_file = st.lists(
+    st.tuples(st.sampled_from(["eu", "us"]), st.integers(min_value=-50, max_value=50)),
+    max_size=40,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    files=st.lists(rows_of_a_file, min_size=1, max_size=5),
+    changed=st.lists(
+        st.tuples(st.sampled_from(["eu", "us"]), st.integers(min_value=-60, max_value=60)),
+        min_size=1,
+        max_size=30,
+    ),
+    both_columns=st.booleans(),
+)
+def test_the_positions_found_are_exactly_the_rows_of_the_changed_keys(
+    tmp_path_factory: object,
+    files: list[list[tuple[str, int]]],
+    changed: list[tuple[str, int]],
+    both_columns: bool,
+) -> None:
+    folder = tmp_path_factory.mktemp("lookup")  # type: ignore[attr-defined]
+    table = table_with(folder, files)
+    live = iceberg.live_data_files(table)
+    if both_columns:
+        keys = pyarrow.table(
+            {
+                "region": pyarrow.array([region for region, _ in changed], pyarrow.string()),
+                "id": pyarrow.array([key for _, key in changed], pyarrow.int64()),
+            }
+        )
+        wanted: set[object] = set(changed)
+    else:
+        keys = pyarrow.table({"id": pyarrow.array([key for _, key in changed], pyarrow.int64())})
+        wanted = {key for _, key in changed}
+    found = iceberg.positions_of(table, keys, live.values())
+    expected = sorted(
+        (iceberg.file_uri(folder / "data" / f"part-{number}.parquet"), position)
+        for number, rows in enumerate(files)
+        for position, row in enumerate(rows)
+        if (row if both_columns else row[1]) in wanted
+    )
+    assert list(zip(*found.to_pydict().values(), strict=True)) == expected
