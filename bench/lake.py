@@ -96,18 +96,6 @@ async def filled_table(pool: asyncpg.Pool, spark: Any, root: Path, name: str, ro
     await asyncio.to_thread(staging.remove_staging, folder, token)
 
 
-async def until_applied(pool: asyncpg.Pool, topic: str) -> None:
-    pipelines = Pipelines(pool)
-    async with asyncio.timeout(1800):
-        while True:
-            status = await pipelines.status(topic)
-            if status.state != "running":
-                raise RuntimeError(f"the pipeline stopped: {status.state}")
-            if status.lag_changes == 0:
-                return
-            await asyncio.sleep(0.02)
-
-
 def live_rows(database_url: str, name: str) -> tuple[int, int]:
     """The table's rows and those of them the batch changed, as pyiceberg alone reads them."""
     from pyiceberg.catalog.sql import SqlCatalog
@@ -150,7 +138,7 @@ async def apply_seconds(
     await pool.execute(CHANGE.format(name=name), keys)
     started = time.perf_counter()
     await ensure_delivery(client, name, queue)
-    await until_applied(pool, name)
+    await Pipelines(pool).until_applied(name, BATCH_CHANGES)
     seconds = time.perf_counter() - started
     total, changed = await asyncio.to_thread(live_rows, database_url, name)
     if (total, changed) != (rows, BATCH_CHANGES):

@@ -105,18 +105,6 @@ async def pipeline(pool: asyncpg.Pool, name: str, batch: int) -> None:
     await Captures(pool).create(name, name)
 
 
-async def until_applied(pool: asyncpg.Pool, topic: str) -> None:
-    pipelines = Pipelines(pool)
-    async with asyncio.timeout(1800):
-        while True:
-            status = await pipelines.status(topic)
-            if status.state != "running":
-                raise RuntimeError(f"the pipeline stopped: {status.state}")
-            if status.lag_changes == 0:
-                return
-            await asyncio.sleep(0.05)
-
-
 FLOOR_TABLE = 'CREATE TABLE "bench_queue_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
 FLOOR_FILL = (
     'INSERT INTO "bench_queue_rows" ("topic", "shard", "key", "type", "payload", "bytes", '
@@ -174,7 +162,7 @@ async def apply_rate(pool: asyncpg.Pool, client: Any, queue: str, root: Path) ->
             await connection.execute(FILL.format(name=name), first, first + TXN_ROWS - 1)
     started = time.perf_counter()
     await ensure_delivery(client, name, queue)
-    await until_applied(pool, name)
+    await Pipelines(pool).until_applied(name, CHANGES)
     seconds = time.perf_counter() - started
     status = await Pipelines(pool).status(name)
     rows = len(await lake_rows(pool, name))
@@ -235,7 +223,7 @@ async def latency(pool: asyncpg.Pool, client: Any, queue: str, root: Path) -> di
 
     reading = asyncio.create_task(reader())
     await producer()
-    await until_applied(pool, name)
+    await Pipelines(pool).until_applied(name, len(committed_at))
     await asyncio.sleep(0.2)
     stop.set()
     await reading

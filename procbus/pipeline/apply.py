@@ -61,6 +61,8 @@ CHANGE_TYPE = "change"  # the event type of a captured change (procbus.capture)
 # A batch's fence row outlives its settlement this long (then no attempt can still send it).
 FORGET_BATCHES_AFTER_SECONDS = 24 * 3600.0
 _INTEGER_BITS = {"int": 32, "bigint": 64}
+# How often Pipelines.until_applied reads a pipeline's progress.
+POLL_SECONDS = 0.02
 
 
 class PipelineNotAllowed(InvalidRequest):
@@ -353,6 +355,27 @@ class Pipelines:
                 max(entry.created_at for entry in entries),
             )
         return snapshots
+
+    async def changes_applied(self, topic: str) -> int:
+        """How many changes the pipeline has applied, for a caller waiting for changes to land:
+        one row read (status also counts the queue, a pass over every change waiting).
+        InvalidRequest when there is no such topic, or it stopped (with why)."""
+        row = await self.pool.fetchrow(self.queries["pipeline_progress"], topic)
+        if row is None:
+            raise InvalidRequest(f"no topic named {topic!r}")
+        if not row["enabled"]:
+            raise InvalidRequest(f"pipeline {topic!r} stopped: {row['disabled_reason']}")
+        return int(row["changes_applied"])
+
+    async def until_applied(
+        self, topic: str, changes: int, *, timeout_seconds: float = 1800.0
+    ) -> None:
+        """Return once the pipeline has applied `changes` changes in all (changes_applied, polled
+        every POLL_SECONDS); TimeoutError after `timeout_seconds`, InvalidRequest if it stops."""
+        async with asyncio.timeout(timeout_seconds):
+            # Polled: the commit is another process's, no event of this one says it came.
+            while await self.changes_applied(topic) < changes:  # noqa: ASYNC110
+                await asyncio.sleep(POLL_SECONDS)
 
     async def status(self, topic: str) -> PipelineStatus:
         row = await self.pool.fetchrow(self.queries["pipeline_status"], topic)

@@ -78,6 +78,14 @@ CROSS JOIN LATERAL (
 ) AS q
 WHERE t."name" = $1;
 
+-- name: pipeline_progress
+-- The changes applied, from the pipeline's position row alone (no pass over its queue).
+SELECT t."disabled_at" IS NULL AS "enabled", t."disabled_reason",
+       coalesce(p."changes_applied", 0) AS "changes_applied"
+FROM "procbus_topics" AS t
+LEFT JOIN "procbus_pipelines" AS p ON p."topic" = t."name"
+WHERE t."name" = $1;
+
 -- name: pipeline_may_write
 -- In the commit's transaction: the pipeline's principal ($1) still holds write on the table,
 -- or on its namespace.

@@ -427,10 +427,12 @@ async def test_a_column_added_at_the_source_mid_stream_is_added_to_the_lake_tabl
     await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30, 'hi', 7)")
     await bank.execute("UPDATE accounts SET balance = 11 WHERE id = 1")
     async with delivering(client, bank, task_queue, warehouse, topic):
-        await applied(bank, topic)
+        # 5 changes in all: the 2 inserts of before, an insert each side of the ALTERs, an update.
+        await Pipelines(bank).until_applied(topic, 5, timeout_seconds=120)
         status = await Pipelines(bank).status(topic)
         assert (status.state, status.last_error, status.dead_letters) == ("running", None, 0)
         assert status.lag_changes == 0 and status.batches_applied == 2
+        assert status.changes_applied == await Pipelines(bank).changes_applied(topic) == 5
         table = await Catalog(bank).get_table("bank", "accounts")
         assert table is not None
         assert [(c.name, c.type) for c in table.columns][3:] == [
