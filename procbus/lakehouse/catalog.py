@@ -386,8 +386,8 @@ class Catalog:
                 raise SnapshotConflict(
                     f"table {namespace}.{name} changed after this delete read it (a commit "
                     f"landed: its metadata is now {dropped}, not {metadata_location}): nothing "
-                    "deleted; stop what writes it (`procbus topic disable` for a pipeline) and "
-                    "delete it again"
+                    "deleted; delete it again, once nothing writes it (a pipeline into it, "
+                    "for one)"
                 )
 
     async def restore_table(self, table: TableDescriptor, fence: Fence | None = None) -> None:

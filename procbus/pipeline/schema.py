@@ -95,9 +95,12 @@ async def added_columns(
     planning to refuse as a misfit."""
     images = _row_images(entries, source)
     have = [column.name for column in table.columns]
+    have_names = set(have)
     unknown: dict[str, int] = {}  # name -> the first change that carries it
     missing: dict[str, int] = {}
     for entry_id, row in images:
+        if row.keys() == have_names:
+            continue  # the common row: exactly the lake table's columns
         for name in row:
             if name not in have:
                 unknown.setdefault(name, entry_id)
