@@ -19,7 +19,7 @@ import asyncpg
 from procbus.core.fences import Fence
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
-from procbus.lakehouse import iceberg
+from procbus.lakehouse import naming, warehouse
 from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
@@ -74,18 +74,18 @@ def _snapshot_properties(
     operation: SnapshotOperation, job_key: str, procedure_id: str
 ) -> dict[str, str]:
     return {
-        **iceberg.snapshot_properties(job_key, procedure_id),
-        iceberg.OPERATION_PROPERTY: operation.value,
+        **naming.snapshot_properties(job_key, procedure_id),
+        naming.OPERATION_PROPERTY: operation.value,
     }
 
 
-def _snapshot(found: iceberg.SnapshotSummary) -> Snapshot:
+def _snapshot(found: naming.SnapshotSummary) -> Snapshot:
     return Snapshot(
         snapshot_id=found.snapshot_id,
         parent_id=found.parent_id,
-        operation=found.properties.get(iceberg.OPERATION_PROPERTY, found.operation),
-        job_key=found.properties.get(iceberg.JOB_KEY_PROPERTY, ""),
-        procedure_id=found.properties.get(iceberg.PROCEDURE_PROPERTY, ""),
+        operation=found.properties.get(naming.OPERATION_PROPERTY, found.operation),
+        job_key=found.properties.get(naming.JOB_KEY_PROPERTY, ""),
+        procedure_id=found.properties.get(naming.PROCEDURE_PROPERTY, ""),
         files_added=int(found.properties.get("added-data-files", 0)),
         files_removed=int(found.properties.get("deleted-data-files", 0)),
         records_added=int(found.properties.get("added-records", 0)),
@@ -341,7 +341,7 @@ class Catalog:
             table.namespace,
             table.name,
         )
-        own_metadata = iceberg.file_uri(Path(table.location) / iceberg.METADATA_FOLDER)
+        own_metadata = warehouse.file_uri(Path(table.location) / naming.METADATA_FOLDER)
         if found is not None and found.startswith(f"{own_metadata}/"):
             return
         if found is not None:
@@ -495,6 +495,8 @@ class Catalog:
 
     async def _snapshot_files(self, table: TableDescriptor, snapshot_id: int | None) -> TableFiles:
         def plan() -> TableFiles:
+            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
             folder = Path(table.location)
             loaded = iceberg.load_table(
                 iceberg.StagingCatalog(),
@@ -509,7 +511,7 @@ class Catalog:
                 snapshot_id=None if snapshot is None else snapshot.snapshot_id,
                 files=[
                     DataFile(
-                        path=iceberg.path_in(folder, file.uri),
+                        path=warehouse.path_in(folder, file.uri),
                         partition=file.partition,
                         records=file.records,
                         bytes=file.bytes,
@@ -529,6 +531,8 @@ class Catalog:
             raise InvalidRequest(f"table {namespace}.{name} does not exist")
 
         def listed() -> list[Snapshot]:
+            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
             loaded = iceberg.load_table(
                 iceberg.StagingCatalog(),
                 namespace,
@@ -556,11 +560,13 @@ class Catalog:
             return set()
 
         def referenced() -> set[str]:
+            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
             folder = Path(found.location)
             loaded = iceberg.load_table(
                 iceberg.StagingCatalog(), namespace, table, found.metadata_location, folder
             )
-            return {iceberg.path_in(folder, uri) for uri in iceberg.kept_files(loaded)}
+            return {warehouse.path_in(folder, uri) for uri in iceberg.kept_files(loaded)}
 
         return await asyncio.to_thread(referenced)
 
@@ -616,8 +622,8 @@ class Catalog:
             table.namespace,
             table.name,
             folder,
-            [iceberg.uri_in(folder, file.path) for file in adds],
-            [iceberg.uri_in(folder, file.path) for file in removes],
+            [warehouse.uri_in(folder, file.path) for file in adds],
+            [warehouse.uri_in(folder, file.path) for file in removes],
             _snapshot_properties(operation, job_key, procedure_id),
             based_on,
         )
@@ -643,7 +649,7 @@ class Catalog:
             table.namespace,
             table.name,
             folder,
-            [iceberg.uri_in(folder, file.path) for file in adds],
+            [warehouse.uri_in(folder, file.path) for file in adds],
             changed_keys,
             _snapshot_properties(SnapshotOperation.APPLY, job_key, procedure_id),
             added_columns,

@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
-from pyiceberg.table import Table
 
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
-from procbus.lakehouse import iceberg
+from procbus.lakehouse.naming import CATALOG_NAME
 from procbus.lakehouse.schemas import Column
 
 if TYPE_CHECKING:
     import pyarrow
+    from pyiceberg.table import Table
+
+    from procbus.lakehouse import iceberg
 
 QUERIES = "procbus.lakehouse"
 # Reads run on a pool or inside a caller's transaction.
@@ -35,7 +37,7 @@ Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
 class IcebergCatalog:
     """The Iceberg SQL catalog's rows in procbus's PostgreSQL, under CATALOG_NAME."""
 
-    def __init__(self, catalog_name: str = iceberg.CATALOG_NAME) -> None:
+    def __init__(self, catalog_name: str = CATALOG_NAME) -> None:
         self.catalog_name = catalog_name
         self.queries = load_queries(QUERIES)
 
@@ -63,6 +65,8 @@ class IcebergCatalog:
     ) -> str:
         """Write the table's first metadata file and add its row; the metadata's location.
         InvalidRequest when a table of that name is there already."""
+        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+
         metadata_location = await asyncio.to_thread(
             iceberg.new_table, location, columns, partition_by, properties
         )
@@ -120,6 +124,8 @@ class IcebergCatalog:
     ) -> Table:
         """The table in `folder` as its row points at now, bound to `staging` (its commits go
         there)."""
+        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+
         location = await self.metadata_location(connection, namespace, name, lock)
         return await asyncio.to_thread(
             iceberg.load_table,
@@ -167,6 +173,8 @@ class IcebergCatalog:
         `adds` and removing the data files `removes` (paths as `file:` URIs); its ID.
         SnapshotConflict when a file to remove is no longer live, or when rows of one were
         deleted after snapshot `based_on` (the one a rewrite read)."""
+        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+
         return await self._commit(
             connection,
             namespace,
@@ -192,6 +200,8 @@ class IcebergCatalog:
         """Inside the caller's transaction: one snapshot of the table applying a batch of row
         changes (procbus.lakehouse.iceberg.stage_row_delta): the live rows of `changed_keys`
         deleted by position, the new rows `adds` added, `added_columns` added; its ID."""
+        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+
         return await self._commit(
             connection,
             namespace,
@@ -218,6 +228,8 @@ class IcebergCatalog:
     ) -> int:
         """Lock the table's row, `stage` one snapshot on the metadata it points at (in a thread:
         file I/O), and move the row to it; the snapshot's ID."""
+        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+
         staging = iceberg.StagingCatalog()
         table = await self.load(connection, namespace, name, folder, staging, lock=True)
         snapshot_id = await asyncio.to_thread(stage, table)

@@ -70,9 +70,16 @@ from pyiceberg.types import (
 )
 
 from procbus.errors import InvalidRequest, SnapshotConflict
-from procbus.lakehouse.schemas import Column
 
-# Data-file paths and URIs (kept free of pyiceberg there), used through this module too.
+# Names and paths (kept free of pyiceberg there), used through this module too.
+from procbus.lakehouse.naming import CATALOG_NAME as CATALOG_NAME
+from procbus.lakehouse.naming import JOB_KEY_PROPERTY as JOB_KEY_PROPERTY
+from procbus.lakehouse.naming import METADATA_FOLDER as METADATA_FOLDER
+from procbus.lakehouse.naming import OPERATION_PROPERTY as OPERATION_PROPERTY
+from procbus.lakehouse.naming import PROCEDURE_PROPERTY as PROCEDURE_PROPERTY
+from procbus.lakehouse.naming import SnapshotSummary as SnapshotSummary
+from procbus.lakehouse.naming import snapshot_properties as snapshot_properties
+from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import file_uri as file_uri
 from procbus.lakehouse.warehouse import local_path as local_path
 from procbus.lakehouse.warehouse import path_in as path_in
@@ -82,14 +89,7 @@ if TYPE_CHECKING:
     import pyarrow
     from pyiceberg.manifest import DataFile as IcebergDataFile
 
-# Every catalog row carries it, and an engine's catalog must be configured with the same name.
-CATALOG_NAME = "procbus"
 FORMAT_VERSION: Literal[2] = 2
-# Written into every snapshot procbus commits: which job or batch it was (its idempotency key)
-# and which procedure; readable by any engine from the snapshot's summary.
-JOB_KEY_PROPERTY = "procbus.job-key"
-PROCEDURE_PROPERTY = "procbus.procedure"
-METADATA_FOLDER = "metadata"
 # Small data manifests are merged into one once a table has this many (Iceberg's default: 100).
 MANIFESTS_BEFORE_MERGE = 8
 # Partition fields take IDs from here on, as Iceberg numbers them.
@@ -276,10 +276,6 @@ def load_table(
         io=load_file_io({**catalog.properties, **metadata.properties}, metadata_location),
         catalog=catalog,
     )
-
-
-def snapshot_properties(job_key: str, procedure_id: str) -> dict[str, str]:
-    return {JOB_KEY_PROPERTY: job_key, PROCEDURE_PROPERTY: procedure_id}
 
 
 def data_files(table: Table, paths: Iterable[str]) -> list[IcebergDataFile]:
@@ -657,9 +653,6 @@ class _RowDelta(_MergeAppendFiles):
 
 # ---- reading: snapshots, their files, their rows ----
 
-# Which procbus operation made a snapshot (load, compact, apply); engines' snapshots lack it.
-OPERATION_PROPERTY = "procbus.operation"
-
 
 @dataclass(frozen=True)
 class PlannedFile:
@@ -729,17 +722,6 @@ def read_rows(table: Table, snapshot: Snapshot | None, limit: int | None) -> pya
             f"gone ({gone.filename or gone}): it expired, or a compaction replaced and deleted "
             "it; read a later snapshot"
         ) from None
-
-
-@dataclass(frozen=True)
-class SnapshotSummary:
-    """A snapshot as `procbus table snapshots` lists it."""
-
-    snapshot_id: int
-    parent_id: int | None
-    operation: str
-    properties: dict[str, str]
-    committed_at: datetime
 
 
 def snapshots_newest_first(table: Table) -> list[SnapshotSummary]:

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from procbus.lakehouse import iceberg
 from procbus.lakehouse.data import TableFiles
 
 if TYPE_CHECKING:
@@ -79,8 +78,10 @@ def same_rows(first: pyarrow.Table, second: pyarrow.Table) -> bool:
 def _read(snapshot: TableFiles, limit: int | None) -> tuple[pyarrow.Table, int]:
     """The snapshot's first `limit` rows as Arrow, in the table's columns and types, and how
     many rows it holds in all (deletes applied)."""
-    # pyarrow loads only where table files are read: importing this module stays cheap.
+    # pyarrow and pyiceberg load only where table files are read: importing this stays cheap.
     import pyarrow
+
+    from procbus.lakehouse import iceberg
 
     table = snapshot.table
     schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])

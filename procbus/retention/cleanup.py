@@ -25,7 +25,6 @@ from procbus.core.fences import Fence, LockMode
 from procbus.core.names import table_resource
 from procbus.db.queries import load_queries
 from procbus.errors import LockTimeout
-from procbus.lakehouse import iceberg
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.warehouse import OutsideTableFolder, delete_listed_files, owned_table_folder
@@ -165,6 +164,8 @@ class Cleanup:
         files that only expiring snapshots list go from disk first, then the snapshots from the
         table's metadata (a run cut short between leaves snapshots the next run expires again,
         never a file nobody lists)."""
+        from procbus.lakehouse import iceberg  # pyiceberg: only where a table's files are read
+
         tables = IcebergCatalog()
         older_than = datetime.now(UTC) - timedelta(seconds=request.snapshot_seconds)
         table = await tables.load(self.pool, namespace, name, folder)

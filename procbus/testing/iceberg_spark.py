@@ -23,7 +23,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from procbus.errors import ProcbusError
-from procbus.lakehouse.iceberg import CATALOG_NAME, file_uri
+from procbus.lakehouse.naming import CATALOG_NAME
+from procbus.lakehouse.warehouse import file_uri
 
 PYTHON_VARIABLE = "PROCBUS_ICEBERG_SPARK_PYTHON"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -35,7 +35,7 @@ from procbus.db.pool import create_pool
 from procbus.db.queries import load_queries
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
-from procbus.lakehouse.iceberg import METADATA_FOLDER
+from procbus.lakehouse.naming import METADATA_FOLDER
 from procbus.lakehouse.warehouse import MARKER
 from procbus.locks.modes import compatible
 from procbus.procedures.client import procedure_status

@@ -36,6 +36,22 @@ def test_help_imports_neither_temporal_nor_the_database_driver() -> None:
     assert result.stdout.strip() == ""
 
 
+def test_a_worker_starts_without_spark_or_pyiceberg() -> None:
+    """A worker, or a command that reads the catalog, loads pyiceberg and pyspark only when it
+    reads or writes a table's files: a worker (re)started by a test or a nemesis pays nothing."""
+    probe = (
+        "import sys\n"
+        "import procbus.worker, procbus.lakehouse.catalog, procbus.pipeline\n"
+        "heavy = sorted({name.split('.')[0] for name in sys.modules} & {'pyiceberg', 'pyspark'})\n"
+        "print(','.join(heavy))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=PROJECT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+
+
 def test_a_user_imports_everything_from_procbus_and_pays_only_for_what_it_uses() -> None:
     probe = (
         "import sys\n"
