@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from procbus.capture import Captures, pipeline_principal
+from procbus.core.collector import collector_paused
 from procbus.core.endpoints import Endpoint
 from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
@@ -499,7 +500,8 @@ class TableApplier(EndpointClient):
                     self.pipelines.captures, self.topic, table, source, entries
                 )
         try:
-            planned = plan_batch(self.endpoint, entries, tables, added)
+            with collector_paused():
+                planned = plan_batch(self.endpoint, entries, tables, added)
         except TypeMisfit as misfit:
             table, source = tables.get(misfit.table), misfit.source
             if table is None:

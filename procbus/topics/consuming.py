@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 
 from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches
+from procbus.core.collector import collector_paused
 from procbus.core.endpoints import EndpointKind
 from procbus.errors import InvalidRequest
 from procbus.topics.models import (
@@ -197,13 +198,14 @@ class Consuming(TopicStore):
             oldest_age = (now - view[0]["created_at"]).total_seconds()
             if len(view) < topic.batch_size and oldest_age < topic.batch_seconds:
                 return empty  # a short batch waits for more, up to the batch time
-            window, overdue, in_window = _read_look(view, now, topic.incomplete_wait_seconds)
-            whole_queue = in_window < limit
-            batches = [
-                [int(event.id) for event in batch]
-                for batch in assemble_batches(window, topic.batch_size, count, overdue=overdue)
-                if batch
-            ]
+            with collector_paused():
+                window, overdue, in_window = _read_look(view, now, topic.incomplete_wait_seconds)
+                whole_queue = in_window < limit
+                batches = [
+                    [int(event.id) for event in batch]
+                    for batch in assemble_batches(window, topic.batch_size, count, overdue=overdue)
+                    if batch
+                ]
             if batches or whole_queue:
                 break
             limit *= 4  # everything read waits on what lies beyond it: read further
@@ -256,7 +258,10 @@ class Consuming(TopicStore):
                     )
                 )
         else:
-            entries = _entries((by_id[entry_id] for entry_id in all_ids), only_entry_columns=True)
+            with collector_paused():
+                entries = _entries(
+                    (by_id[entry_id] for entry_id in all_ids), only_entry_columns=True
+                )
         return Claim(
             topic=topic.name,
             id=claim_id,
