@@ -67,17 +67,23 @@ def how_to_resume(table: TableDescriptor) -> str:
     return f"make lake table {table.qualified_name} anew with the source's columns"
 
 
-def _row_images(entries: tuple[Entry, ...], source: str) -> list[tuple[int, dict[str, Any]]]:
-    """The (entry ID, row after) of the batch's inserts and updates of `source`, in order."""
+def _rows_unlike(
+    entries: tuple[Entry, ...], source: str, columns: set[str]
+) -> list[tuple[int, dict[str, Any]]]:
+    """The (entry ID, row after) of the batch's inserts and updates of `source` whose columns
+    are not exactly `columns`, in order."""
     images = []
     for entry in entries:
         change = entry.payload
         if not isinstance(change, dict) or change.get("op") in (None, "delete"):
             continue
-        if f"{change.get('schema')}.{change.get('table')}" == source and isinstance(
-            change.get("row"), dict
+        row = change.get("row")
+        if (
+            isinstance(row, dict)
+            and row.keys() != columns
+            and f"{change.get('schema')}.{change.get('table')}" == source
         ):
-            images.append((entry.id, change["row"]))
+            images.append((entry.id, row))
     return images
 
 
@@ -93,14 +99,10 @@ async def added_columns(
     the rows fit. ChangeMisfit with the reason when the batch shows a change of schema that the
     lake table cannot follow; a column the lake table was made without is left for the batch's
     planning to refuse as a misfit."""
-    images = _row_images(entries, source)
     have = [column.name for column in table.columns]
-    have_names = set(have)
     unknown: dict[str, int] = {}  # name -> the first change that carries it
     missing: dict[str, int] = {}
-    for entry_id, row in images:
-        if row.keys() == have_names:
-            continue  # the common row: exactly the lake table's columns
+    for entry_id, row in _rows_unlike(entries, source, set(have)):
         for name in row:
             if name not in have:
                 unknown.setdefault(name, entry_id)
