@@ -7,10 +7,11 @@ baseline measured in the same run.
    (p99_commit_to_visible_s, goal <= 1): bench/spark.py and bench/pipeline.py, each run whole as
    a subprocess here, their last JSON lines taken as they are.
 2. Cost follows the batch, not the table: one batch of BATCH_CHANGES changes, keys uniform over
-   the table, applied by the pipeline (capture, queue, delivery, the Spark apply job, the
+   the table, applied by the pipeline (capture, queue, delivery, the Arrow reduce and write, the
    position deletes found on the key column, one Iceberg commit) to a table of BIG_ROWS rows and
    to one of SMALL_ROWS rows: ratio_apply_big_to_small_table, goal <= 2. Each table is filled by
-   one direct Spark write committed as one snapshot; each batch is one source transaction.
+   one direct Spark write committed as one snapshot; each batch is one source transaction. Also
+   shown: each table's key column read alone with pyarrow, the part that grows with the table.
 
 Last line: JSON.
 """
@@ -96,6 +97,22 @@ async def filled_table(pool: asyncpg.Pool, spark: Any, root: Path, name: str, ro
     await asyncio.to_thread(staging.remove_staging, folder, token)
 
 
+def key_column_read_seconds(database_url: str, name: str) -> float:
+    """Seconds to read the key column of the table's live data files with plain pyarrow, one
+    file after the other: what finding a batch's rows by position costs at least, with keys
+    spread over every file (the part of an apply that grows with the table)."""
+    import pyarrow.parquet as parquet
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = database_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    table = SqlCatalog(iceberg.CATALOG_NAME, uri=uri).load_table(f"bench.{name}")
+    paths = [task.file.file_path for task in table.scan().plan_files()]
+    started = time.perf_counter()
+    for path in paths:
+        parquet.read_table(iceberg.local_path(path), columns=["id"])
+    return time.perf_counter() - started
+
+
 def live_rows(database_url: str, name: str) -> tuple[int, int]:
     """The table's rows and those of them the batch changed, as pyiceberg alone reads them."""
     from pyiceberg.catalog.sql import SqlCatalog
@@ -118,9 +135,10 @@ async def apply_seconds(
     database_url: str,
     rows: int,
     rng: random.Random,
-) -> float:
+) -> tuple[float, float]:
     """Seconds from the delivery's start to one batch of changes applied to a table of `rows`
-    rows (checked: the table keeps its rows, the batch's keys hold their new rows)."""
+    rows (checked: the table keeps its rows, the batch's keys hold their new rows), and seconds
+    to read the table's key column alone after."""
     name = f"t{rows}_{uuid.uuid4().hex[:6]}"
     await filled_table(pool, spark, root, name, rows)
     await pool.execute(SOURCE.format(name=name))
@@ -143,7 +161,7 @@ async def apply_seconds(
     total, changed = await asyncio.to_thread(live_rows, database_url, name)
     if (total, changed) != (rows, BATCH_CHANGES):
         raise RuntimeError(f"{name}: {total} rows ({rows} wanted), {changed} changed")
-    return seconds
+    return seconds, await asyncio.to_thread(key_column_read_seconds, database_url, name)
 
 
 async def cost_follows_the_batch() -> dict[str, Any]:
@@ -170,9 +188,9 @@ async def cost_follows_the_batch() -> dict[str, Any]:
             ):
                 measure = (pool, client, queue, spark, root, database_url)
                 await apply_seconds(*measure, SMALL_ROWS, rng)  # warm-up: the JVM's first jobs
-                small = await apply_seconds(*measure, SMALL_ROWS, rng)
-                big = await apply_seconds(*measure, BIG_ROWS, rng)
-                small = min(small, await apply_seconds(*measure, SMALL_ROWS, rng))
+                small, small_keys = await apply_seconds(*measure, SMALL_ROWS, rng)
+                big, big_keys = await apply_seconds(*measure, BIG_ROWS, rng)
+                small = min(small, (await apply_seconds(*measure, SMALL_ROWS, rng))[0])
         finally:
             await pool.close()
     return {
@@ -182,6 +200,10 @@ async def cost_follows_the_batch() -> dict[str, Any]:
         "apply_big_table_s": round(big, 3),
         "apply_small_table_s": round(small, 3),
         "ratio_apply_big_to_small_table": round(big / small, 3),
+        # The key column's plain read, in each table: how much of the gap any position lookup
+        # that reads keys must pay.
+        "key_column_read_big_table_s": round(big_keys, 3),
+        "key_column_read_small_table_s": round(small_keys, 3),
         "goal_ratio_apply_big_to_small_table_at_most": 2.0,
     }
 
