@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from procbus.testing.nemesis import OPERATIONS_PER_SECOND, run_on_a_new_cluster
 
@@ -82,7 +83,9 @@ def main() -> int:
     if options.spark:
         transfers = collections.Counter(event["outcome"] for event in run.history.of("transfer"))
         reads = run.history.of("lake_read")
-        committed = collections.Counter(entry["operation"] for entry in end["snapshot_log"])
+        committed = collections.Counter(
+            snapshot_maker(entry, outcomes) for entry in end["snapshot_log"]
+        )
         lake = {
             "transfers": dict(transfers),
             "lake_reads": len(reads),
@@ -127,6 +130,17 @@ def main() -> int:
         )
     )
     return 1 if total else 0
+
+
+def snapshot_maker(entry: dict[str, Any], outcomes: dict[str, dict[str, Any]]) -> str:
+    """What committed a snapshot of the log: a pipeline batch, a procedure (by its type), or an
+    expiry (no job)."""
+    procedure_id: str = entry["procedure_id"]
+    if not procedure_id:
+        return "expiry"
+    if procedure_id.startswith("pipeline:"):
+        return "pipeline batch"
+    return str(outcomes.get(procedure_id, {}).get("procedure_type", "another procedure"))
 
 
 if __name__ == "__main__":
