@@ -23,7 +23,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procbus.testing.nemesis import OPERATIONS_PER_SECOND, run_on_a_new_cluster
+from procbus.testing.nemesis import (
+    OPERATIONS_PER_SECOND,
+    recheck,
+    run_on_a_new_cluster,
+    verdicts,
+)
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 
@@ -47,30 +52,48 @@ def main() -> int:
         help="a Spark cluster on its own host: loads, compactions, the bank's change pipeline, "
         "driver kills, and the lake and Spark checkers",
     )
+    parser.add_argument(
+        "--recheck",
+        type=Path,
+        metavar="HISTORY",
+        help="run no cluster: run the checkers again on a history an earlier run saved",
+    )
     options = parser.parse_args()
     # SIGTERM (a timeout, a CI's cancel) ends it like Ctrl-C: the cluster is torn down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     began = time.monotonic()
-    report = run_on_a_new_cluster(
-        options.seed,
-        options.minutes * 60,
-        PROCBUS,
-        options.workers,
-        options.history,
-        amqp=not options.no_amqp,
-        spark=options.spark,
-        operations_per_second=options.operations_per_second,
-    )
-    run, outcomes, end, found = report.run, report.outcomes, report.end, report.violations
-    for fault in run.history.of("fault"):
+    if options.recheck is not None:
+        history, outcomes, end = recheck(options.recheck)
+        found, planned = verdicts(outcomes, end, history), len(history.of("started"))
+        options.spark = "spark_jobs" in end
+        options.seed, options.minutes = history.of("began")[0]["seed"], None
+        began -= history.events[-1]["t"]  # the run's own seconds, not this recheck's
+    else:
+        report = run_on_a_new_cluster(
+            options.seed,
+            options.minutes * 60,
+            PROCBUS,
+            options.workers,
+            options.history,
+            amqp=not options.no_amqp,
+            spark=options.spark,
+            operations_per_second=options.operations_per_second,
+        )
+        history, outcomes, end, found = (
+            report.run.history,
+            report.outcomes,
+            report.end,
+            report.violations,
+        )
+        planned = len(report.run.operations)
+    for fault in history.of("fault"):
         slowed = f"  +{fault['delay']}s each way" if fault["delay"] else ""
         print(
             f"{fault['t']:8.1f}s  {fault['kind']:<17} {fault['target']:<3} {fault['hold']}s{slowed}"
         )
     ended = collections.Counter(status.get("state", "UNKNOWN") for status in outcomes.values())
-    planned = len(run.operations)
     print(f"operations: {planned} planned, {len(outcomes)} started, ended {dict(ended)}")
-    transactions = collections.Counter(txn["outcome"] for txn in run.history.of("txn"))
+    transactions = collections.Counter(txn["outcome"] for txn in history.of("txn"))
     requests = len(end["sink_requests"])
     paths = collections.Counter(request["path"] for request in end["sink_requests"])
     kafka_records, amqp_messages = paths["/kafka"], paths["/amqp"]
@@ -81,8 +104,8 @@ def main() -> int:
     )
     lake: dict[str, object] = {}
     if options.spark:
-        transfers = collections.Counter(event["outcome"] for event in run.history.of("transfer"))
-        reads = run.history.of("lake_read")
+        transfers = collections.Counter(event["outcome"] for event in history.of("transfer"))
+        reads = history.of("lake_read")
         committed = collections.Counter(
             snapshot_maker(entry, outcomes) for entry in end["snapshot_log"]
         )
@@ -90,9 +113,9 @@ def main() -> int:
             "transfers": dict(transfers),
             "lake_reads": len(reads),
             "lake_snapshots_read": len({read["snapshot_id"] for read in reads}),
-            "lake_reads_failed": len(run.history.of("lake_read_failed")),
+            "lake_reads_failed": len(history.of("lake_read_failed")),
             "snapshots_committed": dict(committed),
-            "drivers_killed": sum(kill["count"] for kill in run.history.of("drivers_killed")),
+            "drivers_killed": sum(kill["count"] for kill in history.of("drivers_killed")),
         }
         print(
             f"bank: transfers {dict(transfers)}; a lake reader read {len(reads)} times "
@@ -114,7 +137,7 @@ def main() -> int:
                 "seed": options.seed,
                 "minutes": options.minutes,
                 "seconds": round(time.monotonic() - began, 1),
-                "faults": len(run.history.of("fault")),
+                "faults": len(history.of("fault")),
                 "operations": len(outcomes),
                 "ended": dict(ended),
                 "transactions": dict(transactions),

@@ -64,8 +64,15 @@ PERMISSIONS = ("read", "write")
 # What the history keeps of each procedure's end (and of one that never ended, what it waited on).
 ENDED_KEPT = (
     *("state", "started_at", "closed_at", "failed_step", "stuck_step", "rollback_reason"),
-    *("refused", "broadcasts", "error", "last_seen", "pending"),
+    *("refused", "broadcasts", "error", "last_seen", "pending", "procedure_type", "target"),
 )
+# A saved history from before "ended" kept a procedure's type: its start's command says it.
+_COMMAND_TYPES = {
+    ("table", "create"): "CreateTable",
+    ("table", "delete"): "DeleteTable",
+    ("table", "load"): "LoadTable",
+    ("table", "compact"): "CompactTable",
+}
 # What a procedure may end as after the final heal; STUCK only with its reason.
 ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
 # The topics the application transactions publish to: one event at a time, and in batches that
@@ -1013,6 +1020,22 @@ def run_on_a_new_cluster(
         if history is not None:  # the end state beside it, for a reader of a failed run
             history.with_suffix(".end.json").write_text(json.dumps(end, default=str))
     return Report(run, outcomes, end, verdicts(outcomes, end, run.history))
+
+
+def recheck(history_path: Path) -> tuple[History, dict[str, dict[str, Any]], dict[str, Any]]:
+    """A finished run's history, each procedure's end and the end state, as `--history` saved
+    them (the end state beside it, .end.json), for the checkers to run again (verdicts)."""
+    history = History(
+        events=[json.loads(line) for line in history_path.read_text().splitlines() if line]
+    )
+    end: dict[str, Any] = json.loads(history_path.with_suffix(".end.json").read_text())
+    outcomes = {event["procedure_id"]: dict(event) for event in history.of("ended")}
+    for started in history.of("started"):
+        argv, status = started.get("argv") or [], outcomes.get(started["procedure_id"])
+        kind = _COMMAND_TYPES.get(tuple(argv[:2]))
+        if status is not None and kind is not None and status.get("procedure_type") is None:
+            status.update(procedure_type=kind, target=argv[2])
+    return history, outcomes, end
 
 
 # ---- checkers: each returns the violations it found, as sentences ----

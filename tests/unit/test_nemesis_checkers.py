@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 from procbus.testing.nemesis import (
@@ -28,6 +29,7 @@ from procbus.testing.nemesis import (
     check_topics,
     evicted_tables,
     fault_schedule,
+    recheck,
     workload,
 )
 
@@ -71,6 +73,39 @@ def test_a_clean_history_has_no_violations() -> None:
     assert check_procedures(OUTCOMES) == []
     assert check_catalog(OUTCOMES, END) == []
     assert check_caches(END) == []
+
+
+def test_a_saved_run_is_checked_again_as_it_was_and_an_old_one_gets_its_types_back(
+    tmp_path: Path,
+) -> None:
+    """`bench/nemesis.py --recheck`: the history and end state a run saved give the checkers
+    what they had; a history from before "ended" kept type and target takes them from the
+    start's command line, so the catalog checker sees the same procedures."""
+    events: list[dict[str, Any]] = [{"t": 0.0, "event": "began", "seed": 3}]
+    for procedure_id, outcome in OUTCOMES.items():
+        command = {
+            "CreateTable": ["table", "create"],
+            "DeleteTable": ["table", "delete"],
+            "ChangeAccess": ["acl", "grant", "etl"],
+        }[outcome["procedure_type"]]
+        argv = [*command, outcome["target"], "--id", procedure_id]
+        kept = {k: v for k, v in outcome.items() if k not in ("procedure_type", "target")}
+        events.append({"t": 1.0, "event": "started", "procedure_id": procedure_id, "argv": argv})
+        events.append({"t": 2.0, "event": "ended", "procedure_id": procedure_id, **kept})
+    saved = tmp_path / "seed3.jsonl"
+    saved.write_text("".join(json.dumps(event) + "\n" for event in events))
+    saved.with_suffix(".end.json").write_text(json.dumps(END))
+    history, outcomes, end = recheck(saved)
+    assert (history.events, end) == (events, END)
+    assert check_catalog(outcomes, end) == []
+    # The table procedures are typed again from their commands; the grant's is not a table's.
+    assert {pid: o.get("procedure_type") for pid, o in outcomes.items()} == {
+        "c1": "CreateTable",
+        "d1": "DeleteTable",
+        "c2": "CreateTable",
+        "c3": "CreateTable",
+        "g1": None,
+    }
 
 
 def test_a_procedure_that_never_ended_or_is_stuck_without_a_reason_is_a_violation() -> None:
