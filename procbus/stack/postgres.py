@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -42,6 +43,8 @@ _PASSWORD = re.compile(r"^[A-Za-z0-9_-]{24,}$")
 # As root, data whose state folder the system user cannot enter lives here, linked from the
 # state folder: no folder of the user's is opened to others for it.
 SYSTEM_DATA_HOME = Path("/var/lib/procbus/postgres")
+# Held while the system user is looked up and created (one creator at a time).
+SYSTEM_USER_LOCK = SYSTEM_DATA_HOME.parent / "system-user.lock"
 HBA_MARKER = "# procbus: every connection needs the password (scram-sha-256)"
 HBA = f"""{HBA_MARKER}
 # TYPE  DATABASE  USER  ADDRESS       METHOD
@@ -51,18 +54,32 @@ host    all       all   ::1/128       scram-sha-256
 """
 
 
-def _system_user() -> str | None:
+def _system_user(name: str = SYSTEM_USER_WHEN_ROOT) -> str | None:
+    """The system user the server runs as when procbus runs as root (None otherwise), created
+    once. Under a lock: servers started side by side (a cluster's hosts, parallel tests) would
+    otherwise race to create it, and all but one useradd would fail."""
     if os.geteuid() != 0:
         return None
-    try:
-        pwd.getpwnam(SYSTEM_USER_WHEN_ROOT)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--shell", "/usr/sbin/nologin", SYSTEM_USER_WHEN_ROOT],
-            check=True,
-            capture_output=True,
-        )
-    return SYSTEM_USER_WHEN_ROOT
+    SYSTEM_USER_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with SYSTEM_USER_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            made = subprocess.run(
+                ["useradd", "--system", "--shell", "/usr/sbin/nologin", name],
+                capture_output=True,
+                text=True,
+            )
+            if made.returncode != 0:
+                try:  # made by someone outside procbus meanwhile: as good
+                    pwd.getpwnam(name)
+                except KeyError:
+                    raise StackError(
+                        f"PostgreSQL refuses to run as root, and the system user {name!r} to "
+                        f"run it as could not be created: useradd said {made.stderr.strip()!r}"
+                    ) from None
+    return name
 
 
 def _can_reach(user: str, folder: Path) -> bool:

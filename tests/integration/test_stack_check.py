@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pwd
 import shutil
 import stat
 import subprocess
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -191,3 +195,25 @@ def test_a_cluster_of_an_older_procbus_switches_to_its_password_and_keeps_its_da
         assert stat.S_IMODE((root / "postgres.password").stat().st_mode) == 0o600
     finally:
         shutil.rmtree(root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the system user is made only when run as root")
+def test_servers_started_side_by_side_as_root_make_their_system_user_once() -> None:
+    """A cluster's hosts, or parallel tests, on a machine that has no such user yet: each start
+    finds or makes it, none fails because another made it first (a few rounds: it is a race)."""
+    starts = 8
+    for _ in range(10):
+        name = f"procbus_race_{uuid.uuid4().hex[:8]}"
+        together = threading.Barrier(starts)
+
+        def start(_: int, name: str = name, together: threading.Barrier = together) -> str | None:
+            together.wait()
+            return _system_user(name)
+
+        try:
+            with ThreadPoolExecutor(max_workers=starts) as pool:
+                made = list(pool.map(start, range(starts)))
+            assert made == [name] * starts
+            assert pwd.getpwnam(name).pw_shell == "/usr/sbin/nologin"
+        finally:
+            subprocess.run(["userdel", name], capture_output=True)
