@@ -38,11 +38,10 @@ from procbus.db.migrate import migrate
 from procbus.delivery.owner import ensure_delivery
 from procbus.lakehouse import warehouse as layout
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.data import DELETED_COLUMN
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.schemas import parse_columns
 from procbus.pipeline import Pipelines
-from procbus.pipeline.rows import SEQUENCE_COLUMN, reduce_changes, write_rows
+from procbus.pipeline.rows import SEQUENCE_COLUMN, ChangeColumns, reduce_changes, write_rows
 from procbus.spark import spark_session
 from procbus.spark.backends import LocalBackend
 from procbus.spark.frames import schema_ddl
@@ -145,11 +144,20 @@ def plain_write(spark: Any, table: TableDescriptor, rows: Path, output: Path) ->
 def apply_alone(table: TableDescriptor, output: Path) -> float:
     """Seconds for procbus's apply to reduce the same rows as changes and write them, in
     batches of BATCH (what the worker does per batch before its commit)."""
-    changes = [row(n) | {DELETED_COLUMN: False, SEQUENCE_COLUMN: n} for n in range(1, CHANGES + 1)]
+    batches = []
+    for first in range(1, CHANGES + 1, BATCH):
+        numbers = range(first, min(first + BATCH, CHANGES + 1))
+        changes = ChangeColumns.empty(list(row(0)))
+        for number in numbers:
+            for name, value in row(number).items():
+                changes.values[name].append(value)
+        changes.deleted.extend([False] * len(numbers))
+        changes.places.extend(range(len(numbers)))
+        batches.append(changes)
     started = time.perf_counter()
-    for first in range(0, CHANGES, BATCH):
-        rows, _ = reduce_changes(table, ["id"], changes[first : first + BATCH])
-        write_rows(rows, output, f"alone-{first}")
+    for at, changes in enumerate(batches):
+        rows, _ = reduce_changes(table, ["id"], changes)
+        write_rows(rows, output, f"alone-{at}")
     return time.perf_counter() - started
 
 

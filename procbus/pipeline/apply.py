@@ -45,12 +45,12 @@ from procbus.db.queries import load_queries
 from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
 from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.data import DELETED_COLUMN, DataFile
+from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
-from procbus.pipeline.rows import SEQUENCE_COLUMN, reduce_changes, write_rows
+from procbus.pipeline.rows import ChangeColumns, reduce_changes, write_rows
 from procbus.pipeline.schema import ChangeMisfit, added_columns, explain_type_misfit
 from procbus.spark import staging
 from procbus.topics.models import Entry
@@ -120,14 +120,14 @@ def _timestamp(text: str) -> str | None:
 
 @dataclass
 class TableChanges:
-    """One lake table's part of a batch: its changes, each the table's columns (the row after;
-    nulls but the key for a delete), DELETED_COLUMN and SEQUENCE_COLUMN (its place in the batch,
+    """One lake table's part of a batch: its changes (ChangeColumns: the table's columns, the
+    row after, nulls but the key for a delete; whether each is a delete; its place in the batch,
     which per key is commit order), values checked and normalized (timestamps in UTC)."""
 
     table: TableDescriptor
     keys: list[str]
     source: str  # the captured table, SCHEMA.TABLE
-    changes: list[dict[str, Any]] = field(default_factory=list)
+    changes: ChangeColumns
     # Added at the source since the capture began: the commit adds them to the lake table.
     added_columns: list[Column] = field(default_factory=list)
 
@@ -152,40 +152,64 @@ def plan_batch(
     fit."""
     planned: dict[str, TableChanges] = {}
     shapes: dict[str, _Shape] = {}  # each table's columns and their checks
-    for place, entry in enumerate(entries):
-        change = entry.payload
-        if entry.type != CHANGE_TYPE or not isinstance(change, dict) or "op" not in change:
-            raise ChangeMisfit(f"event {entry.id} is not a captured change (type {entry.type!r})")
-        name = lake_table_name(endpoint, change)
-        table = tables.get(name)
-        if table is None:
-            raise ChangeMisfit(
-                f"lake table {endpoint.namespace}.{name} does not exist: create it with the "
-                f"columns of {change['schema']}.{change['table']}"
-            )
-        keys = list(change["key"])
-        source = f"{change['schema']}.{change['table']}"
-        part = planned.get(name)
-        if part is None:
-            new_columns = (added or {}).get(name, [])
-            table = table.model_copy(update={"columns": [*table.columns, *new_columns]})
-            part = planned[name] = TableChanges(
-                table=table, keys=keys, source=source, added_columns=new_columns
-            )
-            _check_table(table, keys, change)
-            shapes[name] = _Shape(
-                part.columns, {column.name for column in new_columns}, part.checks()
-            )
-        elif source != part.source:
-            raise ChangeMisfit(
-                f"changes of {part.source} and {source} would both go to lake table "
-                f"{table.qualified_name}: a table:// endpoint naming one table takes one source "
-                "table"
-            )
-        elif keys != part.keys:
-            raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
-        row = change["row"] if change["op"] != "delete" else change["key"]
-        part.changes.append(_change(part.table, shapes[name], entry.id, change, row, place))
+    taken: list[_Taken] = []  # each change's row, in batch order, its values checked after
+    try:
+        for place, entry in enumerate(entries):
+            change = entry.payload
+            if entry.type != CHANGE_TYPE or not isinstance(change, dict) or "op" not in change:
+                raise ChangeMisfit(
+                    f"event {entry.id} is not a captured change (type {entry.type!r})"
+                )
+            name = lake_table_name(endpoint, change)
+            table = tables.get(name)
+            if table is None:
+                raise ChangeMisfit(
+                    f"lake table {endpoint.namespace}.{name} does not exist: create it with the "
+                    f"columns of {change['schema']}.{change['table']}"
+                )
+            keys = list(change["key"])
+            source = f"{change['schema']}.{change['table']}"
+            part = planned.get(name)
+            if part is None:
+                new_columns = (added or {}).get(name, [])
+                table = table.model_copy(update={"columns": [*table.columns, *new_columns]})
+                part = planned[name] = TableChanges(
+                    table=table,
+                    keys=keys,
+                    source=source,
+                    changes=ChangeColumns.empty([column.name for column in table.columns]),
+                    added_columns=new_columns,
+                )
+                _check_table(table, keys, change)
+                shapes[name] = _Shape(
+                    part.columns, {column.name for column in new_columns}, part.checks()
+                )
+            elif source != part.source:
+                raise ChangeMisfit(
+                    f"changes of {part.source} and {source} would both go to lake table "
+                    f"{table.qualified_name}: a table:// endpoint naming one table takes one "
+                    "source table"
+                )
+            elif keys != part.keys:
+                raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
+            row = change["row"] if change["op"] != "delete" else change["key"]
+            _check_row_columns(part, shapes[name], entry.id, change["op"], row)
+            taken.append(_Taken(name, entry.id, row))
+            part.changes.deleted.append(change["op"] == "delete")
+            part.changes.places.append(place)
+    except ChangeMisfit:
+        # A value of an earlier change that does not fit is the first misfit: named first.
+        _raise_first_value_misfit(taken, planned, shapes)
+        raise
+    for name, part in planned.items():
+        rows = [each.row for each in taken if each.table == name]
+        for column, column_type, fits in shapes[name].checks:
+            values = [row.get(column) for row in rows]
+            if not all(map(fits, values)):
+                _raise_first_value_misfit(taken, planned, shapes)
+            if column_type == "timestamp":
+                values = [_timestamp(value) if value else value for value in values]
+            part.changes.values[column] = values
     return planned
 
 
@@ -244,43 +268,49 @@ def _check_table(table: TableDescriptor, keys: list[str], change: dict[str, Any]
         )
 
 
-def _change(
-    table: TableDescriptor,
-    shape: _Shape,
-    entry_id: int,
-    change: dict[str, Any],
-    row: Any,
-    place: int,
-) -> dict[str, Any]:
+@dataclass(slots=True)
+class _Taken:
+    """A change as the plan took it: its lake table, its entry, its row (its key, for a delete)."""
+
+    table: str
+    entry_id: int
+    row: dict[str, Any]
+
+
+def _check_row_columns(part: TableChanges, shape: _Shape, entry_id: int, op: str, row: Any) -> None:
+    """ChangeMisfit unless the change's row has the table's columns (its values are checked by
+    column, once the batch is read)."""
     if not isinstance(row, dict):
-        raise ChangeMisfit(f"change {entry_id} of {change['schema']}.{change['table']} has no row")
-    if change["op"] != "delete" and row.keys() != shape.names:
-        source = f"{change['schema']}.{change['table']}"
+        raise ChangeMisfit(f"change {entry_id} of {part.source} has no row")
+    if op != "delete" and row.keys() != shape.names:
         missing = [name for name in shape.wanted if name not in row and name not in shape.optional]
         unknown = [name for name in row if name not in shape.names]
         if missing or unknown:
             said = [f"missing column(s) {', '.join(missing)}"] if missing else []
             said += [f"unknown column(s) {', '.join(unknown)}"] if unknown else []
             raise ChangeMisfit(
-                f"change {entry_id} of {source} does not fit lake table "
-                f"{table.qualified_name}: {'; '.join(said)}"
+                f"change {entry_id} of {part.source} does not fit lake table "
+                f"{part.table.qualified_name}: {'; '.join(said)}"
             )
-    line: dict[str, Any] = {}
-    for name, column_type, fits in shape.checks:
-        value = row.get(name)
-        if not fits(value):
-            raise TypeMisfit(
-                f"change {entry_id} of {change['schema']}.{change['table']}: {name} = "
-                f"{value!r} does not fit lake table {table.qualified_name}'s column type "
-                f"{column_type}",
-                table.name,
-                f"{change['schema']}.{change['table']}",
-                name,
-            )
-        line[name] = _timestamp(value) if column_type == "timestamp" and value else value
-    line[DELETED_COLUMN] = change["op"] == "delete"
-    line[SEQUENCE_COLUMN] = place
-    return line
+
+
+def _raise_first_value_misfit(
+    taken: list[_Taken], planned: dict[str, TableChanges], shapes: dict[str, _Shape]
+) -> None:
+    """TypeMisfit for the first value, in batch order, that does not fit its column (none: the
+    caller goes on)."""
+    for each in taken:
+        part = planned[each.table]
+        for name, column_type, fits in shapes[each.table].checks:
+            value = each.row.get(name)
+            if not fits(value):
+                raise TypeMisfit(
+                    f"change {each.entry_id} of {part.source}: {name} = {value!r} does not fit "
+                    f"lake table {part.table.qualified_name}'s column type {column_type}",
+                    part.table.name,
+                    part.source,
+                    name,
+                )
 
 
 class Pipelines:

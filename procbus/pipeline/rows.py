@@ -10,6 +10,7 @@ the pipeline at a tenth of its floor and its latency above a second (docs/concep
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -46,40 +47,63 @@ def arrow_value(column_type: str, value: Any) -> Any:
     return value
 
 
+@dataclass
+class ChangeColumns:
+    """One lake table's changes of a batch, in batch order (per key, commit order), held as
+    columns: each table column's values (the row after; nulls but the key for a delete), whether
+    each change is a delete, and its place in the batch. Columns, not a dict per change: a batch
+    of 10,000 changes is then reduced by Arrow, not row by row in Python."""
+
+    values: dict[str, list[Any]]
+    deleted: list[bool] = field(default_factory=list)
+    places: list[int] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, columns: list[str]) -> ChangeColumns:
+        return cls({name: [] for name in columns})
+
+    def __len__(self) -> int:
+        return len(self.places)
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Each change as one dict, DELETED_COLUMN and SEQUENCE_COLUMN beside its columns (to
+        read or show; the apply works on the columns)."""
+        names = list(self.values)
+        return [
+            {name: self.values[name][at] for name in names}
+            | {DELETED_COLUMN: self.deleted[at], SEQUENCE_COLUMN: self.places[at]}
+            for at in range(len(self))
+        ]
+
+
 def reduce_changes(
-    table: TableDescriptor, keys: list[str], changes: list[dict[str, Any]]
+    table: TableDescriptor, keys: list[str], changes: ChangeColumns
 ) -> tuple[pyarrow.Table, pyarrow.Table]:
     """The rows to add (each changed key's newest image, none for a key it last deleted), in
     the table's columns and types, and every key the batch changed."""
     # pyarrow loads only where table files are written: importing this module stays cheap.
     import pyarrow
 
-    newest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for change in sorted(changes, key=lambda c: c[SEQUENCE_COLUMN]):  # commit order
-        newest[tuple(change[key] for key in keys)] = change
-    types = {column.name: column.type for column in table.columns}
+    count = len(changes)
+    key_values = [changes.values[key] for key in keys]
+    # Each key's last change (the changes are in commit order): a later index replaces an
+    # earlier one in place, so the keys keep the order they were first changed in.
+    key_of = key_values[0] if len(keys) == 1 else list(zip(*key_values, strict=True))
+    newest = dict(zip(key_of, range(count), strict=True))
+    chosen = list(newest.values())
+    live = pyarrow.array([at for at in chosen if not changes.deleted[at]], pyarrow.int64())
     schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
-    live = [change for change in newest.values() if not change[DELETED_COLUMN]]
-    rows = pyarrow.table(
-        {
-            name: pyarrow.array(
-                _as_arrow(types[name], [change.get(name) for change in live]),
-                schema.field(name).type,
-            )
-            for name in schema.names
-        },
-        schema=schema,
-    )
-    key_schema = pyarrow.schema([schema.field(key) for key in keys])
+    every = {
+        column.name: pyarrow.array(
+            _as_arrow(column.type, changes.values[column.name]), schema.field(column.name).type
+        )
+        for column in table.columns
+    }
+    rows = pyarrow.table({name: every[name].take(live) for name in schema.names}, schema=schema)
+    picked = pyarrow.array(chosen, pyarrow.int64())
     changed = pyarrow.table(
-        {
-            key: pyarrow.array(
-                _as_arrow(types[key], [values[place] for values in newest]),
-                key_schema.field(key).type,
-            )
-            for place, key in enumerate(keys)
-        },
-        schema=key_schema,
+        {key: every[key].take(picked) for key in keys},
+        schema=pyarrow.schema([schema.field(key) for key in keys]),
     )
     return rows, changed
 

@@ -232,8 +232,11 @@ class Reservation(BaseModel):
     expires_at: datetime
 
 
-class Entry(BaseModel):
-    """A committed event waiting in the queue, as a delivery attempt sees it."""
+@dataclass(slots=True)
+class Entry:
+    """A committed event waiting in the queue, as a delivery attempt sees it. A plain dataclass,
+    not validated: a claim makes one per event (80,000 at a time) from the queue's typed columns,
+    and a pydantic model cost five times as much to make (0.64 s against 0.12 s for 80,000)."""
 
     id: int
     key: str | None
@@ -335,9 +338,22 @@ class Attempt(BaseModel):
     error: str
 
 
-class DeadLetter(Entry):
-    """An entry out of the queue for good, until redriven: with every attempt it made."""
+class DeadLetter(BaseModel):
+    """An entry out of the queue for good, until redriven: with every attempt it made. A model
+    (Entry is a plain dataclass): `procbus topic dead-letters --json` prints it."""
 
+    id: int
+    key: str | None
+    type: str
+    payload: Any
+    bytes: int
+    webhook_id: str
+    created_at: datetime
+    attempts: int
+    last_error: str | None = None
+    txn_id: str | None = None
+    txn_last: bool = False
+    txn_size: int | None = None
     history: list[Attempt] = Field(default_factory=list)
     dead_at: datetime
     reason: str
