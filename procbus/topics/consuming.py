@@ -22,6 +22,7 @@ from procbus.core.collector import collector_paused
 from procbus.core.endpoints import EndpointKind
 from procbus.errors import InvalidRequest
 from procbus.topics.models import (
+    DEAD_LETTER,
     Claim,
     ClaimedBatch,
     DeadLetter,
@@ -492,7 +493,7 @@ class Consuming(TopicStore):
         rows = await self.pool.fetch(
             self.queries["list_dead_letters"], topic, list(ids) if ids is not None else None
         )
-        return [DeadLetter(**dict(row)) for row in rows]
+        return [DEAD_LETTER.validate_python(dict(row)) for row in rows]
 
     async def redrive(self, topic: str, ids: Sequence[int] | None = None) -> list[Published]:
         """Put dead letters back in the queue (all of them, or these IDs), each with its

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -338,25 +339,17 @@ class Attempt(BaseModel):
     error: str
 
 
-class DeadLetter(BaseModel):
-    """An entry out of the queue for good, until redriven: with every attempt it made. A model
-    (Entry is a plain dataclass): `procbus topic dead-letters --json` prints it."""
+@dataclass(slots=True, kw_only=True)
+class DeadLetter(Entry):
+    """An entry out of the queue for good, until redriven: with every attempt it made. Made by
+    DEAD_LETTER (validated: its history is JSON from the database), dumped as JSON by it too."""
 
-    id: int
-    key: str | None
-    type: str
-    payload: Any
-    bytes: int
-    webhook_id: str
-    created_at: datetime
-    attempts: int
-    last_error: str | None = None
-    txn_id: str | None = None
-    txn_last: bool = False
-    txn_size: int | None = None
-    history: list[Attempt] = Field(default_factory=list)
+    history: list[Attempt] = field(default_factory=list)
     dead_at: datetime
     reason: str
+
+
+DEAD_LETTER = TypeAdapter(DeadLetter)
 
 
 class TopicGauges(BaseModel):
