@@ -320,10 +320,12 @@ def dead_letters(name: str, json_output: bool = JSON_OPTION) -> None:
     async def run() -> None:
         from rich.table import Table
 
+        from procbus.topics.models import DEAD_LETTER
+
         async with _topics() as topics:
             found = await topics.dead_letters(name)
         if json_output:
-            print_json([dead.model_dump(mode="json") for dead in found])
+            print_json([DEAD_LETTER.dump_python(dead, mode="json") for dead in found])
             return
         grid = Table("id", "key", "type", "attempts", "last error", "reason")
         for dead in found:
