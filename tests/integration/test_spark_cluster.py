@@ -276,6 +276,7 @@ async def test_a_load_whose_driver_is_killed_runs_again_as_a_new_attempt_and_com
     assert table_files_on_disk(table) == only_committed_files(table, current)
 
 
+@pytest.mark.timeout(540)
 async def test_loads_started_together_take_turns_for_drivers_and_all_commit(
     cluster: SparkCluster,
     client: Client,
@@ -294,7 +295,8 @@ async def test_loads_started_together_take_turns_for_drivers_and_all_commit(
             await start_load(client, task_queue, write_csv(tmp_path / f"{n}.csv", n * 100, 100))
             for n in range(loads)
         ]
-        async with asyncio.timeout(240):  # three drivers in turn: slow beside the whole suite
+        # Three drivers in turn, beside the whole suite: 85-210 s seen, more on a slow host.
+        async with asyncio.timeout(420):
             results = await asyncio.gather(*(handle.result() for handle in handles))
     assert [result.records for result in results] == [100] * loads
     current = await Catalog(pool).table_files("sales", "orders")
