@@ -41,7 +41,7 @@ from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.schemas import parse_columns
 from procbus.pipeline import Pipelines
-from procbus.pipeline.rows import SEQUENCE_COLUMN, ChangeColumns, reduce_changes, write_rows
+from procbus.pipeline.rows import ChangeColumns, reduce_changes, write_rows
 from procbus.spark import spark_session
 from procbus.spark.backends import LocalBackend
 from procbus.spark.frames import schema_ddl
@@ -152,7 +152,6 @@ def apply_alone(table: TableDescriptor, output: Path) -> float:
             for name, value in row(number).items():
                 changes.values[name].append(value)
         changes.deleted.extend([False] * len(numbers))
-        changes.places.extend(range(len(numbers)))
         batches.append(changes)
     started = time.perf_counter()
     for at, changes in enumerate(batches):
@@ -269,7 +268,7 @@ async def main() -> dict[str, Any]:
                 rows = root / "rows.jsonl"
                 with rows.open("w") as out:
                     for number in range(1, CHANGES + 1):
-                        out.write(json.dumps(row(number) | {SEQUENCE_COLUMN: number}) + "\n")
+                        out.write(json.dumps(row(number)) + "\n")
                 plain_write(spark, table, rows, root / "warmup")  # the JVM's first job
                 plain_seconds = plain_write(spark, table, rows, root / "plain-out")
                 alone_seconds = apply_alone(table, root / "alone-out")

@@ -37,10 +37,6 @@ class SnapshotOperation(StrEnum):
     APPLY = "apply"  # a batch of captured changes (procbus.pipeline)
 
 
-# The column of a batch's planned changes (procbus.pipeline) that marks a key deleted.
-DELETED_COLUMN = "_procbus_deleted"
-
-
 def split_partition(spec: str) -> list[tuple[str, str]]:
     """'region=eu/day=2026-11-24' -> [('region', 'eu'), ('day', '2026-11-24')], each name and
     value checked; whether they are the table's partition columns is `parse_partition`'s."""

@@ -120,9 +120,9 @@ def _timestamp(text: str) -> str | None:
 
 @dataclass
 class TableChanges:
-    """One lake table's part of a batch: its changes (ChangeColumns: the table's columns, the
-    row after, nulls but the key for a delete; whether each is a delete; its place in the batch,
-    which per key is commit order), values checked and normalized (timestamps in UTC)."""
+    """One lake table's part of a batch: its changes in batch order, which per key is commit
+    order (ChangeColumns: the table's columns, the row after, nulls but the key for a delete;
+    whether each is a delete), values checked and normalized (timestamps in UTC)."""
 
     table: TableDescriptor
     keys: list[str]
@@ -154,11 +154,12 @@ def plan_batch(
     shapes: dict[str, _Shape] = {}  # each table's columns and their checks
     taken: list[_Taken] = []  # each change's row, in batch order, its values checked after
     try:
-        for place, entry in enumerate(entries):
+        for entry in entries:
             change = entry.payload
-            if entry.type != CHANGE_TYPE or not isinstance(change, dict) or "op" not in change:
+            if entry.type != CHANGE_TYPE or not _is_change(change):
                 raise ChangeMisfit(
-                    f"event {entry.id} is not a captured change (type {entry.type!r})"
+                    f"event {entry.id} is not a captured change (type {entry.type!r}; a change "
+                    "has an op of insert, update or delete, a schema, a table and a key object)"
                 )
             name = lake_table_name(endpoint, change)
             table = tables.get(name)
@@ -196,7 +197,6 @@ def plan_batch(
             _check_row_columns(part, shapes[name], entry.id, change["op"], row)
             taken.append(_Taken(name, entry.id, row))
             part.changes.deleted.append(change["op"] == "delete")
-            part.changes.places.append(place)
     except ChangeMisfit:
         # A value of an earlier change that does not fit is the first misfit: named first.
         _raise_first_value_misfit(taken, planned, shapes)
@@ -211,6 +211,21 @@ def plan_batch(
                 values = [_timestamp(value) if value else value for value in values]
             part.changes.values[column] = values
     return planned
+
+
+_OPS = frozenset({"insert", "update", "delete"})
+
+
+def _is_change(payload: Any) -> bool:
+    """Whether an event's payload has a captured change's fields (procbus.capture writes them;
+    any application may write a row to the queue)."""
+    return (
+        isinstance(payload, dict)
+        and payload.get("op") in _OPS
+        and isinstance(payload.get("schema"), str)
+        and isinstance(payload.get("table"), str)
+        and isinstance(payload.get("key"), dict)
+    )
 
 
 @dataclass

@@ -16,16 +16,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from procbus.lakehouse.data import DELETED_COLUMN, DataFile
+from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.reader import arrow_type
 from procbus.lakehouse.warehouse import DATA_FOLDER
 
 if TYPE_CHECKING:
     import pyarrow
-
-# A change's place in its batch (commit order), beside DELETED_COLUMN in a planned change.
-SEQUENCE_COLUMN = "_procbus_seq"
 
 
 def arrow_value(column_type: str, value: Any) -> Any:
@@ -50,30 +47,19 @@ def arrow_value(column_type: str, value: Any) -> Any:
 @dataclass
 class ChangeColumns:
     """One lake table's changes of a batch, in batch order (per key, commit order), held as
-    columns: each table column's values (the row after; nulls but the key for a delete), whether
-    each change is a delete, and its place in the batch. Columns, not a dict per change: a batch
-    of 10,000 changes is then reduced by Arrow, not row by row in Python."""
+    columns: each table column's values (the row after; nulls but the key for a delete), and
+    whether each change is a delete. Columns, not a dict per change: a batch of 10,000 changes
+    is then reduced by Arrow, not row by row in Python."""
 
     values: dict[str, list[Any]]
     deleted: list[bool] = field(default_factory=list)
-    places: list[int] = field(default_factory=list)
 
     @classmethod
     def empty(cls, columns: list[str]) -> ChangeColumns:
         return cls({name: [] for name in columns})
 
     def __len__(self) -> int:
-        return len(self.places)
-
-    def lines(self) -> list[dict[str, Any]]:
-        """Each change as one dict, DELETED_COLUMN and SEQUENCE_COLUMN beside its columns (to
-        read or show; the apply works on the columns)."""
-        names = list(self.values)
-        return [
-            {name: self.values[name][at] for name in names}
-            | {DELETED_COLUMN: self.deleted[at], SEQUENCE_COLUMN: self.places[at]}
-            for at in range(len(self))
-        ]
+        return len(self.deleted)
 
 
 def reduce_changes(

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from procbus.capture import SourceColumn
 from procbus.core.endpoints import parse_endpoint
-from procbus.lakehouse.data import DELETED_COLUMN
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.schemas import Column, parse_columns
 from procbus.pipeline.apply import ChangeMisfit, plan_batch, value_fits
-from procbus.pipeline.rows import SEQUENCE_COLUMN, ChangeColumns, reduce_changes
+from procbus.pipeline.rows import ChangeColumns, reduce_changes
 from procbus.pipeline.schema import lake_type
 from procbus.topics import Entry
 
@@ -57,15 +56,12 @@ def test_a_batch_becomes_lines_in_batch_order_with_the_deleted_flag() -> None:
         change(9, "update", 1, {"id": 1, "owner": "ada", "balance": 6}),
         change(12, "delete", 1, None),
     )
-    lines = planned["accounts"].changes.lines()
-    assert [line[SEQUENCE_COLUMN] for line in lines] == [0, 1, 2]
-    assert [line[DELETED_COLUMN] for line in lines] == [False, False, True]
-    assert lines[2] == {
-        "id": 1,
-        "owner": None,
-        "balance": None,
-        DELETED_COLUMN: True,
-        SEQUENCE_COLUMN: 2,
+    part = planned["accounts"].changes
+    assert part.deleted == [False, False, True]
+    assert part.values == {
+        "id": [1, 1, 1],
+        "owner": ["ada", "ada", None],
+        "balance": [5, 6, None],
     }
     assert planned["accounts"].keys == ["id"]
     # Key 1 changed three times and was deleted last: no row to add, its live row goes.
@@ -155,7 +151,7 @@ def test_rows_from_before_a_column_was_added_read_null_for_it() -> None:
     part = planned["accounts"]
     assert part.columns == ["id", "owner", "balance", "note"]
     assert [column.name for column in part.added_columns] == ["note"]
-    assert [line["note"] for line in part.changes.lines()] == [None, "hi"]
+    assert part.changes.values["note"] == [None, "hi"]
 
 
 @pytest.mark.parametrize(
@@ -182,6 +178,25 @@ def test_an_event_that_is_no_change_is_refused() -> None:
     plain = replace(change(1, "insert", 1, None), type="OrderPaid", payload={"a": 1})
     with pytest.raises(ChangeMisfit, match="event 1 is not a captured change"):
         plan(plain)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"op": "insert"},
+        {"op": "insert", "schema": "public", "table": "accounts", "row": {"id": 1}},
+        {"op": "upsert", "schema": "public", "table": "accounts", "key": {"id": 1}},
+        {"op": "insert", "schema": "public", "table": 7, "key": {"id": 1}},
+        {"op": "delete", "schema": "public", "table": "accounts", "key": [1]},
+    ],
+)
+def test_a_change_missing_its_fields_is_refused_with_the_reason(payload: dict[str, Any]) -> None:
+    """A row any application may write to the queue: refused (the pipeline stops with why), not
+    a KeyError that would retry the batch for ever."""
+    forged = replace(change(1, "insert", 1, None), payload=payload)
+    for endpoint in ("table://bank", "table://bank.accounts"):
+        with pytest.raises(ChangeMisfit, match="event 1 is not a captured change .*key object"):
+            plan_batch(parse_endpoint(endpoint), (forged,), {"accounts": ACCOUNTS})
 
 
 @given(st.integers(min_value=-(2**70), max_value=2**70))
@@ -226,14 +241,13 @@ def test_the_reduction_keeps_each_keys_last_change_of_the_batch(
     keys = ["region", "id"] if two_column_key else ["id"]
     columns = ChangeColumns.empty(["region", "id", "balance"])
     expected: dict[tuple[Any, ...], dict[str, Any] | None] = {}
-    for place, (region, number, deleted, balance) in enumerate(changes):
+    for region, number, deleted, balance in changes:
         row = {"region": region, "id": number, "balance": None if deleted else balance}
         if deleted and not two_column_key:
             row["region"] = None  # a delete carries its key alone
         for name, value in row.items():
             columns.values[name].append(value)
         columns.deleted.append(deleted)
-        columns.places.append(place)
         expected[tuple(row[key] for key in keys)] = None if deleted else row
     rows, changed = reduce_changes(PAIRS, keys, columns)
     order = lambda row: tuple(str(row[name]) for name in ("region", "id"))  # noqa: E731
