@@ -1014,7 +1014,8 @@ class Demo:
         total = DEMO_ACCOUNTS * DEMO_OPENING
         self.say(
             f"12. Change pipeline: the application's table {source} captured, transfers "
-            f"applied to the lake table {lake_table} by Spark, whole transactions only"
+            f"applied to the Iceberg table {lake_table} in the worker (Arrow), each "
+            "source transaction whole"
         )
         await self.pool.execute(bank["create_accounts"])
         await self.pool.execute(bank["open_accounts"], DEMO_OPENING, DEMO_ACCOUNTS)
