@@ -357,6 +357,7 @@ class Catalog:
             table.columns,
             table.partition_by,
             table.properties,
+            table.created_by,
         )
 
     async def remove_table_created_by(

@@ -62,13 +62,15 @@ class IcebergCatalog:
         columns: Sequence[Column],
         partition_by: Sequence[str],
         properties: dict[str, str],
+        created_by: str = "",
     ) -> str:
-        """Write the table's first metadata file and add its row; the metadata's location.
-        InvalidRequest when a table of that name is there already."""
+        """Write the table's first metadata file (named after `created_by`, so a creation tried
+        again writes the same one) and add its row; the metadata's location. InvalidRequest when
+        a table of that name is there already."""
         from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
 
         metadata_location = await asyncio.to_thread(
-            iceberg.new_table, location, columns, partition_by, properties
+            iceberg.new_table, location, columns, partition_by, properties, created_by
         )
         added = await connection.fetchval(
             self.queries["iceberg_add_table"],

@@ -94,6 +94,8 @@ FORMAT_VERSION: Literal[2] = 2
 MANIFESTS_BEFORE_MERGE = 8
 # Partition fields take IDs from here on, as Iceberg numbers them.
 FIRST_PARTITION_FIELD_ID = 1000
+# A table's UUID is derived from its creating procedure under this namespace (see new_table).
+TABLE_IDENTITY = uuid.UUID("5f0c3e52-7a0e-4d4f-9a61-2b8f1f6c0a11")
 
 _SIMPLE_TYPES: dict[str, IcebergType] = {
     "boolean": BooleanType(),
@@ -163,10 +165,21 @@ def new_table(
     columns: Sequence[Column],
     partition_by: Sequence[str],
     properties: dict[str, str],
+    created_by: str = "",
 ) -> str:
     """Write a new table's first metadata file under `location`/metadata; its location. The name
     mapping lets every reader match columns of files written without Iceberg field IDs (Spark's
-    plain Parquet) by name."""
+    plain Parquet) by name.
+
+    The file and the table's UUID are named after `created_by` (the creating procedure) and the
+    location, so a creation tried again after an attempt that wrote the file but never committed
+    its row replaces that file instead of leaving it unlisted beside its own. Without a creator
+    (tables made outside a procedure) both are random."""
+    identity = (
+        uuid.uuid5(TABLE_IDENTITY, f"{created_by}:{file_uri(location)}")
+        if created_by
+        else uuid.uuid4()
+    )
     schema = table_schema(columns)
     spec = partition_spec(schema, partition_by)
     mapping = create_mapping_from_schema(schema).model_dump_json()
@@ -184,11 +197,16 @@ def new_table(
             TableProperties.MANIFEST_MERGE_ENABLED: "true",
             TableProperties.MANIFEST_MIN_MERGE_COUNT: str(MANIFESTS_BEFORE_MERGE),
         },
+        table_uuid=identity,
     )
     provider = load_location_provider(metadata.location, metadata.properties)
-    metadata_location = provider.new_table_metadata_file_location(0)
+    metadata_location = provider.new_metadata_location(f"00000-{identity}.metadata.json")
+    # Written aside and renamed over: an attempt that lost its worker may still be writing.
+    final = local_path(metadata_location)
+    aside = final.with_name(f".{final.name}.{uuid.uuid4().hex}")
     io = load_file_io(metadata.properties, metadata_location)
-    ToOutputFile.table_metadata(metadata, io.new_output(metadata_location))
+    ToOutputFile.table_metadata(metadata, io.new_output(file_uri(aside)))
+    os.replace(aside, final)
     return metadata_location
 
 

@@ -219,6 +219,44 @@ async def test_types_and_partitions_iceberg_lacks_are_refused_before_anything_is
     assert await pool.fetchval('SELECT count(*) FROM "iceberg_tables"') == 0
 
 
+class AttemptLost(Exception):
+    """The worker of a creation's first attempt died before its transaction committed."""
+
+
+async def test_a_creation_tried_again_leaves_one_metadata_file(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    """Seen in a fresh-clone run: a CreateTable step that wrote the table's first metadata file
+    and then lost its worker (or its timeout) was tried again, and the second attempt wrote a
+    second first file; the first stayed in the table's folder, listed by nothing."""
+    catalog = await make_tables(pool, warehouse)
+    folder = warehouse / "shop" / "orders"
+    with pytest.raises(AttemptLost):
+        async with pool.acquire() as connection, connection.transaction():
+            await catalog.add_table(
+                connection, "shop", "orders", folder, COLUMNS, [], {}, created_by="create-1"
+            )
+            raise AttemptLost
+    async with pool.acquire() as connection, connection.transaction():
+        location = await catalog.add_table(
+            connection, "shop", "orders", folder, COLUMNS, [], {}, created_by="create-1"
+        )
+    assert [p.name for p in (folder / "metadata").iterdir()] == [Path(location).name]
+    table = sql_catalog(database_url, warehouse).load_table("shop.orders")
+    assert table.metadata_location == location
+    assert rows_of(sql_catalog(database_url, warehouse), "shop.orders") == []
+    # Another creation of a table at that place is another Iceberg table.
+    async with pool.acquire() as connection, connection.transaction():
+        await catalog.drop_table(connection, "shop", "orders")
+        again = await catalog.add_table(
+            connection, "shop", "orders", folder, COLUMNS, [], {}, created_by="create-2"
+        )
+    assert again != location
+    assert sql_catalog(database_url, warehouse).load_table("shop.orders").metadata.table_uuid != (
+        table.metadata.table_uuid
+    )
+
+
 def keys_of(ids: list[int]) -> pyarrow.Table:
     return pyarrow.table({"id": pyarrow.array(ids, pyarrow.int64())})
 
