@@ -15,8 +15,11 @@ in a thread. The catalog rows are procbus.lakehouse.catalog's.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,7 +41,7 @@ from pyiceberg.manifest import (
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile, ToOutputFile
-from pyiceberg.table import CommitTableResponse, Table, TableProperties
+from pyiceberg.table import CommitTableResponse, Table, TableProperties, Transaction
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.name_mapping import create_mapping_from_schema
@@ -48,7 +51,9 @@ from pyiceberg.table.update import (
     AddSnapshotUpdate,
     TableRequirement,
     TableUpdate,
-    update_table_metadata,
+    _apply_table_update,
+    _TableMetadataUpdateContext,
+    _update_table_metadata_log,
 )
 from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
 from pyiceberg.transforms import IdentityTransform
@@ -68,6 +73,7 @@ from pyiceberg.types import (
     StringType,
     TimestamptzType,
 )
+from pyiceberg.utils.datetime import datetime_to_millis
 
 from procbus.errors import InvalidRequest, SnapshotConflict
 
@@ -210,6 +216,43 @@ def new_table(
     return metadata_location
 
 
+def updated_metadata(
+    base: TableMetadata, updates: tuple[TableUpdate, ...], metadata_location: str | None = None
+) -> TableMetadata:
+    """pyiceberg's update_table_metadata (0.12, pinned) without its last step, a deep copy of
+    the whole metadata (every snapshot in it): its models are frozen and each update builds new
+    ones, so the copy guards nothing, and it was most of a pipeline commit's time once the table
+    had some hundred snapshots."""
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes():
+        if metadata_location:
+            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            now = datetime_to_millis(datetime.now().astimezone())
+            metadata = metadata.model_copy(update={"last_updated_ms": now})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
+
+
+class _Transaction(Transaction):
+    """pyiceberg's Transaction, its staged metadata built once per change staged (pyiceberg
+    builds it again each time it is read, several times a commit), without a deep copy."""
+
+    _built: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        built = self._built
+        if built is None or built[0] is not self._table.metadata or built[1] is not self._updates:
+            metadata = updated_metadata(self._table.metadata, self._updates)
+            built = self._built = (self._table.metadata, self._updates, metadata)
+        return built[2]
+
+
 @dataclass(frozen=True)
 class PendingCommit:
     """A table's next metadata file, written and not yet in the catalog: the row moves from
@@ -244,14 +287,13 @@ class StagingCatalog(NoopCatalog):
         for requirement in requirements:
             requirement.validate(base)
         updates = tuple(self._relabel(update) for update in updates)
-        metadata = update_table_metadata(
-            base_metadata=base, updates=updates, metadata_location=table.metadata_location
-        )
+        metadata = updated_metadata(base, updates, table.metadata_location)
         version = MetastoreCatalog._parse_metadata_version(table.metadata_location) + 1
         provider = load_location_provider(metadata.location, metadata.properties)
         location = provider.new_table_metadata_file_location(version)
         io = load_file_io({**self.properties, **metadata.properties}, location)
         ToOutputFile.table_metadata(metadata, io.new_output(location))  # refuses to overwrite
+        _remember_metadata(location, _file_version(location), metadata)
         namespace, name = table.name()[-2:]
         self.pending.append(
             PendingCommit(namespace, name, table.metadata_location, location, metadata)
@@ -281,8 +323,7 @@ def load_table(
     where = f"table {namespace}.{name}'s Iceberg catalog row points at {metadata_location}"
     if not local_path(metadata_location).resolve().is_relative_to(base / METADATA_FOLDER):
         raise InvalidRequest(f"{where}, outside its folder {base}: refused, nothing read")
-    io = load_file_io(catalog.properties, metadata_location)
-    metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+    metadata = _metadata_at(catalog, metadata_location)
     if local_path(metadata.location).resolve() != base:
         raise InvalidRequest(
             f"{where}, whose table lives in {metadata.location}, not {base}: refused, nothing read"
@@ -294,6 +335,41 @@ def load_table(
         io=load_file_io({**catalog.properties, **metadata.properties}, metadata_location),
         catalog=catalog,
     )
+
+
+# The metadata files read or written last, kept parsed while the file is the same (its inode,
+# size and change time): a pipeline's commit builds on the metadata its last one wrote, and
+# parsing it again (every snapshot in it) was a large part of a commit.
+METADATA_KEPT = 64
+_metadata_read: OrderedDict[str, tuple[tuple[int, int, int], TableMetadata]] = OrderedDict()
+_metadata_lock = threading.Lock()
+
+
+def _file_version(location: str) -> tuple[int, int, int]:
+    found = os.stat(local_path(location))
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+def _metadata_at(catalog: StagingCatalog, location: str) -> TableMetadata:
+    version = _file_version(location)
+    with _metadata_lock:
+        kept = _metadata_read.get(location)
+        if kept is not None and kept[0] == version:
+            _metadata_read.move_to_end(location)
+            return kept[1]
+    io = load_file_io(catalog.properties, location)
+    metadata = FromInputFile.table_metadata(io.new_input(location))
+    _remember_metadata(location, version, metadata)
+    return metadata
+
+
+def _remember_metadata(
+    location: str, version: tuple[int, int, int], metadata: TableMetadata
+) -> None:
+    with _metadata_lock:
+        _metadata_read[location] = (version, metadata)
+        while len(_metadata_read) > METADATA_KEPT:
+            _metadata_read.popitem(last=False)
 
 
 def data_files(table: Table, paths: Iterable[str]) -> list[IcebergDataFile]:
@@ -324,7 +400,7 @@ def stage_commit(
     staging = table.catalog
     assert isinstance(staging, StagingCatalog)
     added = data_files(table, adds)
-    with table.transaction() as transaction:
+    with _Transaction(table) as transaction:
         if not removes:
             update = transaction.update_snapshot(snapshot_properties=properties)
             with update.merge_append() as append:
@@ -428,10 +504,36 @@ def live_data_files(table: Table, snapshot: Snapshot | None = None) -> dict[str,
         return {}
     files: dict[str, IcebergDataFile] = {}
     for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        for entry in manifest_entries(table, manifest):
             if entry.data_file.content == DataFileContent.DATA:
                 files[entry.data_file.file_path] = entry.data_file
     return files
+
+
+# Manifests are never rewritten in place (a new one is written instead), so their live entries
+# are kept by path: a pipeline's commit reads only the manifests that are new since the last.
+MANIFESTS_KEPT = 512
+_manifests_read: OrderedDict[tuple[str, int], tuple[ManifestEntry, ...]] = OrderedDict()
+_manifests_lock = threading.Lock()
+
+
+def manifest_entries(table: Table, manifest: ManifestFile) -> tuple[ManifestEntry, ...]:
+    """A manifest's live entries (those not marked deleted), read once while it is among the
+    MANIFESTS_KEPT read last. Callers only read them."""
+    key = (manifest.manifest_path, manifest.manifest_length)
+    with _manifests_lock:
+        entries = _manifests_read.get(key)
+        if entries is not None:
+            _manifests_read.move_to_end(key)
+            return entries
+    entries = tuple(manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+    with _manifests_lock:
+        _manifests_read[key] = entries
+        while len(_manifests_read) > MANIFESTS_KEPT:
+            _manifests_read.popitem(last=False)
+    return entries
 
 
 def new_uuid() -> str:
@@ -483,7 +585,8 @@ def positions_of(
     import pyarrow
 
     wanted = keys.group_by(keys.column_names).aggregate([])  # each key once
-    candidates = [file for file in files if _may_hold(table, file, wanted)]
+    may_hold = _bounds_test(table, wanted)
+    candidates = [file for file in files if may_hold(file)]
     with ThreadPoolExecutor(KEY_READ_THREADS) as pool:
         hits = list(pool.map(lambda file: _positions_in(table, file, wanted), candidates))
     found = [
@@ -518,25 +621,33 @@ def _positions_in(table: Table, file: IcebergDataFile, wanted: pyarrow.Table) ->
     return rows.join(wanted, key_names, join_type="inner").column("pos").combine_chunks()
 
 
-def _may_hold(table: Table, file: IcebergDataFile, keys: pyarrow.Table) -> bool:
-    """Whether a data file's bounds on a one-column key leave room for any of `keys`."""
-    import pyarrow.compute as compute
+def _bounds_test(table: Table, keys: pyarrow.Table) -> Callable[[IcebergDataFile], bool]:
+    """Whether a data file's bounds on a one-column key leave room for any of `keys`: the keys
+    sorted once, then one binary search a file (a table of some thousand files is tested in
+    milliseconds, where a pass over the keys for each file took most of a commit)."""
     from pyiceberg.conversions import from_bytes
 
-    if keys.num_columns != 1 or keys.num_rows == 0:
-        return bool(keys.num_rows > 0)
+    if keys.num_rows == 0:
+        return lambda file: False
     field = table.schema().find_field(keys.column_names[0])
-    lower = (file.lower_bounds or {}).get(field.field_id)
-    upper = (file.upper_bounds or {}).get(field.field_id)
-    if lower is None or upper is None or not isinstance(field.field_type, PrimitiveType):
-        return True
-    low, high = from_bytes(field.field_type, lower), from_bytes(field.field_type, upper)
-    column = keys.column(0)
-    try:
-        inside = compute.and_(compute.greater_equal(column, low), compute.less_equal(column, high))
-    except (TypeError, ValueError, NotImplementedError):
-        return True  # bounds Arrow cannot compare with the keys: read the file
-    return bool(compute.any(inside).as_py())
+    field_id, field_type = field.field_id, field.field_type
+    if keys.num_columns != 1 or not isinstance(field_type, PrimitiveType):
+        return lambda file: True
+    ordered = sorted(keys.column(0).drop_null().to_pylist())
+
+    def may_hold(file: IcebergDataFile) -> bool:
+        lower = (file.lower_bounds or {}).get(field_id)
+        upper = (file.upper_bounds or {}).get(field_id)
+        if lower is None or upper is None:
+            return True
+        low, high = from_bytes(field_type, lower), from_bytes(field_type, upper)
+        try:
+            at = bisect_left(ordered, low)
+            return at < len(ordered) and ordered[at] <= high
+        except TypeError:
+            return True  # bounds not comparable with the keys' values (dates): read the file
+
+    return may_hold
 
 
 def write_position_deletes(table: Table, positions: pyarrow.Table, name: str) -> IcebergDataFile:
@@ -578,7 +689,7 @@ def stage_row_delta(
     files `adds` (each changed key's new row, none for a deleted key) are added; `added_columns`
     (new at the source) join the schema in the same commit. Its ID. The positions are found on
     the snapshot the commit builds on, so the caller holds the table's row locked."""
-    with table.transaction() as transaction:
+    with _Transaction(table) as transaction:
         if added_columns:
             with transaction.update_schema() as schema:
                 for column in added_columns:

@@ -43,8 +43,9 @@ def table_with(folder: Path, files: list[list[tuple[str, int]]]) -> iceberg.Tabl
     )
 
 
+REGIONS = ["eu", "eu-west", "us", "ü"]  # a one-column string key too: bounds compared as text
 rows_of_a_file = st.lists(
-    st.tuples(st.sampled_from(["eu", "us"]), st.integers(min_value=-50, max_value=50)),
+    st.tuples(st.sampled_from(REGIONS), st.integers(min_value=-50, max_value=50)),
     max_size=40,
 )
 
@@ -53,22 +54,22 @@ rows_of_a_file = st.lists(
 @given(
     files=st.lists(rows_of_a_file, min_size=1, max_size=5),
     changed=st.lists(
-        st.tuples(st.sampled_from(["eu", "us"]), st.integers(min_value=-60, max_value=60)),
+        st.tuples(st.sampled_from([*REGIONS, "a", "zz"]), st.integers(min_value=-60, max_value=60)),
         min_size=1,
         max_size=30,
     ),
-    both_columns=st.booleans(),
+    key=st.sampled_from(["id", "region", "both"]),
 )
 def test_the_positions_found_are_exactly_the_rows_of_the_changed_keys(
     tmp_path_factory: object,
     files: list[list[tuple[str, int]]],
     changed: list[tuple[str, int]],
-    both_columns: bool,
+    key: str,
 ) -> None:
     folder = tmp_path_factory.mktemp("lookup")  # type: ignore[attr-defined]
     table = table_with(folder, files)
     live = iceberg.live_data_files(table)
-    if both_columns:
+    if key == "both":
         keys = pyarrow.table(
             {
                 "region": pyarrow.array([region for region, _ in changed], pyarrow.string()),
@@ -76,14 +77,19 @@ def test_the_positions_found_are_exactly_the_rows_of_the_changed_keys(
             }
         )
         wanted: set[object] = set(changed)
+    elif key == "id":
+        keys = pyarrow.table(
+            {"id": pyarrow.array([number for _, number in changed], pyarrow.int64())}
+        )
+        wanted = {number for _, number in changed}
     else:
-        keys = pyarrow.table({"id": pyarrow.array([key for _, key in changed], pyarrow.int64())})
-        wanted = {key for _, key in changed}
+        keys = pyarrow.table({"region": pyarrow.array([region for region, _ in changed])})
+        wanted = {region for region, _ in changed}
     found = iceberg.positions_of(table, keys, live.values())
     expected = sorted(
         (iceberg.file_uri(folder / "data" / f"part-{number}.parquet"), position)
         for number, rows in enumerate(files)
         for position, row in enumerate(rows)
-        if (row if both_columns else row[1]) in wanted
+        if {"both": row, "id": row[1], "region": row[0]}[key] in wanted
     )
     assert list(zip(*found.to_pydict().values(), strict=True)) == expected
