@@ -1117,6 +1117,7 @@ CREATE TABLE public.procbus_topic_batches (
     batch_id text NOT NULL,
     entry_ids bigint[] NOT NULL
 );
+ALTER TABLE ONLY public.procbus_topic_batches ALTER COLUMN entry_ids SET STORAGE EXTERNAL;
 CREATE UNLOGGED TABLE public.procbus_topic_claims (
     topic text NOT NULL,
     claim uuid,
