@@ -152,65 +152,105 @@ def plan_batch(
     fit."""
     planned: dict[str, TableChanges] = {}
     shapes: dict[str, _Shape] = {}  # each table's columns and their checks
-    taken: list[_Taken] = []  # each change's row, in batch order, its values checked after
+    rows_of: dict[str, list[Any]] = {}  # each table's rows (a delete's key), values checked after
+    # Each source table's lake table, found and checked at its first change.
+    routes: dict[tuple[str, str], tuple[TableChanges, _Shape, list[Any]]] = {}
+    at = 0  # the place of the change being read: the misfit's, if one is raised
     try:
-        for entry in entries:
+        for at, entry in enumerate(entries):  # noqa: B007
             change = entry.payload
             if entry.type != CHANGE_TYPE or not _is_change(change):
                 raise ChangeMisfit(
                     f"event {entry.id} is not a captured change (type {entry.type!r}; a change "
                     "has an op of insert, update or delete, a schema, a table and a key object)"
                 )
-            name = lake_table_name(endpoint, change)
-            table = tables.get(name)
-            if table is None:
-                raise ChangeMisfit(
-                    f"lake table {endpoint.namespace}.{name} does not exist: create it with the "
-                    f"columns of {change['schema']}.{change['table']}"
-                )
-            keys = list(change["key"])
-            source = f"{change['schema']}.{change['table']}"
-            part = planned.get(name)
-            if part is None:
-                new_columns = (added or {}).get(name, [])
-                table = table.model_copy(update={"columns": [*table.columns, *new_columns]})
-                part = planned[name] = TableChanges(
-                    table=table,
-                    keys=keys,
-                    source=source,
-                    changes=ChangeColumns.empty([column.name for column in table.columns]),
-                    added_columns=new_columns,
-                )
-                _check_table(table, keys, change)
-                shapes[name] = _Shape(
-                    part.columns, {column.name for column in new_columns}, part.checks()
-                )
-            elif source != part.source:
-                raise ChangeMisfit(
-                    f"changes of {part.source} and {source} would both go to lake table "
-                    f"{table.qualified_name}: a table:// endpoint naming one table takes one "
-                    "source table"
-                )
-            elif keys != part.keys:
-                raise ChangeMisfit(f"change {entry.id} is keyed by {keys}, not {part.keys}")
-            row = change["row"] if change["op"] != "delete" else change["key"]
-            _check_row_columns(part, shapes[name], entry.id, change["op"], row)
-            taken.append(_Taken(name, entry.id, row))
-            part.changes.deleted.append(change["op"] == "delete")
+            route = routes.get((change["schema"], change["table"]))
+            if route is None:
+                route = _route(endpoint, change, tables, added, planned, shapes, rows_of)
+                routes[(change["schema"], change["table"])] = route
+            part, shape, rows = route
+            key = change["key"]
+            if list(key) != part.keys:
+                raise ChangeMisfit(f"change {entry.id} is keyed by {list(key)}, not {part.keys}")
+            if change["op"] == "delete":
+                rows.append(key)
+                part.changes.deleted.append(True)
+                continue
+            row = change.get("row")
+            if type(row) is not dict or row.keys() != shape.names:
+                _check_row_columns(part, shape, entry.id, change["op"], row)
+            rows.append(row)
+            part.changes.deleted.append(False)
     except ChangeMisfit:
         # A value of an earlier change that does not fit is the first misfit: named first.
-        _raise_first_value_misfit(taken, planned, shapes)
+        _raise_first_value_misfit(_taken(endpoint, entries[:at]), planned, shapes)
         raise
     for name, part in planned.items():
-        rows = [each.row for each in taken if each.table == name]
+        rows = rows_of[name]
         for column, column_type, fits in shapes[name].checks:
             values = [row.get(column) for row in rows]
             if not all(map(fits, values)):
-                _raise_first_value_misfit(taken, planned, shapes)
+                _raise_first_value_misfit(_taken(endpoint, entries), planned, shapes)
             if column_type == "timestamp":
                 values = [_timestamp(value) if value else value for value in values]
             part.changes.values[column] = values
     return planned
+
+
+def _route(
+    endpoint: Endpoint,
+    change: dict[str, Any],
+    tables: dict[str, TableDescriptor | None],
+    added: dict[str, list[Column]] | None,
+    planned: dict[str, TableChanges],
+    shapes: dict[str, _Shape],
+    rows_of: dict[str, list[Any]],
+) -> tuple[TableChanges, _Shape, list[Any]]:
+    """Where a source table's changes go: its lake table's part of the batch (made, and the
+    table checked, at the first change to it), its shape and its rows; ChangeMisfit when the
+    lake table is missing or takes another source table's changes."""
+    name = lake_table_name(endpoint, change)
+    table = tables.get(name)
+    if table is None:
+        raise ChangeMisfit(
+            f"lake table {endpoint.namespace}.{name} does not exist: create it with the "
+            f"columns of {change['schema']}.{change['table']}"
+        )
+    source = f"{change['schema']}.{change['table']}"
+    part = planned.get(name)
+    if part is not None:
+        raise ChangeMisfit(
+            f"changes of {part.source} and {source} would both go to lake table "
+            f"{table.qualified_name}: a table:// endpoint naming one table takes one "
+            "source table"
+        )
+    new_columns = (added or {}).get(name, [])
+    table = table.model_copy(update={"columns": [*table.columns, *new_columns]})
+    keys = list(change["key"])
+    part = planned[name] = TableChanges(
+        table=table,
+        keys=keys,
+        source=source,
+        changes=ChangeColumns.empty([column.name for column in table.columns]),
+        added_columns=new_columns,
+    )
+    _check_table(table, keys, change)
+    shape = shapes[name] = _Shape(
+        part.columns, {column.name for column in new_columns}, part.checks()
+    )
+    rows = rows_of[name] = []
+    return part, shape, rows
+
+
+def _taken(endpoint: Endpoint, entries: tuple[Entry, ...]) -> list[_Taken]:
+    """The changes as the plan took them, in batch order (all read and checked already but
+    their values): for naming the first value that does not fit."""
+    taken = []
+    for entry in entries:
+        change = entry.payload
+        row = change["key"] if change["op"] == "delete" else change["row"]
+        taken.append(_Taken(lake_table_name(endpoint, change), entry.id, row))
+    return taken
 
 
 _OPS = frozenset({"insert", "update", "delete"})

@@ -199,6 +199,16 @@ def test_a_change_missing_its_fields_is_refused_with_the_reason(payload: dict[st
             plan_batch(parse_endpoint(endpoint), (forged,), {"accounts": ACCOUNTS})
 
 
+def test_an_insert_without_its_row_is_refused_with_the_reason() -> None:
+    """An insert or update lacking its "row" field altogether (not a null row): refused, not a
+    KeyError that would retry the batch for ever."""
+    for op in ("insert", "update"):
+        payload = {"op": op, "schema": "public", "table": "accounts", "key": {"id": 1}}
+        forged = replace(change(1, op, 1, None), payload=payload)
+        with pytest.raises(ChangeMisfit, match="change 1 of public.accounts has no row"):
+            plan(forged)
+
+
 @given(st.integers(min_value=-(2**70), max_value=2**70))
 def test_integers_fit_exactly_their_range(value: int) -> None:
     assert value_fits("int", value) == (-(2**31) <= value < 2**31)
