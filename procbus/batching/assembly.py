@@ -25,7 +25,7 @@ Pure and deterministic: the same queue gives the same batch, in the same order.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -278,3 +278,49 @@ def _emit(scan: _Scan, cut: list[int], emitted: set[int]) -> list[int]:
             append(position)
         index += 1
     return batch
+
+
+def whole_transaction_batches(
+    events: Iterable[tuple[str | None, bool, int | None, bool]], max_size: int, count: int
+) -> list[range] | None:
+    """What `assemble_batches` returns, as ranges of queue positions, for a queue in its common
+    case: every event ready, and each transaction's events side by side and all there (its last
+    event at the end of its run, its count reached). Then nothing is held or pulled in: a batch
+    is the next `max_size` events, carried on to the end of the transaction the last of them is
+    in. One pass over `events`, each (txn_id, last_in_txn, txn_size, ready), without the
+    assembly's indexes; None when the queue is not that case (the assembly decides then)."""
+    if max_size <= 0:
+        raise ValueError(f"max_size must be more than 0, got {max_size}")
+    ends: list[int] = []  # where a batch may end: after a lone event or a transaction's last
+    closed: set[str] = set()
+    open_txn: str | None = None
+    run = 0
+    position = 0
+    for position, (txn_id, last_in_txn, txn_size, ready) in enumerate(events, 1):
+        if not ready or (open_txn is not None and txn_id != open_txn):
+            return None  # held, or a transaction interleaved or cut short
+        if txn_id is None:
+            ends.append(position)
+            continue
+        if open_txn is None:
+            if txn_id in closed:
+                return None  # more events of a transaction after its last one
+            open_txn, run = txn_id, 0
+        run += 1
+        if last_in_txn:
+            if txn_size is not None and run < txn_size:
+                return None  # fewer events than its count: it waits, or goes overdue
+            closed.add(txn_id)
+            open_txn = None
+            ends.append(position)
+    if open_txn is not None:
+        return None  # its last event is not in the queue: held, or overdue
+    batches: list[range] = []
+    start = 0
+    while start < position and len(batches) < count:
+        # ends[-1] is the queue's end: a search past it finds nothing to carry on to.
+        full = start + max_size
+        end = ends[bisect_left(ends, full)] if full <= position else position
+        batches.append(range(start, end))
+        start = end
+    return batches or [range(0)]

@@ -17,7 +17,7 @@ from datetime import datetime
 import asyncpg
 
 from procbus.batching import Event as BatchEvent
-from procbus.batching import assemble_batches
+from procbus.batching import assemble_batches, whole_transaction_batches
 from procbus.core.collector import collector_paused
 from procbus.core.endpoints import EndpointKind
 from procbus.errors import InvalidRequest
@@ -180,8 +180,14 @@ class Consuming(TopicStore):
         limit = topic.batch_size * count + WINDOW_SLACK
         kept_tried = False
         look = self.queries["grouped_view_for_bodies" if encoded else "grouped_view"]
+        overdue: set[str] = set()
         while True:
-            view = await self._fetch(look, topic.name, limit, claim_id, self.epochs.get(topic.name))
+            # Tens of thousands of rows, each with its payload's objects, all kept: the
+            # collector's passes while they arrive would find nothing (procbus.core.collector).
+            with collector_paused():
+                view = await self._fetch(
+                    look, topic.name, limit, claim_id, self.epochs.get(topic.name)
+                )
             if not kept_tried and (not view or view[0]["any_kept"]):
                 kept_tried = True
                 kept = await self._claim_kept_batch(topic, claim_id, encoded=encoded)
@@ -194,6 +200,20 @@ class Consuming(TopicStore):
             if len(view) < topic.batch_size and oldest_age < topic.batch_seconds:
                 return empty  # a short batch waits for more, up to the batch time
             with collector_paused():
+                # Nearly always every transaction in the look is whole and side by side: its
+                # batches are then cut in one pass, and the rows go in the order they came.
+                cut = whole_transaction_batches(
+                    (
+                        (row["txn_id"], row["txn_last"], row["txn_size"], not row["blocked"])
+                        for row in view
+                    ),
+                    topic.batch_size,
+                    count,
+                )
+                if cut is not None:
+                    rows = view[: cut[-1].stop]
+                    batches = [[row["id"] for row in view[part.start : part.stop]] for part in cut]
+                    break
                 window, overdue, in_window = _read_look(view, now, topic.incomplete_wait_seconds)
                 whole_queue = in_window < limit
                 batches = [
@@ -202,6 +222,8 @@ class Consuming(TopicStore):
                     if batch
                 ]
             if batches or whole_queue:
+                by_id = {row["id"]: row for row in view}
+                rows = [by_id[entry_id] for batch in batches for entry_id in batch]
                 break
             limit *= 4  # everything read waits on what lies beyond it: read further
         if not batches:
@@ -236,25 +258,26 @@ class Consuming(TopicStore):
                 ", ".join(txns),
                 topic.incomplete_wait_seconds,
             )
-        by_id = {row["id"]: row for row in view}
         entries: list[Entry] = []
         bodies: list[EncodedBatch] = []
         if encoded:
             # Each event's JSON came with the look: joined in send order, the body that
             # kept_batch_body builds again, byte for byte, if the batch is resent.
+            start = 0
             for batch in claimed:
-                rows = [by_id[entry_id] for entry_id in batch.entry_ids]
+                of_batch = rows[start : start + len(batch.entry_ids)]
+                start += len(batch.entry_ids)
                 bodies.append(
                     EncodedBatch(
                         id=batch.id,
-                        body="[" + ",".join([row["body"] for row in rows]) + "]",
+                        body="[" + ",".join([row["body"] for row in of_batch]) + "]",
                         entry_ids=batch.entry_ids,
-                        attempts=[row["attempts"] for row in rows],
+                        attempts=[row["attempts"] for row in of_batch],
                     )
                 )
         else:
             with collector_paused():
-                entries = _entries(by_id[entry_id] for entry_id in all_ids)
+                entries = _entries(rows)
         return Claim(
             topic=topic.name,
             id=claim_id,

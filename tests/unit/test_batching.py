@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from procbus.batching import Event, assemble_batch, assemble_batches
+from procbus.batching import (
+    Event,
+    assemble_batch,
+    assemble_batches,
+    whole_transaction_batches,
+)
 
 
 def queue_of(notation: str) -> list[Event]:
@@ -239,3 +244,89 @@ def test_several_batches_in_one_pass_are_the_batches_one_at_a_time(
         sent = {event.id for event in batch}
         left = [event for event in left if event.id not in sent]
     assert assemble_batches(queue, max_size, count, overdue=overdue) == one_at_a_time
+
+
+# ---- the common case in one pass (what a pipeline's claim meets nearly always) ----
+
+
+@st.composite
+def side_by_side(draw: st.DrawFn) -> list[Event]:
+    """Queues of lone events and whole transactions, each transaction's events side by side
+    (its last at the end of its run, its count given or not), over a few keys."""
+    keys = st.sampled_from(["a", "b", "c", None])
+    events: list[Event] = []
+    for number, length in enumerate(draw(st.lists(st.integers(0, 6), max_size=25))):
+        if length == 0:
+            events.append(Event(id=f"e{len(events)}", key=draw(keys)))
+            continue
+        counted = draw(st.booleans())
+        for place in range(length):
+            last = place == length - 1
+            events.append(
+                Event(
+                    id=f"e{len(events)}",
+                    key=draw(keys),
+                    txn_id=f"t{number}",
+                    last_in_txn=last,
+                    txn_size=length if last and counted else None,
+                )
+            )
+    return events
+
+
+def columns(queue: list[Event]) -> list[tuple[str | None, bool, int | None, bool]]:
+    return [(e.txn_id, e.last_in_txn, e.txn_size, e.ready) for e in queue]
+
+
+@settings(max_examples=300, deadline=None)
+@given(queue=side_by_side(), max_size=st.integers(1, 12), count=st.integers(1, 6))
+def test_whole_transactions_side_by_side_are_cut_as_the_assembly_cuts_them(
+    queue: list[Event], max_size: int, count: int
+) -> None:
+    ranges = whole_transaction_batches(columns(queue), max_size, count)
+    assert ranges is not None, "the common case was not recognised"
+    assert [[queue[p] for p in batch] for batch in ranges] == assemble_batches(
+        queue, max_size, count
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    queue=queues(),
+    max_size=st.integers(1, 12),
+    count=st.integers(1, 6),
+    held=st.sets(st.integers(0, 59), max_size=2),
+)
+def test_the_one_pass_cut_answers_only_what_the_assembly_would(
+    queue: list[Event], max_size: int, count: int, held: set[int]
+) -> None:
+    # Interleaved, unfinished and held transactions: the one pass gives up (None), or agrees.
+    queue = [
+        Event(e.id, e.key, e.txn_id, e.last_in_txn, e.txn_size, ready=index not in held)
+        for index, e in enumerate(queue)
+    ]
+    ranges = whole_transaction_batches(columns(queue), max_size, count)
+    if ranges is not None:
+        assert [[queue[p] for p in batch] for batch in ranges] == assemble_batches(
+            queue, max_size, count
+        )
+
+
+@pytest.mark.parametrize(
+    ("notation", "why"),
+    [
+        ("T1-A T2-B T1-C* T2-D*", "interleaved"),
+        ("T1-A T1-B", "its last event missing"),
+        ("T1-A* T1-B", "an event after its last"),
+        ("T1-A A T1-B*", "a lone event inside it"),
+    ],
+)
+def test_the_one_pass_cut_leaves_other_queues_to_the_assembly(notation: str, why: str) -> None:
+    assert whole_transaction_batches(columns(queue_of(notation)), 2, 3) is None, why
+
+
+def test_the_one_pass_cut_leaves_a_held_event_and_a_short_count_to_the_assembly() -> None:
+    held = [Event("x", "a", "t1", True, None, ready=False)]
+    short = [Event("x", "a", "t1", False), Event("y", "b", "t1", True, 3)]
+    assert whole_transaction_batches(columns(held), 5, 1) is None
+    assert whole_transaction_batches(columns(short), 5, 1) is None
