@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +107,22 @@ def _fits_as(column_type: str) -> Callable[[Any], bool]:
     return lambda value: value_fits(column_type, value)
 
 
+_NONE = type(None)
+
+
+def _all_fit(column_type: str, fits: Callable[[Any], bool], values: list[Any]) -> bool:
+    """Whether every value of a column fits its type: for integer and string columns, from the
+    set of the values' types and their bounds, without a Python call per value."""
+    kinds = set(map(type, values))
+    if column_type in _INTEGER_BITS and kinds <= {int, _NONE}:
+        present = [value for value in values if value is not None] if _NONE in kinds else values
+        bound = 2 ** (_INTEGER_BITS[column_type] - 1)
+        return not present or (-bound <= min(present) and max(present) < bound)
+    if column_type in ("string", "date", "binary"):
+        return kinds <= {str, _NONE}
+    return all(map(fits, values))
+
+
 def _timestamp(text: str) -> str | None:
     """A timestamp as Spark reads it here (UTC, microseconds); None if it is not one. A value
     without an offset (a PostgreSQL `timestamp`) is taken as UTC."""
@@ -154,22 +171,33 @@ def plan_batch(
     shapes: dict[str, _Shape] = {}  # each table's columns and their checks
     rows_of: dict[str, list[Any]] = {}  # each table's rows (a delete's key), values checked after
     # Each source table's lake table, found and checked at its first change.
-    routes: dict[tuple[str, str], tuple[TableChanges, _Shape, list[Any]]] = {}
+    routes: dict[tuple[Any, Any], tuple[TableChanges, _Shape, list[Any]]] = {}
     at = 0  # the place of the change being read: the misfit's, if one is raised
     try:
         for at, entry in enumerate(entries):  # noqa: B007
             change = entry.payload
-            if entry.type != CHANGE_TYPE or not _is_change(change):
-                raise ChangeMisfit(
-                    f"event {entry.id} is not a captured change (type {entry.type!r}; a change "
-                    "has an op of insert, update or delete, a schema, a table and a key object)"
-                )
-            route = routes.get((change["schema"], change["table"]))
-            if route is None:
-                route = _route(endpoint, change, tables, added, planned, shapes, rows_of)
-                routes[(change["schema"], change["table"])] = route
+            # A route is made only for a change that passes _is_change: a change that finds one
+            # has a string schema and table, and only its op and key are left to check.
+            route = (
+                routes.get((change.get("schema"), change.get("table")))
+                if type(change) is dict
+                else None
+            )
+            key = change.get("key") if route is not None else None
+            if (
+                route is None
+                or entry.type != CHANGE_TYPE
+                or change.get("op") not in _OPS
+                or type(key) is not dict
+            ):
+                if entry.type != CHANGE_TYPE or not _is_change(change):
+                    raise _not_a_change(entry)
+                key = change["key"]
+                route = routes.get((change["schema"], change["table"]))
+                if route is None:
+                    route = _route(endpoint, change, tables, added, planned, shapes, rows_of)
+                    routes[(change["schema"], change["table"])] = route
             part, shape, rows = route
-            key = change["key"]
             if list(key) != part.keys:
                 raise ChangeMisfit(f"change {entry.id} is keyed by {list(key)}, not {part.keys}")
             if change["op"] == "delete":
@@ -188,13 +216,20 @@ def plan_batch(
     for name, part in planned.items():
         rows = rows_of[name]
         for column, column_type, fits in shapes[name].checks:
-            values = [row.get(column) for row in rows]
-            if not all(map(fits, values)):
+            values = list(map(dict.get, rows, repeat(column)))
+            if not _all_fit(column_type, fits, values):
                 _raise_first_value_misfit(_taken(endpoint, entries), planned, shapes)
             if column_type == "timestamp":
                 values = [_timestamp(value) if value else value for value in values]
             part.changes.values[column] = values
     return planned
+
+
+def _not_a_change(entry: Entry) -> ChangeMisfit:
+    return ChangeMisfit(
+        f"event {entry.id} is not a captured change (type {entry.type!r}; a change has an op of "
+        "insert, update or delete, a schema, a table and a key object)"
+    )
 
 
 def _route(

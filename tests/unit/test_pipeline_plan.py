@@ -15,7 +15,7 @@ from procbus.capture import SourceColumn
 from procbus.core.endpoints import parse_endpoint
 from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.schemas import Column, parse_columns
-from procbus.pipeline.apply import ChangeMisfit, plan_batch, value_fits
+from procbus.pipeline.apply import ChangeMisfit, _all_fit, _fits_as, plan_batch, value_fits
 from procbus.pipeline.rows import ChangeColumns, reduce_changes
 from procbus.pipeline.schema import lake_type
 from procbus.topics import Entry
@@ -223,6 +223,31 @@ def test_types_and_nulls() -> None:
     assert not value_fits("timestamp", "yesterday")
     assert value_fits("decimal(10,2)", 12.5) and not value_fits("decimal(10,2)", "12.5")
     assert value_fits("string", "x") and not value_fits("string", 1)
+
+
+@given(
+    st.sampled_from(["int", "bigint", "string", "date", "double", "boolean"]),
+    st.one_of(
+        # Mostly one kind, as a column holds: its bounds and its nulls are what is checked.
+        st.lists(st.one_of(st.none(), st.integers(-(2**70), 2**70)), max_size=8),
+        st.lists(st.one_of(st.none(), st.text(max_size=3)), max_size=8),
+        st.lists(
+            st.one_of(
+                st.none(),
+                st.booleans(),
+                st.integers(-(2**70), 2**70),
+                st.floats(allow_nan=False),
+                st.text(max_size=3),
+            ),
+            max_size=8,
+        ),
+    ),
+)
+def test_a_column_is_checked_at_once_as_value_by_value(column_type: str, values: list[Any]) -> None:
+    # The plan checks a whole column from its values' types and bounds: the same answer.
+    assert _all_fit(column_type, _fits_as(column_type), values) == all(
+        value_fits(column_type, value) for value in values
+    )
 
 
 PAIRS = TableDescriptor(
