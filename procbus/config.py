@@ -140,6 +140,12 @@ class Settings(BaseSettings):
         description="a table snapshot expires this long after a newer one replaced it (the "
         "current one never); files no kept snapshot lists are deleted with it",
     )
+    orphan_file_retention_seconds: float = Field(
+        default=3 * 86400.0,
+        gt=0,
+        description="a file in a table's folder that no kept snapshot or metadata file lists "
+        "(left by a write that never committed) is deleted once it is this old",
+    )
     batch_fence_retention_seconds: float = Field(
         default=86400.0,
         gt=0,

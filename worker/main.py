@@ -283,6 +283,7 @@ def retention_request(settings: Settings) -> RetentionRequest:
         outbox_seconds=settings.outbox_retention_seconds,
         spark_job_seconds=settings.spark_job_retention_seconds,
         snapshot_seconds=settings.snapshot_retention_seconds,
+        orphan_seconds=settings.orphan_file_retention_seconds,
         batch_fence_seconds=settings.batch_fence_retention_seconds,
         bus_member_seconds=settings.bus_member_retention_seconds,
     )

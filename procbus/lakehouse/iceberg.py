@@ -86,6 +86,7 @@ from procbus.lakehouse.naming import PROCEDURE_PROPERTY as PROCEDURE_PROPERTY
 from procbus.lakehouse.naming import SnapshotSummary as SnapshotSummary
 from procbus.lakehouse.naming import snapshot_properties as snapshot_properties
 from procbus.lakehouse.schemas import Column
+from procbus.lakehouse.warehouse import DATA_FOLDER
 from procbus.lakehouse.warehouse import file_uri as file_uri
 from procbus.lakehouse.warehouse import local_path as local_path
 from procbus.lakehouse.warehouse import path_in as path_in
@@ -934,6 +935,32 @@ def _listed_by(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                 listed.add(entry.data_file.file_path)
     return listed
+
+
+def plan_orphans(table: Table, folder: Path, older_than: datetime) -> list[str]:
+    """The table's orphan files (Iceberg's remove-orphan-files): files under its data and
+    metadata folders that neither a snapshot it keeps (its manifest list, manifests, data and
+    delete files) nor its metadata log lists, written or moved there (mtime, ctime) before
+    `older_than`. A younger file may belong to a commit still in flight: it is kept. Their
+    `file:` URIs, sorted."""
+    listed = {
+        local_path(uri).resolve()
+        for uri in (
+            _listed_by(table, table.snapshots())
+            | {table.metadata_location}
+            | {log.metadata_file for log in table.metadata.metadata_log}
+        )
+    }
+    cutoff = older_than.timestamp()
+    orphans = []
+    for part in (DATA_FOLDER, METADATA_FOLDER):
+        for path in (folder / part).rglob("*"):
+            if path.is_symlink() or not path.is_file():
+                continue
+            written = path.stat()
+            if max(written.st_mtime, written.st_ctime) < cutoff and path.resolve() not in listed:
+                orphans.append(file_uri(path))
+    return sorted(orphans)
 
 
 def stage_expiry(table: Table, snapshot_ids: Sequence[int]) -> list[int]:

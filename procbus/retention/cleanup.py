@@ -163,22 +163,34 @@ class Cleanup:
         """The snapshots expired and the files deleted, for one table under its lock: the
         files that only expiring snapshots list go from disk first, then the snapshots from the
         table's metadata (a run cut short between leaves snapshots the next run expires again,
-        never a file nobody lists)."""
+        never a file nobody lists); then the orphan files older than `orphan_seconds`."""
         from procbus.lakehouse import iceberg  # pyiceberg: only where a table's files are read
 
         tables = IcebergCatalog()
         older_than = datetime.now(UTC) - timedelta(seconds=request.snapshot_seconds)
         table = await tables.load(self.pool, namespace, name, folder)
         plan = await asyncio.to_thread(iceberg.plan_expiry, table, older_than)
-        if not plan.expired:
-            return 0, 0
-        files = await asyncio.to_thread(delete_listed_files, folder, plan.doomed)
-        self.progress(files)
-        async with self.pool.acquire() as connection, connection.transaction():
-            await check_fence(connection, fence)
-            staging = iceberg.StagingCatalog()
-            table = await tables.load(connection, namespace, name, folder, staging, lock=True)
-            expired = await asyncio.to_thread(iceberg.stage_expiry, table, plan.expired)
-            await tables.publish(connection, staging)
-        self.progress(len(expired) + files)
+        expired: list[int] = []
+        files = 0
+        if plan.expired:
+            files = await asyncio.to_thread(delete_listed_files, folder, plan.doomed)
+            self.progress(files)
+            async with self.pool.acquire() as connection, connection.transaction():
+                await check_fence(connection, fence)
+                staging = iceberg.StagingCatalog()
+                table = await tables.load(connection, namespace, name, folder, staging, lock=True)
+                expired = await asyncio.to_thread(iceberg.stage_expiry, table, plan.expired)
+                await tables.publish(connection, staging)
+            self.progress(len(expired) + files)
+            table = await tables.load(self.pool, namespace, name, folder)
+        # Then what no snapshot or metadata file lists: left by a write that never committed
+        # (a killed job or batch) or by metadata that fell out of the table's log.
+        orphaned_before = datetime.now(UTC) - timedelta(seconds=request.orphan_seconds)
+        orphans = await asyncio.to_thread(iceberg.plan_orphans, table, folder, orphaned_before)
+        if orphans:
+            async with self.pool.acquire() as connection:
+                await check_fence(connection, fence)
+            orphans_deleted = await asyncio.to_thread(delete_listed_files, folder, orphans)
+            self.progress(orphans_deleted)
+            files += orphans_deleted
         return len(expired), files

@@ -12,6 +12,7 @@ DAY_SECONDS = 24 * 3600.0
 # Rows and snapshots are kept a week unless configured; fences and members a day (see config).
 DEFAULT_ROWS_SECONDS = 7 * DAY_SECONDS
 DEFAULT_BATCH_SIZE = 1000
+DEFAULT_ORPHAN_SECONDS = 3 * DAY_SECONDS
 
 
 class RetentionKind(StrEnum):
@@ -29,6 +30,9 @@ class RetentionRequest(WorkflowInput):
     outbox_seconds: float = Field(default=DEFAULT_ROWS_SECONDS, gt=0)
     spark_job_seconds: float = Field(default=DEFAULT_ROWS_SECONDS, gt=0)
     snapshot_seconds: float = Field(default=DEFAULT_ROWS_SECONDS, gt=0)
+    # A table's file that nothing lists goes this long after it was written (Iceberg's default:
+    # a write still in flight must not lose its files before its commit).
+    orphan_seconds: float = Field(default=DEFAULT_ORPHAN_SECONDS, gt=0)
     batch_fence_seconds: float = Field(default=DAY_SECONDS, gt=0)
     bus_member_seconds: float = Field(default=DAY_SECONDS, gt=0)
     batch_size: int = Field(default=DEFAULT_BATCH_SIZE, gt=0, le=10_000)

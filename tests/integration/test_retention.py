@@ -300,6 +300,62 @@ async def test_snapshots_replaced_long_ago_expire_with_the_files_only_they_liste
     assert (again["deleted"], again["files_deleted"]) == (0, 0)
 
 
+async def test_orphan_files_past_their_age_go_and_listed_or_young_ones_stay(
+    client: Client,
+    worker: Worker,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    warehouse: Path,
+    database_url: str,
+) -> None:
+    strays = await make_table(pool, warehouse, "strays")
+    folder = Path(strays.location)
+    await commit(pool, strays, [parquet(strays, "kept", range(10))])
+    await commit(pool, strays, [parquet(strays, "kept2", range(10, 12))])
+    # Left by writes that never committed: a batch's file, one in a partition folder, a
+    # metadata file written aside by a commit killed before its rename.
+    parquet(strays, "stray", range(5))
+    (folder / "data" / "region=r1").mkdir()
+    (folder / "data" / "region=r1" / "stray.parquet").write_bytes(b"PAR1")
+    aside = folder / "metadata" / "00009-dead.metadata.json.5f3a"
+    aside.write_text("{}")
+    # Not the retention's: a running job's staging folder, and the table's marker.
+    staged = folder / "_staging" / "attempt-1" / "part-0.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"PAR1")
+    before = {path for path in folder.rglob("*") if path.is_file()}
+    await asyncio.sleep(RECENT)
+    # Written just now: maybe a commit in flight, kept whatever lists it.
+    parquet(strays, "young", range(3))
+
+    result = await run_retention(client, task_queue, snapshot_seconds=HOUR, orphan_seconds=WINDOW)
+    snapshots = kind(result, "snapshots")
+    assert snapshots["deleted"] == 0 and snapshots["files_deleted"] >= 3
+    assert on_disk(strays) == ["kept.parquet", "kept2.parquet", "young.parquet"]
+    gone = {path for path in before if not path.exists()}
+    assert {path.relative_to(folder).as_posix() for path in gone} == {
+        "data/stray.parquet",
+        "data/region=r1/stray.parquet",
+        "metadata/00009-dead.metadata.json.5f3a",
+    }
+    assert staged.exists()
+    # pyiceberg's own SqlCatalog reads the table whole: every metadata file it lists is there.
+    reader = await asyncio.to_thread(
+        SqlCatalog,
+        iceberg.CATALOG_NAME,
+        uri=database_url.replace("postgresql://", "postgresql+psycopg2://", 1),
+    )
+    table = await asyncio.to_thread(reader.load_table, "sales.strays")
+    assert all(layout.local_path(log.metadata_file).exists() for log in table.metadata.metadata_log)
+    assert len(table.snapshots()) == 2
+    assert table.scan(snapshot_id=table.snapshots()[0].snapshot_id).to_arrow().num_rows == 10
+    assert table.scan().to_arrow().num_rows == 12
+    # With the default age (three days), the next run leaves the young file alone.
+    again = kind(await run_retention(client, task_queue, snapshot_seconds=HOUR), "snapshots")
+    assert again["files_deleted"] == 0
+    assert on_disk(strays) == ["kept.parquet", "kept2.parquet", "young.parquet"]
+
+
 async def test_applied_batch_fences_go_once_their_entries_left_the_queue(
     client: Client, worker: Worker, pool: asyncpg.Pool, task_queue: str
 ) -> None:
@@ -367,6 +423,7 @@ async def test_procbus_worker_creates_the_retention_schedule_with_its_settings(
         database_url=database_url,
         task_queue=task_queue,
         snapshot_retention_seconds="120",
+        orphan_file_retention_seconds="300",
         retention_every_seconds="600",
     )
     try:
@@ -386,6 +443,7 @@ async def test_procbus_worker_creates_the_retention_schedule_with_its_settings(
         assert [interval.every for interval in intervals] == [timedelta(minutes=10)]
         (request,) = await client.data_converter.decode(action.args)  # type: ignore[arg-type]
         assert request["snapshot_seconds"] == 120
+        assert request["orphan_seconds"] == 300
         assert request["outbox_seconds"] == 7 * 24 * HOUR  # the default
     finally:
         with contextlib.suppress(RPCError):
