@@ -938,17 +938,19 @@ def _listed_by(table: Table, snapshots: Iterable[Snapshot]) -> set[str]:
 
 
 def plan_orphans(table: Table, folder: Path, older_than: datetime) -> list[str]:
-    """The table's orphan files (Iceberg's remove-orphan-files): files under its data and
-    metadata folders that neither a snapshot it keeps (its manifest list, manifests, data and
-    delete files) nor its metadata log lists, written or moved there (mtime, ctime) before
-    `older_than`. A younger file may belong to a commit still in flight: it is kept. Their
-    `file:` URIs, sorted."""
+    """The table's orphan files (Iceberg's remove-orphan-files), as sorted `file:` URIs: files
+    under its data and metadata folders written or moved there (mtime, ctime) before
+    `older_than` that nothing the table keeps lists: no snapshot (its manifest list, manifests,
+    data and delete files), no entry of its metadata log, no statistics file (an engine with
+    Iceberg's runtime may write them). A younger file may belong to a commit still in flight."""
     listed = {
         local_path(uri).resolve()
         for uri in (
             _listed_by(table, table.snapshots())
             | {table.metadata_location}
             | {log.metadata_file for log in table.metadata.metadata_log}
+            | {stats.statistics_path for stats in table.metadata.statistics}
+            | {stats.statistics_path for stats in table.metadata.partition_statistics}
         )
     }
     cutoff = older_than.timestamp()
