@@ -178,6 +178,14 @@ def queues(draw: st.DrawFn) -> list[Event]:
     return events
 
 
+def with_held(queue: list[Event], held: set[int]) -> list[Event]:
+    """The queue with the events at these places not ready."""
+    return [
+        Event(e.id, e.key, e.txn_id, e.last_in_txn, e.txn_size, ready=index not in held)
+        for index, e in enumerate(queue)
+    ]
+
+
 @settings(max_examples=300, deadline=None)
 @given(queue=queues(), max_size=st.integers(1, 12))
 def test_draining_sends_every_event_once_keeps_key_order_and_whole_transactions(
@@ -231,10 +239,7 @@ def test_several_batches_in_one_pass_are_the_batches_one_at_a_time(
     queue: list[Event], max_size: int, count: int, held: set[int], overdue: set[str]
 ) -> None:
     # Some events are not ready (behind a batch being retried): they hold back what needs them.
-    queue = [
-        Event(e.id, e.key, e.txn_id, e.last_in_txn, e.txn_size, ready=index not in held)
-        for index, e in enumerate(queue)
-    ]
+    queue = with_held(queue, held)
     one_at_a_time, left = [], list(queue)
     while len(one_at_a_time) < count:
         batch = assemble_batch(left, max_size, overdue=overdue)
@@ -301,10 +306,7 @@ def test_the_one_pass_cut_answers_only_what_the_assembly_would(
     queue: list[Event], max_size: int, count: int, held: set[int]
 ) -> None:
     # Interleaved, unfinished and held transactions: the one pass gives up (None), or agrees.
-    queue = [
-        Event(e.id, e.key, e.txn_id, e.last_in_txn, e.txn_size, ready=index not in held)
-        for index, e in enumerate(queue)
-    ]
+    queue = with_held(queue, held)
     ranges = whole_transaction_batches(columns(queue), max_size, count)
     if ranges is not None:
         assert [[queue[p] for p in batch] for batch in ranges] == assemble_batches(
