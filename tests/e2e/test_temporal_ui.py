@@ -29,6 +29,8 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
 ]
 UI_TIMEOUT_MS = 30_000
+# A page loaded while the stack's Spark job takes the host's cores.
+SLOW_PAGE_MS = 90_000
 # For `expect` too (its own default is 5 s): on 2 busy cores a page can take longer to fill.
 expect.set_options(timeout=UI_TIMEOUT_MS)
 
@@ -133,11 +135,16 @@ def test_the_ui_shows_procedures_their_steps_and_the_schedules(
     with ThreadPoolExecutor(1) as thread:  # Playwright's sync API holds this thread's loop
         thread.submit(asyncio.run, wait_for_spark_heartbeat(dev_stack, load_id)).result()
     page.goto(f"{ui}/namespaces/default/workflows/{load_id}")
-    page.get_by_text("Pending Activities").first.click()
+    # The tab's link, followed as a page load: a click before the page's script has taken over
+    # its links is a whole page load too, and on a busy host Playwright's wait for it after the
+    # click ran out (30 s) while the page was still loading.
+    tab = page.get_by_role("tab", name="Pending Activities")
+    expect(tab).to_be_visible()
+    page.goto(f"{ui}{tab.get_attribute('href')}", timeout=SLOW_PAGE_MS)
     # Read as the page's text: the UI highlights JSON in pieces, so one element never holds a
     # whole "key": value pair.
     body = page.locator("body")
-    expect(body).to_contain_text(re.compile(r'"phase":\s*"running"'))
+    expect(body).to_contain_text(re.compile(r'"phase":\s*"running"'), timeout=SLOW_PAGE_MS)
     expect(body).to_contain_text("tasks_total")
     shown = page.inner_text("body")
     assert "run_load_job" in shown
