@@ -46,6 +46,9 @@ from tests.spark_classes import (
 for _terminal_size in ("COLUMNS", "LINES"):
     os.environ.pop(_terminal_size, None)
 
+# A failure whose traceback cannot be rendered still reports as that test's (see the module).
+pytest_plugins = ["tests.report_fallback"]
+
 _exit_status: list[int] = []
 # Seconds each test group took in a full run on 2 cores (`--write-group-seconds` rewrites it).
 GROUP_SECONDS = Path(__file__).with_name("group_seconds.json")
