@@ -13,6 +13,7 @@ from procbus.core.endpoints import KafkaCredentials, parse_allowlist
 from procbus.core.faults import parse_faults
 from procbus.core.names import check_member_id, check_principal
 from procbus.errors import ConfigError, InvalidRequest
+from procbus.lakehouse.key_index import DEFAULT_KEY_INDEX_BYTES
 
 ENV_PREFIX = "PROCBUS_"
 
@@ -145,6 +146,13 @@ class Settings(BaseSettings):
         gt=0,
         description="a file in a table's folder that no kept snapshot or metadata file lists "
         "(left by a write that never committed) is deleted once it is this old",
+    )
+    key_index_bytes: int = Field(
+        default=DEFAULT_KEY_INDEX_BYTES,
+        ge=0,
+        description="bytes of data files' sorted key columns a worker keeps between a "
+        "pipeline's batches, so a batch finds its changed rows without reading the table's "
+        "keys (16 bytes a row; 0: read them every batch)",
     )
     batch_fence_retention_seconds: float = Field(
         default=86400.0,

@@ -38,6 +38,7 @@ from procbus.engine.runner import workflow_runner
 from procbus.errors import ProcbusError
 from procbus.hooks.outbox import OutboxRelay
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.key_index import KEY_INDEX
 from procbus.plugin.auth import AuthActivities
 from procbus.plugin.bus import BusActivities
 from procbus.plugin.locks import LockActivities
@@ -134,6 +135,7 @@ class ProcbusPlugin(SimplePlugin):
         self._database_url: str | None = None
         # The process's caches, kept by its bus member; ACL checks wait until it has joined.
         self.tables = DescriptorCache()
+        KEY_INDEX.max_bytes = self.settings.key_index_bytes
         self.access = AccessCache(guard=not_joined_yet)
         self.member: BusMember | None = None
         # Set once the worker's services run (the member joined): it may take work.

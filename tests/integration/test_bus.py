@@ -128,12 +128,13 @@ async def test_every_member_applies_a_broadcast_once(
 async def test_a_slow_member_is_sent_it_again_and_applies_it_once(
     client: Client, start_members: Any, pool: asyncpg.Pool, task_queue: str
 ) -> None:
-    # w2's first answer comes after 5 s; the procedure waits 2 s for an answer.
-    with start_members(w1="", w2="CreateTable.refresh_cache.apply:delay_first=5", w3=""):
+    # w2's first answer comes after 12 s; the procedure waits 5 s for an answer (each step's
+    # timeout: 2 s was too short for the catalog's steps on a busy host).
+    with start_members(w1="", w2="CreateTable.refresh_cache.apply:delay_first=12", w3=""):
         await wait_for_members(pool, "w1", "w2", "w3")
-        procedure_id = await create_orders(client, task_queue, step_timeout_seconds=2)
+        procedure_id = await create_orders(client, task_queue, step_timeout_seconds=5)
         status = await status_of(client, procedure_id)
-        await asyncio.sleep(4)  # the first, late attempt has ended on w2 by now
+        await asyncio.sleep(9)  # the first, late attempt has ended on w2 by now
         report = await inspect(client, task_queue)
     assert status.state is ProcedureState.SUCCEEDED
     cached = {m.member_id: m for m in status.broadcasts["refresh_cache"].members}
@@ -155,7 +156,7 @@ async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
         procedure_id = new_id("create")
         handle = await client.start_workflow(
             CreateTable.run,
-            CreateTableInput(table="sales.orders", columns="id:bigint", step_timeout_seconds=2),
+            CreateTableInput(table="sales.orders", columns="id:bigint", step_timeout_seconds=5),
             id=procedure_id,
             task_queue=task_queue,
         )

@@ -1,6 +1,8 @@
 """A pipeline batch deletes the live rows of its changed keys by position: positions_of must name
 exactly the rows holding those keys, in every file, for one-column keys (a membership test) and
-keys of several columns (a join), with files its bounds skip and files read side by side."""
+keys of several columns (a join), with files its bounds skip and files read side by side; and,
+for a one-column integer key, the same from the key columns a worker keeps sorted between
+batches."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from procbus.lakehouse import iceberg
+from procbus.lakehouse.key_index import KEY_INDEX, FileKeys, KeyIndex
 from procbus.lakehouse.schemas import parse_columns
 
 COLUMNS = parse_columns("region:string,id:bigint,balance:bigint")
@@ -86,6 +89,14 @@ def test_the_positions_found_are_exactly_the_rows_of_the_changed_keys(
         keys = pyarrow.table({"region": pyarrow.array([region for region, _ in changed])})
         wanted = {region for region, _ in changed}
     found = iceberg.positions_of(table, keys, live.values())
+    # The next batch finds one-column integer keys in the columns sorted after the first read.
+    KEY_INDEX.settled(timeout=60)
+    opened: list[str] = []
+    open_file = table.io.new_input
+    table.io.new_input = lambda location: opened.append(location) or open_file(location)  # type: ignore[method-assign]
+    found_again = iceberg.positions_of(table, keys, live.values())
+    if key == "id":
+        assert opened == []  # each file's keys found in its sorted column, none read
     expected = sorted(
         (iceberg.file_uri(folder / "data" / f"part-{number}.parquet"), position)
         for number, rows in enumerate(files)
@@ -93,3 +104,42 @@ def test_the_positions_found_are_exactly_the_rows_of_the_changed_keys(
         if {"both": row, "id": row[1], "region": row[0]}[key] in wanted
     )
     assert list(zip(*found.to_pydict().values(), strict=True)) == expected
+    assert found_again.equals(found)
+
+
+def column(*values: int) -> pyarrow.Array:
+    return pyarrow.array(values, pyarrow.int64())
+
+
+def test_the_kept_key_columns_stay_within_their_bytes_least_recently_used_going_first() -> None:
+    one_column = FileKeys.of(column(*range(100))).size  # 1,600 bytes: a key and a position each
+    index = KeyIndex(max_bytes=2 * one_column)
+    index.index_later("a.parquet", 1, "id", column(*range(100)))
+    index.index_later("b.parquet", 1, "id", column(*range(100, 200)))
+    index.settled(timeout=60)
+    assert index.get("a.parquet", 1, "id") is not None  # used: b is now the oldest
+    index.index_later("c.parquet", 1, "id", column(*range(200, 300)))
+    index.settled(timeout=60)
+    assert index.bytes_kept == 2 * one_column
+    assert index.get("b.parquet", 1, "id") is None
+    assert index.get("a.parquet", 1, "id") is not None
+    found = index.get("c.parquet", 1, "id")
+    assert found is not None and found.positions_of(column(299, 200, 5)).to_pylist() == [0, 99]
+    # Another size is another file's contents; another column another key.
+    assert index.get("c.parquet", 2, "id") is None and index.get("c.parquet", 1, "n") is None
+
+
+def test_what_cannot_be_kept_is_read_each_time() -> None:
+    index = KeyIndex(max_bytes=1_000)
+    index.index_later("big.parquet", 1, "id", column(*range(100)))  # 1,600 bytes
+    index.index_later("text.parquet", 1, "id", pyarrow.array(["a", "b"]))
+    index.index_later("nulls.parquet", 1, "id", pyarrow.array([1, None], pyarrow.int64()))
+    index.settled(timeout=60)
+    assert index.bytes_kept == 0
+    assert KeyIndex(max_bytes=0).max_bytes == 0  # PROCBUS_KEY_INDEX_BYTES=0: nothing kept
+
+
+def test_a_key_held_by_several_rows_of_a_file_finds_each_of_them() -> None:
+    keys = FileKeys.of(column(5, 3, 5, 1, 9))
+    assert keys.positions_of(column(5, 1, 4)).to_pylist() == [0, 2, 3]
+    assert keys.positions_of(pyarrow.array([], pyarrow.int64())).to_pylist() == []
