@@ -63,10 +63,9 @@ from procbus.stack.postgres import POSTGRES_BIN_PATH
 from procbus.temporal.client import connect_client
 from procbus.temporal.interceptors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
+from procbus.topics.leases import LEASE_ENTRIES, LEASE_SETTING_PREFIX
 from procbus.topics.models import SHARDS
-from procbus.topics.queue import (
-    LEASE_ENTRIES,
-    LEASE_SETTING_PREFIX,
+from procbus.topics.publishing import (
     QUERIES,
     encode_payload,
     new_webhook_id,

@@ -84,6 +84,9 @@ class KeyIndex:
         self._entries: OrderedDict[tuple[str, int, str], FileKeys] = OrderedDict()
         self._bytes = 0
         self._pending: dict[tuple[str, int, str], Future[None]] = {}
+        # What the columns waiting to be sorted will take: counted against the budget too, so
+        # that a batch reading a table far larger than it holds no more than it may keep.
+        self._pending_bytes = 0
         self._lock = threading.Lock()
         self._builder: ThreadPoolExecutor | None = None
 
@@ -100,20 +103,26 @@ class KeyIndex:
         """Sort `values`, the key column just read from a data file, in the background and keep
         it; nothing when it cannot be indexed or would not fit."""
         place = (path, size, column)
-        # Keys and positions, 8 bytes each per row at most.
-        if not indexable(values.type) or values.null_count or 16 * len(values) > self.max_bytes:
+        kept_size = 16 * len(values)  # keys and positions, 8 bytes each per row at most
+        if not indexable(values.type) or values.null_count:
             return
         with self._lock:
             if place in self._entries or place in self._pending:
+                return
+            if self._pending_bytes + kept_size > self.max_bytes:
                 return
             if self._builder is None:
                 self._builder = ThreadPoolExecutor(
                     1, thread_name_prefix="procbus-key-index", initializer=_lower_priority
                 )
-            self._pending[place] = self._builder.submit(self._build, place, values)
+            self._pending_bytes += kept_size
+            self._pending[place] = self._builder.submit(self._build, place, values, kept_size)
 
     def _build(
-        self, place: tuple[str, int, str], values: pyarrow.ChunkedArray | pyarrow.Array
+        self,
+        place: tuple[str, int, str],
+        values: pyarrow.ChunkedArray | pyarrow.Array,
+        kept_size: int,
     ) -> None:
         try:
             built = FileKeys.of(values)
@@ -128,6 +137,7 @@ class KeyIndex:
         finally:
             with self._lock:
                 self._pending.pop(place, None)
+                self._pending_bytes -= kept_size
 
     def settled(self, timeout: float | None = None) -> None:
         """Wait until every sort handed over so far is kept (for a benchmark's steady state)."""
@@ -140,11 +150,6 @@ class KeyIndex:
     def bytes_kept(self) -> int:
         with self._lock:
             return self._bytes
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
 
 
 def _lower_priority() -> None:

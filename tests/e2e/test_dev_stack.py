@@ -131,6 +131,7 @@ def test_commands_without_a_stack_say_how_to_start_one(state_dir: Path) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(600)  # the whole demo: over 240 s when the suite shares 2 cores
 def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state_dir: Path) -> None:
     # As `make demo` runs it: from the project's folder (the own-procedure scene imports the
     # example module from there), the state folder named relative to it.
@@ -140,7 +141,7 @@ def test_demo_starts_its_own_stack_when_none_runs(dev_env: dict[str, str], state
         cwd=PROJECT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

@@ -6,12 +6,15 @@ batches."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow
 import pyarrow.parquet as parquet
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyiceberg.io import InputFile
 
 from procbus.lakehouse import iceberg
 from procbus.lakehouse.key_index import KEY_INDEX, FileKeys, KeyIndex
@@ -93,7 +96,12 @@ def test_the_positions_found_are_exactly_the_rows_of_the_changed_keys(
     KEY_INDEX.settled(timeout=60)
     opened: list[str] = []
     open_file = table.io.new_input
-    table.io.new_input = lambda location: opened.append(location) or open_file(location)  # type: ignore[method-assign]
+
+    def counted(location: str) -> InputFile:
+        opened.append(location)
+        return open_file(location)
+
+    table.io.new_input = counted  # type: ignore[method-assign]
     found_again = iceberg.positions_of(table, keys, live.values())
     if key == "id":
         assert opened == []  # each file's keys found in its sorted column, none read
@@ -143,3 +151,22 @@ def test_a_key_held_by_several_rows_of_a_file_finds_each_of_them() -> None:
     keys = FileKeys.of(column(5, 3, 5, 1, 9))
     assert keys.positions_of(column(5, 1, 4)).to_pylist() == [0, 2, 3]
     assert keys.positions_of(pyarrow.array([], pyarrow.int64())).to_pylist() == []
+
+
+def test_columns_waiting_to_be_sorted_count_against_the_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A batch reading a table larger than the budget holds no more columns than it may keep.
+    release = threading.Event()
+    sort = FileKeys.of
+    monkeypatch.setattr(
+        FileKeys, "of", staticmethod(lambda values: release.wait(60) and sort(values))
+    )
+    index = KeyIndex(max_bytes=3 * 1_600)  # three columns of 100 keys
+    for name in "abcd":
+        index.index_later(f"{name}.parquet", 1, "id", column(*range(100)))
+    release.set()
+    index.settled(timeout=60)
+    kept = [name for name in "abcd" if index.get(f"{name}.parquet", 1, "id") is not None]
+    assert kept == ["a", "b", "c"]
+    assert index.bytes_kept == 3 * 1_600
