@@ -93,12 +93,12 @@ iceberg-spark: check-java check-iceberg-spark-packages
 demo: bytecode check-java
 	$(BIN)/procbus demo
 
-# The suite runs in 4 processes (pytest-xdist), each with its own PostgreSQL and Temporal
+# The suite runs in 5 processes (pytest-xdist), each with its own PostgreSQL and Temporal
 # server; a test file runs whole in one of them, and the tests of the in-process Spark session
-# all in one (tests/conftest.py names the groups). It keeps 2 cores busy from start to end:
-# a fifth process made no run shorter, only each test slower. `make test TEST_WORKERS=0`:
-# one process.
-TEST_WORKERS ?= 4
+# all in one (tests/conftest.py names the groups). It keeps 2 cores busy from start to end
+# (1200 s with 5 processes, 1384 s with 4, on this host). `make test TEST_WORKERS=0`: one
+# process.
+TEST_WORKERS ?= 5
 
 test: bytecode check-java check-chromium check-rabbitmq check-nftables iceberg-spark
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup

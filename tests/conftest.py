@@ -126,7 +126,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--write-group-seconds",
         action="store_true",
         help=f"write how long each test group took to {GROUP_SECONDS.name}"
-        " (run with -n 4 --dist loadgroup; it orders later runs)",
+        " (run with -n 5 --dist loadgroup; it orders later runs)",
     )
 
 
