@@ -50,9 +50,7 @@ def watched(
 ) -> asyncio.Task[Any]:
     """The backend's job, watched with a report every `every_seconds` into `reports`."""
     handle = JobHandle(job_key="job", attempt_token="t", group="g")
-    return asyncio.create_task(
-        watch(backend, handle, reports.append, every_seconds=every_seconds)
-    )
+    return asyncio.create_task(watch(backend, handle, reports.append, every_seconds=every_seconds))
 
 
 async def test_a_slow_progress_answer_does_not_hold_the_reports_back() -> None:
