@@ -156,11 +156,12 @@ async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
         procedure_id = new_id("create")
         handle = await client.start_workflow(
             CreateTable.run,
-            CreateTableInput(table="sales.orders", columns="id:bigint", step_timeout_seconds=5),
+            # 15 s a step: on the suite's loaded host, 5 s timed a step out and rolled it back.
+            CreateTableInput(table="sales.orders", columns="id:bigint", step_timeout_seconds=15),
             id=procedure_id,
             task_queue=task_queue,
         )
-        async with asyncio.timeout(60):  # w1 and w2 applied, w3 hangs in it
+        async with asyncio.timeout(180):  # w1 and w2 applied, w3 hangs in it
             while True:
                 status = await status_of(client, procedure_id)
                 cached = status.broadcasts.get("refresh_cache")
