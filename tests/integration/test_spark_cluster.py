@@ -80,6 +80,8 @@ async def submission_of(pool: asyncpg.Pool, job_key: str) -> str:
     return submission.submission_id
 
 
+# The module's cluster starts in this test's set-up; on a busy host that alone took minutes.
+@pytest.mark.timeout(1200)
 async def test_a_load_runs_as_a_driver_on_the_cluster_and_its_progress_is_heartbeated(
     cluster: SparkCluster,
     client: Client,

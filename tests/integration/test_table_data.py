@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import ActivityEnvironment
 
 from procbus.activities.spark import SparkActivities
@@ -372,17 +372,22 @@ async def wait_for_running_job(client: Client, procedure_id: str) -> dict[str, A
     details (what the Temporal UI shows)."""
     from procbus.procedures.client import pending_details
 
+    handle = client.get_workflow_handle(procedure_id)
     seen: list[object] = []
-    deadline = asyncio.get_running_loop().time() + 120
-    while asyncio.get_running_loop().time() < deadline:
-        for details in (await pending_details(client, procedure_id)).values():
-            seen.append(details)
-            if not isinstance(details, dict):
-                continue
-            if details.get("phase") == "running" and details.get("tasks_total"):
-                return details
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"no running Spark job was heartbeated; seen: {seen[-3:]}")
+    # Until the procedure ends, not a fixed time: on a host whose cores the suite keeps busy a
+    # driver's JVM can take minutes to start its Spark job (CI once saw 120 s go by).
+    async with asyncio.timeout(480):
+        while (await handle.describe()).status is WorkflowExecutionStatus.RUNNING:
+            for details in (await pending_details(client, procedure_id)).values():
+                seen.append(details)
+                if not isinstance(details, dict):
+                    continue
+                if details.get("phase") == "running" and details.get("tasks_total"):
+                    return details
+            await asyncio.sleep(0.1)
+    raise AssertionError(
+        f"the procedure ended and no running Spark job was heartbeated; seen: {seen[-3:]}"
+    )
 
 
 @pytest.fixture(scope="module")
