@@ -15,6 +15,7 @@ in a thread. The catalog rows are procbus.lakehouse.catalog's.
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import uuid
 from bisect import bisect_left
@@ -404,8 +405,14 @@ def stage_commit(
     added = data_files(table, adds)
     with _Transaction(table) as transaction:
         if not removes:
-            update = transaction.update_snapshot(snapshot_properties=properties)
-            with update.merge_append() as append:
+            # A merge append (no delete files): pyiceberg's own, with a JSON-safe snapshot ID.
+            append = _RowDelta(
+                operation=Operation.APPEND,
+                transaction=transaction,
+                io=table.io,
+                snapshot_properties=properties,
+            )
+            with append:
                 for file in added:
                     append.append_data_file(file)
             return append.snapshot_id
@@ -744,6 +751,20 @@ def _as_of(table: Table, metadata: TableMetadata) -> Table:
     )
 
 
+# JavaScript's largest exact integer. pyiceberg draws snapshot IDs from 63 bits, which JSON
+# readers in JavaScript (the Temporal UI showing a procedure's result) round: a snapshot ID
+# copied from there named no snapshot. Iceberg allows any positive long.
+JSON_SAFE_SNAPSHOT_IDS = 2**53 - 1
+
+
+def json_safe_snapshot_id(metadata: TableMetadata) -> int:
+    """A new snapshot ID for the table, random in 1..2^53-1 and not in use."""
+    while True:
+        snapshot_id = secrets.randbelow(JSON_SAFE_SNAPSHOT_IDS) + 1
+        if metadata.snapshot_by_id(snapshot_id) is None:
+            return snapshot_id
+
+
 class _DeleteManifestWriter(ManifestWriterV2):
     """A format-v2 manifest of delete files (pyiceberg writes only data manifests)."""
 
@@ -762,6 +783,7 @@ class _RowDelta(_MergeAppendFiles):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._snapshot_id = json_safe_snapshot_id(self._transaction.table_metadata)
         self.added_deletes: list[IcebergDataFile] = []
 
     def _manifests(self) -> list[ManifestFile]:
@@ -997,6 +1019,7 @@ class _Rewrite(_OverwriteFiles):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._snapshot_id = json_safe_snapshot_id(self._transaction.table_metadata)
         self.dropped_deletes: list[IcebergDataFile] = []
 
     def _existing_manifests(self) -> list[ManifestFile]:

@@ -6,6 +6,7 @@ and an engine committing beside procbus waits and lands after it, losing nothing
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -412,6 +413,44 @@ async def test_a_rewrite_planned_before_rows_of_its_inputs_were_deleted_is_refus
     assert summary["operation"] == "replace"
     assert (summary["removed-delete-files"], summary["total-delete-files"]) == ("1", "0")
     assert iceberg.referenced_files(compacted) == {iceberg.file_uri(folded)}
+
+
+async def test_every_snapshot_id_is_read_exactly_by_a_javascript_json_reader(
+    pool: asyncpg.Pool, database_url: str, warehouse: Path
+) -> None:
+    """An append, a batch of row changes and a rewrite: each snapshot's ID is below 2^53, so a
+    JSON reader whose numbers are doubles (the Temporal UI showing a procedure's result) shows
+    it exactly, and an ID copied from there names the snapshot."""
+    catalog = await make_tables(pool, warehouse, "orders")
+    folder = warehouse / "shop" / "orders"
+    load = write_rows(folder / "data", "load", range(6))
+    async with pool.acquire() as connection, connection.transaction():
+        appended = await catalog.commit_files(connection, "shop", "orders", folder, [load], [], {})
+    batch = write_images(folder / "data", "batch", {1: "changed"})
+    async with pool.acquire() as connection, connection.transaction():
+        changed = await catalog.apply_rows(
+            connection, "shop", "orders", folder, [batch], keys_of([1, 2]), {}
+        )
+    reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+    folded = folder / "data" / "folded.parquet"
+    parquet.write_table(reader.load_table("shop.orders").scan().to_arrow(), folded)
+    async with pool.acquire() as connection, connection.transaction():
+        rewritten = await catalog.commit_files(
+            connection,
+            "shop",
+            "orders",
+            folder,
+            [iceberg.file_uri(folded)],
+            [load, batch],
+            {},
+            based_on=changed,
+        )
+    table = reader.load_table("shop.orders")
+    ids = [snapshot.snapshot_id for snapshot in table.snapshots()]
+    assert ids == [appended, changed, rewritten]
+    assert all(0 < snapshot_id < 2**53 for snapshot_id in ids), ids
+    assert all(json.loads(json.dumps(float(i))) == i for i in ids)  # a double holds each
+    assert names_of(reader, "shop.orders") == {0: "n0", 1: "changed", 3: "n3", 4: "n4", 5: "n5"}
 
 
 async def test_a_forged_catalog_row_is_refused_before_anything_is_read_or_written(
