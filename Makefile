@@ -136,6 +136,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy --strict docs/hooks.py  # not a package: checked on its own
+	$(BIN)/mypy bench  # scripts, not a package: checked on their own
 	cd examples/user-project && MYPYPATH=../.. ../../$(BIN)/mypy --strict --explicit-package-bases \
 	  --ignore-missing-imports workflows activities worker.py starter.py
 	$(BIN)/lint-imports

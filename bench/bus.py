@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -109,9 +110,11 @@ async def main() -> dict[str, float | int]:
             broadcast_times: list[float] = []
             # Alternate the two sides so warm-up and server state favour neither.
             for round_number in range(2):
-                single_times += await latencies(COUNT // 2, lambda i, r=round_number: single(i, r))
+                single_times += await latencies(
+                    COUNT // 2, functools.partial(single, round_number=round_number)
+                )
                 broadcast_times += await latencies(
-                    COUNT // 2, lambda i, r=round_number: broadcast(i, r)
+                    COUNT // 2, functools.partial(broadcast, round_number=round_number)
                 )
         await pool.close()
     single_median = statistics.median(single_times)

@@ -13,6 +13,7 @@ Both sides of each run in the same process on the same servers, alternating. Las
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -131,24 +132,26 @@ async def main() -> dict[str, float | int]:
             max_concurrent_workflow_tasks=CONCURRENCY,
             max_concurrent_activities=CONCURRENCY * 2,
         ):
-            unlocked_times, locked_times = [], []
+
+            def start(
+                i: int, w: type[UnlockedFiveSteps] | type[LockedFiveSteps], r: int
+            ) -> Awaitable[object]:
+                return client.execute_workflow(
+                    w.run,
+                    LockedInput(table=f"t{r}_{i}"),
+                    id=f"{w.__name__}-{r}-{i}-{queue}",
+                    task_queue=queue,
+                )
+
+            unlocked_times: list[float] = []
+            locked_times: list[float] = []
             for round_number in range(ROUNDS):
                 for workflow, times in (
                     (UnlockedFiveSteps, unlocked_times),
                     (LockedFiveSteps, locked_times),
                 ):
-                    times.append(
-                        await timed(
-                            PROCEDURES,
-                            CONCURRENCY,
-                            lambda i, w=workflow, r=round_number: client.execute_workflow(
-                                w.run,
-                                LockedInput(table=f"t{r}_{i}"),
-                                id=f"{w.__name__}-{r}-{i}-{queue}",
-                                task_queue=queue,
-                            ),
-                        )
-                    )
+                    starting = functools.partial(start, w=workflow, r=round_number)
+                    times.append(await timed(PROCEDURES, CONCURRENCY, starting))
         await pool.close()
     unlocked, locked = min(unlocked_times), min(locked_times)
     return {

@@ -9,14 +9,17 @@ ratio_user_procedure_to_plain <= 1.2, ratio_worker_start_to_plain <= 1.5. Last l
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
 import time
 import uuid
+from collections.abc import Awaitable
 
 from lanes import timed
 from overhead_workflows import LockedFiveSteps, LockedInput, Plain, PlainInput, noop, undo_noop
+from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
@@ -65,7 +68,7 @@ async def main() -> dict[str, float | int | str]:
         address = services.temporal.address
         settings = Settings(
             temporal_address=address,
-            database_url=services.postgres.url(),
+            database_url=SecretStr(services.postgres.url()),
             worker_id=f"bench-{uuid.uuid4().hex[:6]}",
         )
         plain_client = await Client.connect(address, data_converter=pydantic_data_converter)
@@ -93,33 +96,32 @@ async def main() -> dict[str, float | int | str]:
                 max_concurrent_activities=CONCURRENCY,
             )
 
-        plain_times, user_times = [], []
+        def start_plain(i: int, r: int) -> Awaitable[object]:
+            return plain_client.execute_workflow(
+                Plain.run, PlainInput(), id=f"plain-{r}-{i}", task_queue=plain_queue
+            )
+
+        def start_user(i: int, r: int) -> Awaitable[object]:
+            return user_client.execute_workflow(
+                LockedFiveSteps.run,
+                LockedInput(table=f"t{r}-{i}"),
+                id=f"user-{r}-{i}",
+                task_queue=user_queue,
+            )
+
+        plain_times: list[float] = []
+        user_times: list[float] = []
         # One side's worker at a time (its pollers alone on the server), alternating sides so
         # warm-up and server state favour neither.
         for round_number in range(ROUNDS):
             async with plain_worker():
                 plain_times.append(
-                    await timed(
-                        COUNT,
-                        CONCURRENCY,
-                        lambda i, r=round_number: plain_client.execute_workflow(
-                            Plain.run, PlainInput(), id=f"plain-{r}-{i}", task_queue=plain_queue
-                        ),
-                    )
+                    await timed(COUNT, CONCURRENCY, functools.partial(start_plain, r=round_number))
                 )
             async with user_worker():
                 await plugin.ready.wait()
                 user_times.append(
-                    await timed(
-                        COUNT,
-                        CONCURRENCY,
-                        lambda i, r=round_number: user_client.execute_workflow(
-                            LockedFiveSteps.run,
-                            LockedInput(table=f"t{r}-{i}"),
-                            id=f"user-{r}-{i}",
-                            task_queue=user_queue,
-                        ),
-                    )
+                    await timed(COUNT, CONCURRENCY, functools.partial(start_user, r=round_number))
                 )
         plain_starts, plugin_starts = [], []
         for _ in range(STARTS):

@@ -8,10 +8,12 @@ the same run. Goal: procedure wall time <= 1.3x plain. Last line: JSON.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
 import uuid
+from collections.abc import Awaitable
 
 from lanes import timed
 from overhead_workflows import FiveSteps, Plain, PlainInput, noop, undo_noop
@@ -40,28 +42,30 @@ async def main() -> dict[str, float | int]:
             max_concurrent_workflow_tasks=CONCURRENCY,
             max_concurrent_activities=CONCURRENCY,
         ):
-            plain_times, procedure_times = [], []
+
+            def start_plain(i: int, r: int) -> Awaitable[object]:
+                return client.execute_workflow(
+                    Plain.run, PlainInput(), id=f"plain-{r}-{i}-{queue}", task_queue=queue
+                )
+
+            def start_procedure(i: int, r: int) -> Awaitable[object]:
+                return client.execute_workflow(
+                    FiveSteps.run,
+                    ProcedureInput(),
+                    id=f"procedure-{r}-{i}-{queue}",
+                    task_queue=queue,
+                )
+
+            plain_times: list[float] = []
+            procedure_times: list[float] = []
             # Alternate the two sides so warm-up and server state favour neither.
             for round_number in range(ROUNDS):
                 plain_times.append(
-                    await timed(
-                        COUNT,
-                        CONCURRENCY,
-                        lambda i, r=round_number: client.execute_workflow(
-                            Plain.run, PlainInput(), id=f"plain-{r}-{i}-{queue}", task_queue=queue
-                        ),
-                    )
+                    await timed(COUNT, CONCURRENCY, functools.partial(start_plain, r=round_number))
                 )
                 procedure_times.append(
                     await timed(
-                        COUNT,
-                        CONCURRENCY,
-                        lambda i, r=round_number: client.execute_workflow(
-                            FiveSteps.run,
-                            ProcedureInput(),
-                            id=f"procedure-{r}-{i}-{queue}",
-                            task_queue=queue,
-                        ),
+                        COUNT, CONCURRENCY, functools.partial(start_procedure, r=round_number)
                     )
                 )
     plain = min(plain_times)

@@ -117,7 +117,7 @@ async def seen_after(client: Any, workflow_id: str, finished_at: float) -> float
             scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
             completed = scheduled in spark_steps
         elif completed and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            seen_at = event.event_time.seconds + event.event_time.nanos / 1e9
+            seen_at: float = event.event_time.seconds + event.event_time.nanos / 1e9
             return seen_at - finished_at
     raise RuntimeError(f"{workflow_id}: no completed Spark step")
 

@@ -19,7 +19,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-state: dict[str, list[float] | int] = {"events": 0, "requests": 0, "latencies": []}
+# "latencies": [arrival, latency] pairs, seconds.
+state: dict[str, list[list[float]] | int] = {"events": 0, "requests": 0, "latencies": []}
 
 
 async def take(request: web.Request) -> web.Response:
