@@ -779,7 +779,8 @@ class _DeleteManifestWriter(ManifestWriterV2):
 class _RowDelta(_MergeAppendFiles):
     """Iceberg's RowDelta, which pyiceberg lacks: an append of data files that also adds
     position-delete files, in a manifest of their own (data manifests are merged as Iceberg
-    merges them, so a table's manifests stay few however many commits it takes)."""
+    merges them, so a table's manifests stay few however many commits it takes). With no
+    delete files, pyiceberg's merge append. Its snapshot ID is JSON-safe."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
