@@ -25,9 +25,9 @@ from procbus.core.endpoints import (
 from procbus.core.metrics import TopicMetrics
 from procbus.core.tracing import TRACER, tracer_configured
 from procbus.delivery.clients import EndpointClient
-from procbus.delivery.dispatch import Round, deliver_round
+from procbus.delivery.dispatch import Round, deliver_round, idle_waits
 from procbus.delivery.factory import client_for
-from procbus.delivery.models import DeliveryRequest, DeliveryResult
+from procbus.delivery.models import DELIVERY_POLL_MAX_SECONDS, DeliveryRequest, DeliveryResult
 from procbus.errors import AttemptFencedOut, InvalidRequest
 from procbus.pipeline import Pipelines, TableApplier
 from procbus.topics.models import Topic
@@ -37,10 +37,6 @@ from procbus.topics.refusals import TopicNotFound
 # A delivery round starts no send after this long: then it settles, and the next one claims.
 ROUND_SECONDS = 60.0
 HEARTBEAT_EVERY_SECONDS = 5.0
-# An empty queue is asked again after IDLE_FIRST, doubling up to IDLE_MAX: new entries are
-# picked up within IDLE_MAX, and an idle topic costs two index probes a second.
-IDLE_FIRST_SECONDS = 0.05
-IDLE_MAX_SECONDS = 0.5
 # A disabled topic (410 Gone, a refused endpoint) is looked at this often, for `procbus topic
 # enable`.
 DISABLED_POLL_SECONDS = 2.0
@@ -55,8 +51,12 @@ class TopicActivities:
         pool: asyncpg.Pool,
         allowlist: list[str] | None = None,
         kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
+        poll_max_seconds: float = DELIVERY_POLL_MAX_SECONDS,
     ) -> None:
-        """`kafka_credentials`: the logins kafka:// endpoints may name."""
+        """`kafka_credentials`: the logins kafka:// endpoints may name. An empty queue is looked
+        at again after waits growing up to `poll_max_seconds` (idle_waits): new entries wait
+        that long at most for an idle delivery."""
+        self.poll_max_seconds = poll_max_seconds
         self.topics = Topics(pool, allowlist)
         self.allowlist = allowlist or []
         self.kafka_credentials = kafka_credentials or {}
@@ -72,7 +72,7 @@ class TopicActivities:
         metrics = TopicMetrics(activity.metric_meter())
         attributes = {"topic": request.topic}
         until = loop.time() + request.max_seconds
-        idle = IDLE_FIRST_SECONDS
+        waits = idle_waits(self.poll_max_seconds)
         # The one owner starts here, at a new owner epoch: what an earlier attempt held (its
         # worker died, or it hangs) is sent again now, and that attempt claims nothing more. Its
         # own Topics: the epoch is this attempt's, not the next one's on this worker.
@@ -134,10 +134,9 @@ class TopicActivities:
                     metrics.dead_letters.set(gauges.dead_letters, attributes)
                     gauges_due = loop.time() + GAUGES_EVERY_SECONDS
                 if done.claimed:
-                    idle = IDLE_FIRST_SECONDS
+                    waits = idle_waits(self.poll_max_seconds)
                 else:
-                    await asyncio.sleep(idle)
-                    idle = min(idle * 2, IDLE_MAX_SECONDS)
+                    await asyncio.sleep(next(waits))
         except AttemptFencedOut as fenced:
             # A newer attempt took the topic over (this one is a zombie): it owns the queue now.
             progress.state = f"fenced out: {fenced}"

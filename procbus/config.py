@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from procbus.core.endpoints import KafkaCredentials, parse_allowlist
 from procbus.core.faults import parse_faults
 from procbus.core.names import check_member_id, check_principal
+from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS, DELIVERY_POLL_MAX_SECONDS
 from procbus.errors import ConfigError, InvalidRequest
 from procbus.lakehouse.key_index import DEFAULT_KEY_INDEX_BYTES
 
@@ -107,6 +108,15 @@ class Settings(BaseSettings):
         description='Kafka logins by name, as JSON: {"prod": {"username": "procbus", "password": '
         '"...", "sasl_mechanism": "SCRAM-SHA-512", "ca_location": "/etc/kafka/ca.pem"}}; a '
         "kafka:// endpoint names one with ?credentials=prod",
+    )
+    delivery_poll_max_seconds: float = Field(
+        default=DELIVERY_POLL_MAX_SECONDS,
+        ge=DELIVERY_POLL_FIRST_SECONDS,
+        le=60.0,
+        description="an idle topic's queue is looked at again after "
+        f"{DELIVERY_POLL_FIRST_SECONDS} s, then twice as long each time up to this: the longest "
+        "a new event waits for an idle topic's delivery to see it (each idle topic costs one "
+        "look, two index probes, per this many seconds)",
     )
     outbox_workflow_types: str | None = Field(
         default=None,

@@ -33,6 +33,7 @@ from procbus.core.faults import Fault
 from procbus.core.metrics import OutboxMetrics
 from procbus.db import create_pool
 from procbus.db.pool import until_reachable
+from procbus.delivery.models import DELIVERY_POLL_MAX_SECONDS
 from procbus.delivery.owner import keep_owners
 from procbus.hooks.outbox import ensure_sweep_schedule
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
@@ -90,13 +91,16 @@ def activities_for(
     outbox_workflow_types: frozenset[str] | None = None,
     auth: WorkerAuth | None = None,
     kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
+    delivery_poll_max_seconds: float = DELIVERY_POLL_MAX_SECONDS,
 ) -> list[Callable[..., object]]:
     """The built-in procedures' activities (the engine's own come with the plugin)."""
     return [
         StackCheckActivities(pool).record_stack_check,
         OutboxActivities(pool, task_queue, outbox_workflow_types).sweep_outbox,
         *TableActivities(pool, warehouse_root, events_topic, access, auth).all(),
-        *TopicActivities(pool, endpoint_allowlist, kafka_credentials).all(),
+        *TopicActivities(
+            pool, endpoint_allowlist, kafka_credentials, delivery_poll_max_seconds
+        ).all(),
         *RetentionActivities(pool, warehouse_root).all(),
         *spark.all(),
     ]
@@ -169,6 +173,7 @@ def build_worker(
             outbox_workflow_types,
             auth,
             plugin.settings.kafka_credentials,
+            plugin.settings.delivery_poll_max_seconds,
         )
         + list(user_activities),
         plugins=[plugin],

@@ -25,6 +25,7 @@ from procbus.delivery.clients import (
     encoded_message,
     message,
 )
+from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS
 from procbus.topics.consuming import stops_instead_of_dead_lettering
 from procbus.topics.models import Entry, Failure, Topic
 from procbus.topics.queue import Topics
@@ -35,6 +36,15 @@ SEND_CONCURRENCY = 16
 # and the settlement's round trips are shared by them (8 against 4: 17-20% more events/s in
 # batches of 100, 5% in batches of 500).
 ROUND_BATCHES = 8
+
+
+def idle_waits(poll_max_seconds: float) -> Iterator[float]:
+    """How long an idle delivery waits before each new look at its empty queue: soon at first
+    (an event often follows another), then twice as long each time, up to `poll_max_seconds`."""
+    wait = min(DELIVERY_POLL_FIRST_SECONDS, poll_max_seconds)
+    while True:
+        yield wait
+        wait = min(wait * 2, poll_max_seconds)
 
 
 class Round(BaseModel):

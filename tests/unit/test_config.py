@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 
 import pytest
 
 from procbus.config import load_settings, setting_names
+from procbus.delivery.dispatch import idle_waits
 from procbus.errors import ConfigError
 
 
@@ -50,6 +52,7 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         ("PROCBUS_DEV_TEMPORAL_PORT", "70000", "less than or equal to 65535"),
         ("PROCBUS_TEMPORAL_TLS_CA", "/no/such/ca.pem", "no such file"),
         ("PROCBUS_LOAD_ROOTS", "/data/in,incoming", "expected absolute folders"),
+        ("PROCBUS_DELIVERY_POLL_MAX_SECONDS", "0.001", "greater than or equal to 0.05"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_it(
@@ -71,6 +74,26 @@ def test_loads_read_from_the_warehouse_incoming_folder_unless_set(
     assert load_settings().load_root_paths == [Path("/data/warehouse/incoming")]
     monkeypatch.setenv("PROCBUS_LOAD_ROOTS", "/data/in, /mnt/exports")
     assert load_settings().load_root_paths == [Path("/data/in"), Path("/mnt/exports")]
+
+
+def test_an_idle_delivery_looks_at_its_queue_at_most_as_far_apart_as_the_poll_max(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert list(islice(idle_waits(load_settings().delivery_poll_max_seconds), 6)) == [
+        0.05,
+        0.1,
+        0.2,
+        0.4,
+        0.5,
+        0.5,
+    ]
+    monkeypatch.setenv("PROCBUS_DELIVERY_POLL_MAX_SECONDS", "0.15")
+    assert list(islice(idle_waits(load_settings().delivery_poll_max_seconds), 4)) == [
+        0.05,
+        0.1,
+        0.15,
+        0.15,
+    ]
 
 
 def test_tls_certificate_and_key_go_together(
