@@ -779,7 +779,6 @@ class Run:
         in PostgreSQL and in the lake, each lake table's files on disk and in its current
         snapshot, every snapshot committed, the jobs' ledger, and the drivers still running."""
         from procbus.lakehouse.catalog import Catalog
-        from procbus.lakehouse.reader import read_snapshot
 
         spark = self.cluster.spark
         assert spark is not None
@@ -798,8 +797,11 @@ class Run:
             try:
                 queries = load_queries("procbus.testing")
                 source = [dict(row) for row in await pool.fetch(queries["bank_accounts"])]
-                snapshot = await Catalog(pool).table_files(BANK_NAMESPACE, BANK_TABLE)
-                lake = await asyncio.to_thread(read_snapshot, snapshot)
+                lake = await asyncio.to_thread(
+                    rows_read_by_pyiceberg,
+                    self.cluster.database_url,
+                    f"{BANK_NAMESPACE}.{BANK_TABLE}",
+                )
                 catalog = Catalog(pool)
                 listed = {
                     table.qualified_name: {
@@ -1487,6 +1489,22 @@ def _grant_table(grant: str) -> str:
 
 def _ended_at(status: dict[str, Any]) -> str:
     return str(status.get("closed_at") or "")
+
+
+def rows_read_by_pyiceberg(database_url: str, table: str) -> list[dict[str, Any]]:
+    """A lake table's current rows as pyiceberg's own SqlCatalog reads them from procbus's
+    database: no procbus code between the checker and the Iceberg table."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from procbus.lakehouse.iceberg import CATALOG_NAME
+
+    uri = database_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    catalog = SqlCatalog(CATALOG_NAME, uri=uri)
+    try:
+        rows: list[dict[str, Any]] = catalog.load_table(table).scan().to_arrow().to_pylist()
+    finally:
+        catalog.engine.dispose()
+    return rows
 
 
 def check_lake(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str]:
