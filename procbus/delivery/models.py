@@ -7,8 +7,8 @@ from pydantic import BaseModel, Field
 
 from procbus.core.inputs import WorkflowInput
 
-# An idle topic's delivery looks at its queue again after POLL_FIRST, twice as long each time,
-# up to the worker's PROCBUS_DELIVERY_POLL_MAX_SECONDS (default POLL_MAX).
+# An idle topic's delivery looks at its queue again after the first wait, twice as long each
+# time, up to the worker's PROCBUS_DELIVERY_POLL_MAX_SECONDS (by default the second constant).
 DELIVERY_POLL_FIRST_SECONDS = 0.05
 DELIVERY_POLL_MAX_SECONDS = 0.5
 
