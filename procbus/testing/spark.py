@@ -36,7 +36,7 @@ class SparkCluster:
         host: str = "127.0.0.1",
         netns: str | None = None,
         cores: int = 4,
-        memory: str = "3g",
+        memory: str = "4g",
         max_drivers: int | None = None,
     ) -> None:
         import pyspark
@@ -47,6 +47,9 @@ class SparkCluster:
         # runs at most `max_drivers` at once (half the cores by default) and queues the rest.
         self.cores, self.memory = cores, memory
         self.max_drivers = max_drivers or max(1, cores // 2)
+        # An application takes every free core unless told otherwise: the first running
+        # driver's executor would leave the others' none, and they would run one after another.
+        self.cores_per_application = max(1, (cores - self.max_drivers) // self.max_drivers)
         self.host = host
         self.netns = netns
         self.spark_home = Path(pyspark.__file__).parent
@@ -83,6 +86,7 @@ class SparkCluster:
             f"spark.master.rest.host {self.host}\n"
             f"spark.master.rest.port {self.rest_port}\n"
             f"spark.deploy.maxDrivers {self.max_drivers}\n"
+            f"spark.deploy.defaultCores {self.cores_per_application}\n"
             "spark.ui.reverseProxy true\n"
             f"spark.ui.reverseProxyUrl {self.web_url}\n"
         )
@@ -124,15 +128,21 @@ class SparkCluster:
         reply = httpx.get(f"{self.rest_url}/v1/submissions/status/{submission_id}").json()
         return str(reply.get("driverState"))
 
-    def drivers(self) -> list[int]:
-        """The process IDs of the drivers running on the worker now."""
+    def drivers(self, submission_id: str | None = None) -> list[int]:
+        """The process IDs of the drivers running on the worker now: all of them, or the one of
+        `submission_id` (the worker starts each driver in a folder named after it)."""
         found = []
         for process in Path("/proc").iterdir():
             if not process.name.isdigit():
                 continue
             with contextlib.suppress(OSError):
                 command = (process / "cmdline").read_bytes().split(b"\0")
-                if DRIVER_CLASS.encode() in command and self._launched_here(int(process.name)):
+                if DRIVER_CLASS.encode() not in command:
+                    continue
+                folder = Path(os.readlink(process / "cwd"))
+                if submission_id is not None and folder.name != submission_id:
+                    continue
+                if self._launched_here(int(process.name)):
                     found.append(int(process.name))
         return sorted(found)
 
@@ -150,10 +160,11 @@ class SparkCluster:
             pid = int(next(line for line in status.splitlines() if line.startswith("PPid:"))[5:])
         return False
 
-    def kill_drivers(self) -> int:
-        """SIGKILL every running driver with its Python job, as a crash of the host it ran on
-        would; the cluster's worker sees it end. Returns how many there were."""
-        drivers = self.drivers()
+    def kill_drivers(self, submission_id: str | None = None) -> int:
+        """SIGKILL every running driver (or the one of `submission_id`) with its Python job, as
+        a crash of the host it ran on would; the cluster's worker sees it end. Returns how many
+        there were."""
+        drivers = self.drivers(submission_id)
         for driver in drivers:
             for pid in [*_descendants(driver), driver]:
                 with contextlib.suppress(ProcessLookupError):
