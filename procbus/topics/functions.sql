@@ -555,6 +555,9 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
+-- The rows a look returns are kept in memory up to this, and written to disk beyond: at the
+-- default 4 MB a pipeline's look of 80,000 changes went to disk (409 ms against 297 ms).
+SET work_mem = '64MB'
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -678,6 +681,7 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 SET enable_seqscan = off
 SET enable_bitmapscan = off
+SET work_mem = '64MB'  -- as procbus_topic_view's: the rows it returns stay in memory
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -407,6 +407,7 @@ CREATE FUNCTION public.procbus_topic_claim(p_topic text, p_limit integer, p_clai
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
+    SET work_mem TO '64MB'
     AS $$
 #variable_conflict use_column
 DECLARE
@@ -822,6 +823,7 @@ CREATE FUNCTION public.procbus_topic_view(p_topic text, p_limit integer, p_claim
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_seqscan TO 'off'
     SET enable_bitmapscan TO 'off'
+    SET work_mem TO '64MB'
     AS $$
 #variable_conflict use_column
 DECLARE
