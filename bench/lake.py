@@ -285,6 +285,18 @@ def main() -> dict[str, Any]:
             "ratio_load_to_direct": spark_figures.get("ratio_load_to_direct"),
             "ratio_compaction_to_direct": spark_figures.get("ratio_compaction_to_direct"),
             "goal_ratio_load_and_compaction_to_direct_at_most": 1.15,
+            # The medians behind the two ratios, and each side's rounds, as bench/spark.py
+            # measured them (the load function alone: procbus's Spark job without the procedure).
+            "ratio_load_function_to_direct": spark_figures.get("ratio_load_function_to_direct"),
+            **{
+                f"spark_{kind}_{side}_s{by}": spark_figures.get(f"{kind}_{side}_s{by}")
+                for kind, sides in (
+                    ("load", ("procedure", "direct", "function")),
+                    ("compaction", ("procedure", "direct")),
+                )
+                for side in sides
+                for by in ("", "_by_round")
+            },
             "ratio_apply_to_floor": pipeline_figures.get("ratio_apply_to_floor"),
             "goal_ratio_apply_to_floor_at_least": 0.5,
             # Its rounds, as bench/pipeline.py measured them: the spread behind the ratio.

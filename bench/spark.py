@@ -274,6 +274,12 @@ async def main() -> dict[str, Any]:
         "compaction_input_files": SMALL_FILES * len(REGIONS),
         "compaction_input_rows": SMALL_FILE_ROWS,
         **medians,
+        # Each round's own times: the spread behind the medians.
+        **{
+            f"{kind}_{side}_s_by_round": [round(seconds, 3) for seconds in times[side]]
+            for kind, times in (("load", load_times), ("compaction", compact_times))
+            for side in times
+        },
         "end_seen_after_s_max": round(max(seen), 3),
         "end_seen_after_s": round(statistics.median(seen), 3),
         "ratio_load_to_direct": round(medians["load_procedure_s"] / medians["load_direct_s"], 3),
