@@ -75,6 +75,8 @@ _COMMAND_TYPES = {
 }
 # What a procedure may end as after the final heal; STUCK only with its reason.
 ENDED = {"SUCCEEDED", "ROLLED_BACK", "STUCK"}
+# How often the wait for a procedure's end asks whether it is STUCK (a query to its worker).
+STUCK_LOOK_SECONDS = 5.0
 # The topics the application transactions publish to: one event at a time, and in batches that
 # never split a transaction (the sink's path tells them apart).
 HOOKS_TOPIC, GROUPED_TOPIC = "nemesis-hooks", "nemesis-grouped"
@@ -708,7 +710,7 @@ class Run:
                 _scheduled_runs(self.cluster.temporal.address, BANK_COMPACTION_SCHEDULE)
             )
         found = asyncio.run(
-            _wait_all(self.cluster.temporal.address, [*started, *unanswered], timeout)
+            procedure_ends(self.cluster.temporal.address, [*started, *unanswered], timeout)
         )
         for procedure_id, status in found.items():
             self.history.record(
@@ -903,7 +905,7 @@ async def _scheduled_runs(address: str, schedule_id: str) -> list[str]:
     return [execution.id async for execution in client.list_workflows(query)]
 
 
-async def _wait_all(
+async def procedure_ends(
     address: str, procedure_ids: list[str], seconds: float
 ) -> dict[str, dict[str, Any]]:
     """Through one client: each procedure's end, as `procbus proc status --json` shows it, and
@@ -923,7 +925,14 @@ async def _wait_all(
                 continue  # a start that never reached Temporal
             raise
         started_at = await _first_run_start(client, described)
+        next_look = time.monotonic() + STUCK_LOOK_SECONDS
         while described.close_time is None and time.monotonic() < deadline:
+            # A STUCK procedure waits for an operator and stays open: no sense waiting on it
+            # (seen: one STUCK delete held the whole run for the 600 s of the timeout).
+            if time.monotonic() >= next_look:
+                next_look = time.monotonic() + STUCK_LOOK_SECONDS
+                if await _is_stuck(client, procedure_id):
+                    break
             await asyncio.sleep(0.5)
             described = await handle.describe()
         if described.close_time is None:  # never ended: the checker says so, and on what
@@ -952,6 +961,15 @@ async def _wait_all(
             "closed_at": described.close_time.isoformat(),
         }
     return found
+
+
+async def _is_stuck(client: Client, procedure_id: str) -> bool:
+    """Whether the procedure says it is STUCK (False when no worker answers now)."""
+    try:
+        status = await procedure_status(client, procedure_id, query_timeout=5)
+    except ProcbusError:
+        return False
+    return status.state.value == "STUCK"
 
 
 async def _first_run_start(client: Client, described: WorkflowExecutionDescription) -> datetime:

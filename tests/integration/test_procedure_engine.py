@@ -23,6 +23,7 @@ from procbus.plugin.procedures import ProcedureActivities
 from procbus.procedures import AbortRequest, ProcedureState, ProcedureStatus, SkipRequest
 from procbus.procedures.client import start_procedure
 from procbus.temporal.faults import FaultInterceptor
+from procbus.testing.nemesis import procedure_ends
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,
@@ -287,6 +288,28 @@ async def test_a_compensation_that_always_fails_is_stuck_until_an_operator_skips
         ("write_a", "erased by hand, ticket 42")
     ]
     assert status.compensations_done == ["write_b"]
+
+
+async def test_the_nemesis_wait_for_procedure_ends_takes_a_stuck_one_as_it_is(
+    client: Client, ledger_worker: Any, temporal_address: str, task_queue: str
+) -> None:
+    """Seen in CI: one STUCK DeleteTable held the short nemesis run for the whole 600 s of this
+    wait (and left the procedures after it none): a STUCK procedure stays open for its
+    operator, so it never closes by itself."""
+    procedure_id = new_id()
+    async with ledger_worker("Ledger.write_a.undo:fail_before"):
+        handle = await client.start_workflow(
+            Ledger.run,
+            LedgerInput(entries=entries("a", "b", fail="b")),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for(client, procedure_id, lambda s: s.state == "STUCK")
+        async with asyncio.timeout(60):  # the wait's own limit is an hour
+            found = await procedure_ends(temporal_address, [procedure_id], 3600)
+        await handle.terminate("the test is over")
+    ended = found[procedure_id]
+    assert (ended["state"], ended["stuck_step"], ended["closed_at"]) == ("STUCK", "write_a", None)
 
 
 async def test_retry_runs_a_stuck_compensation_again(
