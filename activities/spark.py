@@ -194,6 +194,15 @@ class SparkActivities:
         a change apply deleted (its rewrite drops them, and its deletes with it)."""
         table = await self._table(step.table)
         self.auth.require_write(self.access, step.principal, table)
+        left_out = await self.catalog.columns_left_out(table)
+        if left_out:
+            raise InvalidRequest(
+                f"table {table.qualified_name} has column(s) of types procbus has none for, "
+                f"added by another engine: {', '.join(left_out)}; a compaction by procbus "
+                "would lose their values, so nothing was compacted: compact it with an engine "
+                "that knows them (Spark with Iceberg's runtime: CALL "
+                "procbus.system.rewrite_data_files(...))"
+            )
         scopes = [parse_partition(table, spec) for spec in step.plan.partitions]
         current = await self.catalog.table_files(table.namespace, table.name)
         by_partition: dict[tuple[tuple[str, str], ...], list[DataFile]] = {}

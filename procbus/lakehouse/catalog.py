@@ -29,6 +29,7 @@ from procbus.topics.publishing import publish_in_transaction
 
 if TYPE_CHECKING:
     import pyarrow
+    from pyiceberg.table import Table
 
 QUERIES = "procbus.lakehouse"
 
@@ -46,6 +47,31 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
         key_columns=list(row.get("key_columns") or []),
         metadata_location=row.get("metadata_location") or "",
     )
+
+
+def _with_iceberg_columns(table: TableDescriptor, loaded: Table | None = None) -> TableDescriptor:
+    """`table` with the columns of its current Iceberg schema, which another engine may have
+    evolved (`loaded`: the table's Iceberg table, when read already). As recorded when its
+    metadata cannot be read (a catalog row broken or forged): what reads the table says why."""
+    if loaded is None:
+        if not table.metadata_location or not table.location:
+            return table
+        from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
+        try:
+            loaded = iceberg.load_table(
+                iceberg.StagingCatalog(),
+                table.namespace,
+                table.name,
+                table.metadata_location,
+                Path(table.location),
+            )
+        except (InvalidRequest, OSError, ValueError):
+            return table
+    from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
+    columns = iceberg.schema_columns(loaded.schema())
+    return table if columns == table.columns else table.model_copy(update={"columns": columns})
 
 
 def _namespace(row: asyncpg.Record) -> NamespaceDescriptor:
@@ -205,6 +231,14 @@ class Catalog:
         return count
 
     async def get_table(self, namespace: str, name: str) -> TableDescriptor | None:
+        """The table, its columns as its Iceberg schema has them now."""
+        table = await self.get_recorded_table(namespace, name)
+        return await asyncio.to_thread(_with_iceberg_columns, table) if table else None
+
+    async def get_recorded_table(self, namespace: str, name: str) -> TableDescriptor | None:
+        """The table with the columns procbus's catalog records: those it was made with and
+        those procbus added (a change pipeline's, from its source), not those another engine
+        added to its Iceberg schema since."""
         row = await self.pool.fetchrow(
             self.queries["get_table"], namespace, name, self.iceberg.catalog_name
         )
@@ -221,7 +255,8 @@ class Catalog:
         rows = await self.pool.fetch(
             self.queries["list_tables"], namespace, self.iceberg.catalog_name
         )
-        return [_table(row) for row in rows]
+        tables = [_table(row) for row in rows]
+        return await asyncio.to_thread(lambda: [_with_iceberg_columns(table) for table in tables])
 
     async def list_access(self) -> list[AccessEntry]:
         """Every grant, those on a namespace as a whole ('*' for the table) included."""
@@ -508,7 +543,7 @@ class Catalog:
             )
             snapshot = iceberg.chosen_snapshot(loaded, snapshot_id)
             return TableFiles(
-                table=table,
+                table=_with_iceberg_columns(table, loaded),
                 snapshot_id=None if snapshot is None else snapshot.snapshot_id,
                 files=[
                     DataFile(
@@ -524,6 +559,26 @@ class Catalog:
             )
 
         return await asyncio.to_thread(plan)
+
+    async def columns_left_out(self, table: TableDescriptor) -> list[str]:
+        """The columns of the table's Iceberg schema of types procbus has none for (added by
+        another engine), as `name (type)`: procbus neither loads nor shows them."""
+        if not table.metadata_location:
+            return []
+
+        def left_out() -> list[str]:
+            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
+            loaded = iceberg.load_table(
+                iceberg.StagingCatalog(),
+                table.namespace,
+                table.name,
+                table.metadata_location,
+                Path(table.location),
+            )
+            return iceberg.columns_left_out(loaded.schema())
+
+        return await asyncio.to_thread(left_out)
 
     async def list_snapshots(self, namespace: str, name: str) -> list[Snapshot]:
         """The table's Iceberg snapshots, newest first."""

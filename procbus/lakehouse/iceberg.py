@@ -135,6 +135,39 @@ def iceberg_type(column_type: str) -> IcebergType:
     )
 
 
+def catalog_type(field_type: IcebergType) -> str | None:
+    """The catalog column type of an Iceberg type, iceberg_type's inverse; None for one the
+    catalog has no type for (nested types, uuid, time, fixed, a timestamp without its zone)."""
+    for column_type, simple in _SIMPLE_TYPES.items():
+        if field_type == simple:
+            return column_type
+    if isinstance(field_type, DecimalType):
+        return f"decimal({field_type.precision},{field_type.scale})"
+    return None
+
+
+def schema_columns(schema: Schema) -> list[Column]:
+    """A table's columns as its Iceberg schema has them, in its order: what another engine
+    added or dropped included. A column of a type the catalog lacks is left out: procbus
+    neither loads nor shows it (its value in rows procbus writes is null, as for any optional
+    column a file lacks); the engines that know its type read it."""
+    return [
+        Column(name=field.name, type=column_type)
+        for field in schema.fields
+        if (column_type := catalog_type(field.field_type)) is not None
+    ]
+
+
+def columns_left_out(schema: Schema) -> list[str]:
+    """The columns schema_columns leaves out, each as `name (Iceberg type)`: a rewrite of the
+    table's files by procbus would lose their values."""
+    return [
+        f"{field.name} ({field.field_type})"
+        for field in schema.fields
+        if catalog_type(field.field_type) is None
+    ]
+
+
 def table_schema(columns: Sequence[Column]) -> Schema:
     """The Iceberg schema of a table's columns, field IDs from 1 in order. Every column is
     optional: Spark writes nullable columns, and a required column refuses their files."""

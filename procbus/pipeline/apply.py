@@ -611,7 +611,10 @@ class TableApplier(EndpointClient):
             for entry in entries
             if isinstance(entry.payload, dict) and "table" in entry.payload
         }
-        tables = {name: await self.pipelines.catalog.get_table(namespace, name) for name in names}
+        # The columns procbus records, its source's: a column another engine added to a lake
+        # table is left null in the rows a batch writes, not taken for one dropped at the source.
+        catalog = self.pipelines.catalog
+        tables = {name: await catalog.get_recorded_table(namespace, name) for name in names}
         added: dict[str, list[Column]] = {}
         for name, table in tables.items():
             source = first_source(self.endpoint, entries, name)

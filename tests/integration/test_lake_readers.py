@@ -30,17 +30,19 @@ from pyiceberg.types import (
     StringType,
     TimestamptzType,
 )
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from procbus.lakehouse import iceberg
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput, LoadTableInput
 from procbus.lakehouse.reader import read_snapshot
+from procbus.pipeline import Pipelines
+from procbus.procedures import ProcedureState
 from procbus.testing.iceberg_spark import SparkRead, read_all_with_spark_iceberg
 from procbus.workflows.data import CompactTable, LoadTable
-from tests.integration.test_pipeline import applied, bank, delivering, pipeline, source
-from tests.integration.test_table_data import make_table
-from tests.integration.test_table_procedures import new_id
+from tests.integration.test_pipeline import applied, bank, delivering, lake, pipeline, source
+from tests.integration.test_table_data import load, make_table, spark_worker
+from tests.integration.test_table_procedures import new_id, status_of
 
 pytestmark = pytest.mark.spark
 __all__ = ["bank"]  # the fixture, used by name
@@ -216,3 +218,102 @@ async def test_pyiceberg_alone_reads_loads_a_compaction_and_a_pipeline_across_tw
     summaries = [iceberg.summary_of(s) for s in accounts.snapshots()]
     assert all(s.get(iceberg.OPERATION_PROPERTY) == "apply" for s in summaries)
     assert sum(int(s.get("added-position-deletes", 0)) for s in summaries) >= 5
+
+
+async def test_a_column_another_engine_adds_is_the_tables_for_procbus_too(
+    spark: Any,
+    client: Client,
+    pool: asyncpg.Pool,
+    database_url: str,
+    task_queue: str,
+    warehouse: Path,
+) -> None:
+    """pyiceberg evolves a procbus table's schema through its own SqlCatalog: procbus's next
+    load takes the new column and its reads show it; a column of a type procbus lacks (a list)
+    is left out of what procbus loads and shows, and other engines still read it."""
+    from pyiceberg.types import ListType
+
+    await make_table(pool, warehouse)  # sales.orders: id, region, amount
+    incoming = warehouse / "incoming"
+    first = write_orders(incoming / "first.csv", range(3))
+    async with spark_worker(client, pool, task_queue, warehouse):
+        await load(client, task_queue, incoming / "first.csv")
+        reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+
+        def evolve() -> None:
+            with reader.load_table("sales.orders").update_schema() as schema:
+                schema.add_column("channel", StringType())
+                schema.add_column("tags", ListType(10, StringType()))
+
+        await asyncio.to_thread(evolve)
+        table = await Catalog(pool).get_table("sales", "orders")
+        assert table is not None
+        assert [(c.name, c.type) for c in table.columns] == [
+            ("id", "bigint"),
+            ("region", "string"),
+            ("amount", "double"),
+            ("channel", "string"),
+        ]
+        second = incoming / "second.csv"
+        second.write_text("id,region,amount,channel\n10,eu,2.5,web\n11,us,4.0,\n")
+        await load(client, task_queue, second)
+        # A rewrite by procbus would lose the list column's values: refused, nothing changed.
+        before = await Catalog(pool).table_files("sales", "orders")
+        compaction = new_id("compact")
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                CompactTable.run,
+                CompactTableInput(table="sales.orders"),
+                id=compaction,
+                task_queue=task_queue,
+            )
+        status = await status_of(client, compaction)
+        assert status.state is ProcedureState.ROLLED_BACK, status
+        assert "tags (list<string>)" in (status.error or ""), status
+        assert await Catalog(pool).table_files("sales", "orders") == before
+
+    expected = [{**row, "channel": None} for row in first] + [
+        {"id": 10, "region": "eu", "amount": 2.5, "channel": "web"},
+        {"id": 11, "region": "us", "amount": 4.0, "channel": None},
+    ]
+    by_procbus = read_snapshot(await Catalog(pool).table_files("sales", "orders"))
+    assert sorted(by_procbus, key=lambda row: row["id"]) == expected
+    by_pyiceberg = await asyncio.to_thread(rows_by_pyiceberg, reader, "sales.orders")
+    assert by_pyiceberg == [{**row, "tags": None} for row in expected]
+
+
+async def test_a_pipeline_goes_on_past_a_column_another_engine_added_to_its_lake_table(
+    client: Client, bank: asyncpg.Pool, database_url: str, task_queue: str, warehouse: Path
+) -> None:
+    """pyiceberg adds a column to a pipeline's lake table: it is no column the source dropped,
+    so the pipeline goes on, its rows leaving it null; a column added at the source after that
+    is added on top of it."""
+    topic = await pipeline(bank, "accounts", batch_size=50)
+    await bank.execute("INSERT INTO accounts VALUES (1, 'ada', 10), (2, 'bob', 20)")
+    async with delivering(client, bank, task_queue, warehouse, topic):
+        await applied(bank, topic)
+        reader = await asyncio.to_thread(sql_catalog, database_url, warehouse)
+
+        def evolve() -> None:
+            with reader.load_table("bank.accounts").update_schema() as schema:
+                schema.add_column("region", StringType())
+
+        await asyncio.to_thread(evolve)
+        await bank.execute('ALTER TABLE "accounts" ADD COLUMN "note" text')
+        await bank.execute("INSERT INTO accounts VALUES (3, 'cy', 30, 'hi')")
+        await bank.execute("UPDATE accounts SET balance = 11 WHERE id = 1")
+        await applied(bank, topic)
+        status = await Pipelines(bank).status(topic)
+        assert (status.state, status.last_error) == ("running", None)
+
+    table = await Catalog(bank).get_table("bank", "accounts")
+    assert table is not None
+    assert [c.name for c in table.columns] == ["id", "owner", "balance", "region", "note"]
+    by_pyiceberg = await asyncio.to_thread(rows_by_pyiceberg, reader, "bank.accounts")
+    assert by_pyiceberg == [
+        {"id": 1, "owner": "ada", "balance": 11, "region": None, "note": None},
+        {"id": 2, "owner": "bob", "balance": 20, "region": None, "note": None},
+        {"id": 3, "owner": "cy", "balance": 30, "region": None, "note": "hi"},
+    ]
+    (by_procbus,) = await lake(bank, "accounts")
+    assert by_procbus == by_pyiceberg
