@@ -138,7 +138,8 @@ class TableActivities:
 
     @activity.defn(name="preflight_delete_table")
     async def preflight_delete_table(self, step: TableStep) -> TableDescriptor:
-        table = await self.catalog.get_table(step.table.namespace, step.table.name)
+        # What the catalog records, as the undo (restore_table) puts it back.
+        table = await self.catalog.get_recorded_table(step.table.namespace, step.table.name)
         if table is None:
             raise InvalidRequest(f"table {step.table.qualified_name!r} does not exist")
         # Deleting a table's data is writing it.
