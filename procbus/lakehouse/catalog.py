@@ -49,6 +49,20 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
     )
 
 
+def _iceberg_table(table: TableDescriptor) -> Table:
+    """The table's Iceberg table, at the metadata its catalog row points at (file I/O: in a
+    thread); InvalidRequest for a row that points outside its folder."""
+    from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
+
+    return iceberg.load_table(
+        iceberg.StagingCatalog(),
+        table.namespace,
+        table.name,
+        table.metadata_location,
+        Path(table.location),
+    )
+
+
 def _with_iceberg_columns(table: TableDescriptor, loaded: Table | None = None) -> TableDescriptor:
     """`table` with the columns of its current Iceberg schema, which another engine may have
     evolved (`loaded`: the table's Iceberg table, when read already). As recorded when its
@@ -56,16 +70,8 @@ def _with_iceberg_columns(table: TableDescriptor, loaded: Table | None = None) -
     if loaded is None:
         if not table.metadata_location or not table.location:
             return table
-        from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
         try:
-            loaded = iceberg.load_table(
-                iceberg.StagingCatalog(),
-                table.namespace,
-                table.name,
-                table.metadata_location,
-                Path(table.location),
-            )
+            loaded = _iceberg_table(table)
         except (InvalidRequest, OSError, ValueError):
             return table
     from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
@@ -534,13 +540,7 @@ class Catalog:
             from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
 
             folder = Path(table.location)
-            loaded = iceberg.load_table(
-                iceberg.StagingCatalog(),
-                table.namespace,
-                table.name,
-                table.metadata_location,
-                folder,
-            )
+            loaded = _iceberg_table(table)
             snapshot = iceberg.chosen_snapshot(loaded, snapshot_id)
             return TableFiles(
                 table=_with_iceberg_columns(table, loaded),
@@ -569,14 +569,7 @@ class Catalog:
         def left_out() -> list[str]:
             from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
 
-            loaded = iceberg.load_table(
-                iceberg.StagingCatalog(),
-                table.namespace,
-                table.name,
-                table.metadata_location,
-                Path(table.location),
-            )
-            return iceberg.columns_left_out(loaded.schema())
+            return iceberg.columns_left_out(_iceberg_table(table).schema())
 
         return await asyncio.to_thread(left_out)
 
@@ -589,13 +582,7 @@ class Catalog:
         def listed() -> list[Snapshot]:
             from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
 
-            loaded = iceberg.load_table(
-                iceberg.StagingCatalog(),
-                namespace,
-                name,
-                table.metadata_location,
-                Path(table.location),
-            )
+            loaded = _iceberg_table(table)
             return [_snapshot(found) for found in iceberg.snapshots_newest_first(loaded)]
 
         return await asyncio.to_thread(listed)
@@ -611,7 +598,7 @@ class Catalog:
         """Every file (data and delete files, as paths in the table's folder) that a snapshot
         the table keeps lists (the current one, and older ones until they expire: time travel
         reads them); none when the table is gone."""
-        found = await self.get_table(namespace, table)
+        found = await self.get_recorded_table(namespace, table)
         if found is None or not found.metadata_location:
             return set()
 
@@ -619,10 +606,8 @@ class Catalog:
             from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
 
             folder = Path(found.location)
-            loaded = iceberg.load_table(
-                iceberg.StagingCatalog(), namespace, table, found.metadata_location, folder
-            )
-            return {warehouse.path_in(folder, uri) for uri in iceberg.kept_files(loaded)}
+            kept = iceberg.kept_files(_iceberg_table(found))
+            return {warehouse.path_in(folder, uri) for uri in kept}
 
         return await asyncio.to_thread(referenced)
 

@@ -1438,22 +1438,24 @@ def check_notes(history: list[dict[str, Any]], end: dict[str, Any]) -> list[str]
 
 
 def evicted_tables(history: list[dict[str, Any]], end: dict[str, Any]) -> set[str]:
-    """The tables the user's procedure was the last to evict from the workers' caches (in the
-    order of their X locks, after the last creation or deletion that succeeded): a worker may
-    rightly not have them cached."""
+    """The tables the user's procedure was the last to evict from the workers' caches, or a
+    table procedure left STUCK for its operator (its undo may have evicted the table before the
+    step that is stuck), in the order of their X locks, after the last creation or deletion that
+    succeeded: a worker may rightly not have them cached (it reads them again when used)."""
     commands = _commands(history, "procbus") | _commands(history, "temporal")
     ends = _ends(history)
     evicted = set()
     for resource, holders in _first_x_holders(end, commands).items():
-        last = None
+        last_evicted = False
         for procedure_id in holders:
             argv = commands[procedure_id]
-            succeeded = ends.get(procedure_id, {}).get("state") == "SUCCEEDED"
-            if argv[0] == "workflow" or (
-                argv[:2] in (["table", "create"], ["table", "delete"]) and succeeded
-            ):
-                last = argv[0]  # an eviction (whether the procedure then failed or not)
-        if last == "workflow":
+            state = ends.get(procedure_id, {}).get("state")
+            table_procedure = argv[:2] in (["table", "create"], ["table", "delete"])
+            if argv[0] == "workflow" or (table_procedure and state == "STUCK"):
+                last_evicted = True  # an eviction (whether the procedure then failed or not)
+            elif table_procedure and state == "SUCCEEDED":
+                last_evicted = False
+        if last_evicted:
             evicted.add(resource.replace("/", "."))
     return evicted
 

@@ -583,6 +583,11 @@ def test_a_table_the_user_procedure_evicted_last_may_be_missing_from_a_cache() -
         ("u1", "SUCCEEDED", refresh("orders")), ("c1", "SUCCEEDED", CREATE)
     )
     assert evicted_tables(with_program(created_after), end) == set()
+    # A creation left STUCK undoing its catalog row (its locks lost) after its undo evicted it.
+    stuck_undoing, end = commands(("c1", "SUCCEEDED", CREATE), ("c2", "STUCK", CREATE))
+    assert evicted_tables(stuck_undoing, end) == {"sales.orders"}
+    made_again, end = commands(("c1", "STUCK", CREATE), ("c2", "SUCCEEDED", CREATE))
+    assert evicted_tables(made_again, end) == set()
     cleared = {**END, "workers": {"w1": {"tables": [], "grants": []}}}
     assert check_caches(cleared, {"sales.orders"}) == []
     assert check_caches(cleared) == [
