@@ -154,8 +154,8 @@ def key_lookup_seconds(database_url: str, name: str, keys: list[int]) -> float:
     with ThreadPoolExecutor(iceberg.KEY_READ_THREADS) as threads:
         found = sum(threads.map(positions, paths))
     elapsed = time.perf_counter() - started
-    if found != len(keys):
-        raise RuntimeError(f"{name}: {found} of {len(keys)} keys found")
+    if found < len(keys):  # more: a changed key's new row, and its old one deleted by position
+        raise RuntimeError(f"{name}: {found} rows found for {len(keys)} keys")
     return elapsed
 
 
