@@ -575,7 +575,7 @@ class Catalog:
 
     async def list_snapshots(self, namespace: str, name: str) -> list[Snapshot]:
         """The table's Iceberg snapshots, newest first."""
-        table = await self.get_table(namespace, name)
+        table = await self.get_recorded_table(namespace, name)  # its location is enough
         if table is None or not table.metadata_location:
             raise InvalidRequest(f"table {namespace}.{name} does not exist")
 
