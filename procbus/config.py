@@ -24,7 +24,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 
 
 def _check_host_port(value: str, what: str) -> str:
-    match = _HOST_PORT.match(value)
+    match = _HOST_PORT.fullmatch(value)
     if not match or not 0 < int(match["port"]) < 65536:
         raise ValueError(f"expected host:port for {what}, got {value!r}")
     return value
@@ -237,7 +237,7 @@ class Settings(BaseSettings):
     @field_validator("temporal_namespace", "task_queue")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(f"expected letters, digits, '_', '.', '-' (1-200), got {value!r}")
         return value
 
@@ -273,7 +273,7 @@ class Settings(BaseSettings):
     @field_validator("spark_master")
     @classmethod
     def _spark_master(cls, value: str) -> str:
-        if _LOCAL_MASTER.match(value):
+        if _LOCAL_MASTER.fullmatch(value):
             return value
         if value.startswith("sc://"):
             raise ValueError(

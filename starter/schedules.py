@@ -75,7 +75,7 @@ class ScheduleNotFound(ProcbusError):
 
 def parse_duration(option: str, text: str, minimum: timedelta = timedelta(seconds=1)) -> timedelta:
     """'30s', '15m', '1h', '1d' -> a timedelta of at least `minimum`."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise ProcbusError(
             f"{option} {text!r}: give a whole number and a unit (s, m, h, d), e.g. 30s, 15m, 1h, 1d"
@@ -98,7 +98,7 @@ def format_duration(duration: timedelta) -> str:
 
 
 def check_name(name: str) -> None:
-    if not _SCHEDULE_NAME.match(name):
+    if not _SCHEDULE_NAME.fullmatch(name):
         raise ProcbusError(
             f"schedule name {name!r}: use letters, digits, '_', '.', '-' (at most 200), "
             "starting with a letter or digit"

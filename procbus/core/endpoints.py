@@ -291,7 +291,7 @@ def _kafka_endpoint(url: str, netloc: str, path: str, query: str, allowlist: lis
         )
     brokers: list[tuple[str, int]] = []
     for written in netloc.split(","):
-        match = _BROKER.match(written.strip())
+        match = _BROKER.fullmatch(written.strip())
         port = int(match["port"]) if match and match["port"] else KAFKA_DEFAULT_PORT
         if match is None or not 0 < port < 65536:
             raise InvalidRequest(
@@ -302,7 +302,7 @@ def _kafka_endpoint(url: str, netloc: str, path: str, query: str, allowlist: lis
         _check_host(shown, host, allowlist)
         brokers.append((host, port))
     topic = path.removeprefix("/")
-    if not KAFKA_TOPIC.match(topic) or topic in (".", ".."):
+    if not KAFKA_TOPIC.fullmatch(topic) or topic in (".", ".."):
         raise InvalidRequest(
             f"endpoint {shown!r}: {topic or '(none)'!r} is not a Kafka topic name (1-249 of "
             "A-Z a-z 0-9 . _ -): kafka://HOST:PORT/TOPIC"
@@ -325,7 +325,7 @@ def _kafka_endpoint(url: str, netloc: str, path: str, query: str, allowlist: lis
             f"endpoint {shown!r}: compression must be one of {', '.join(KAFKA_COMPRESSIONS)}"
         )
     for name in ("client_id", "credentials"):
-        if name in options and not _KAFKA_NAME.match(options[name]):
+        if name in options and not _KAFKA_NAME.fullmatch(options[name]):
             raise InvalidRequest(
                 f"endpoint {shown!r}: {name} must be 1-100 of A-Z a-z 0-9 . _ -, starting with "
                 "a letter or digit"

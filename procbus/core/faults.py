@@ -51,7 +51,7 @@ def parse_faults(text: str | None) -> list[Fault]:
         rule = rule.strip()
         if not rule:
             continue
-        match = _RULE.match(rule)
+        match = _RULE.fullmatch(rule)
         if match is None:
             raise ValueError(
                 f"bad fault rule {rule!r}: expected <Procedure>.<step>[.undo]:"

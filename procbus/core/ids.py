@@ -22,7 +22,7 @@ MAX_STEP_NAME_LENGTH = 200
 
 
 def check_step_name(name: str) -> str:
-    if not _STEP_NAME.match(name) or len(name) > MAX_STEP_NAME_LENGTH:
+    if not _STEP_NAME.fullmatch(name) or len(name) > MAX_STEP_NAME_LENGTH:
         raise ValueError(
             f"bad step name {name!r}: use letters, digits, '_', '.', '-' (at most "
             f"{MAX_STEP_NAME_LENGTH}), starting with a letter, digit or '_'"

@@ -36,7 +36,7 @@ ALL_TABLES = "*"
 
 
 def check_principal(principal: str) -> str:
-    if not _PRINCIPAL.match(principal):
+    if not _PRINCIPAL.fullmatch(principal):
         raise InvalidRequest(
             f"bad principal {principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
             " (at most 200), starting with a letter or digit"
@@ -47,7 +47,7 @@ def check_principal(principal: str) -> str:
 def check_member_id(member_id: str) -> str:
     """The ID as given, or ValueError saying what a worker ID may hold (no '@': it separates
     the member in a bus activity's ID)."""
-    if not _MEMBER_ID.match(member_id):
+    if not _MEMBER_ID.fullmatch(member_id):
         raise ValueError(
             f"bad worker ID {member_id!r}: use letters, digits, '_', '.', '-' (at most 100), "
             "starting with a letter or digit"
@@ -64,7 +64,7 @@ def validate_name(kind: str, name: str) -> str:
             f"the {kind} name {name[:20]!r}... is {len(name)} characters; at most "
             f"{MAX_NAME_LENGTH} are allowed"
         )
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidRequest(
             f"the {kind} name {name!r} may hold only lower-case letters, digits and '_', "
             "and must not start with a digit"

@@ -83,7 +83,7 @@ def discover_migrations(folder: Traversable | None = None) -> list[Migration]:
     for entry in folder.iterdir():
         if not entry.name.endswith(".sql"):
             continue
-        match = _FILE_NAME.match(entry.name)
+        match = _FILE_NAME.fullmatch(entry.name)
         if match is None:
             raise MigrationError(f"migration file {entry.name!r} is not named NNNN_name.sql")
         migrations.append(Migration(int(match["version"]), match["name"], entry.read_text()))

@@ -46,7 +46,7 @@ def split_partition(spec: str) -> list[tuple[str, str]]:
         if not equals:
             raise InvalidRequest(f"partition {spec!r}: expected COLUMN=VALUE, got {part!r}")
         validate_name("partition column", name)
-        if not _PARTITION_VALUE.match(value):
+        if not _PARTITION_VALUE.fullmatch(value):
             raise InvalidRequest(
                 f"partition {spec!r}: the value {value!r} of {name} may hold only letters, "
                 "digits, '_', '.' and '-'"

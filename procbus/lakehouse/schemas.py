@@ -39,7 +39,7 @@ def normalize_type(text: str) -> str:
     )
     if column_type in COLUMN_TYPES:
         return column_type
-    decimal = _DECIMAL.match(column_type)
+    decimal = _DECIMAL.fullmatch(column_type)
     if decimal:
         precision, scale = int(decimal["precision"]), int(decimal["scale"])
         if 0 < precision <= 38 and scale <= precision:

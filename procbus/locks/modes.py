@@ -77,7 +77,7 @@ def parse_path(path: str) -> tuple[str, ...]:
     for segment in segments:
         if not segment:
             raise LockError(f"the lock path {path!r} has an empty segment")
-        if not _SEGMENT.match(segment) or segment in (".", ".."):
+        if not _SEGMENT.fullmatch(segment) or segment in (".", ".."):
             raise LockError(
                 f"the lock path {path!r} has a bad segment {segment!r}: use letters, digits, "
                 "'_', '=', '.', '-', starting with a letter, digit or '_'"

@@ -55,7 +55,7 @@ class ChangeMisfit(InvalidRequest):
 def lake_type(column: SourceColumn) -> str | None:
     """The lake column type for a source column's values; None when there is none."""
     if column.base_type == "numeric":
-        found = _NUMERIC.match(column.type)
+        found = _NUMERIC.fullmatch(column.type)
         if found and int(found["precision"]) <= 38:
             return f"decimal({found['precision']},{found['scale']})"
         return None

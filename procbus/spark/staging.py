@@ -28,7 +28,7 @@ _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
 
 
 def checked_token(attempt_token: str) -> str:
-    if not _TOKEN.match(attempt_token):
+    if not _TOKEN.fullmatch(attempt_token):
         raise OutsideTableFolder(
             f"refused to remove files: {attempt_token!r} is no attempt token (letters, digits, "
             "'_' and '-'); nothing was removed"

@@ -112,7 +112,7 @@ def read_password(path: Path) -> str | None:
         password = path.read_text().strip()
     except FileNotFoundError:
         return None
-    return password if _PASSWORD.match(password) else None
+    return password if _PASSWORD.fullmatch(password) else None
 
 
 def write_password(path: Path, password: str) -> None:

@@ -41,7 +41,7 @@ MAX_TXN_ID_LENGTH = 200
 
 
 def check_topic_name(name: str) -> str:
-    if not TOPIC_NAME.match(name):
+    if not TOPIC_NAME.fullmatch(name):
         raise InvalidRequest(
             f"bad topic name {name!r}: use 1-100 letters, digits, '_', '.', '-', starting with a "
             "letter or digit"
