@@ -33,6 +33,17 @@ from procbus.lakehouse.models import (
 )
 
 
+def made_before(existing: TableDescriptor | NamespaceDescriptor, procedure_id: str) -> str:
+    """What a refusal adds when the row is an earlier procedure's under this workflow ID."""
+    if existing.created_by != procedure_id:
+        return ""
+    return (
+        f", made by an earlier procedure under the workflow ID {procedure_id!r} (its run "
+        f"{existing.created_run or 'from before runs were recorded'}): a workflow ID that was "
+        "used once names that procedure; start this one under a new ID"
+    )
+
+
 class TableActivities:
     def __init__(
         self,
@@ -52,10 +63,12 @@ class TableActivities:
 
     @activity.defn(name="preflight_create_namespace")
     async def preflight_create_namespace(self, step: NamespaceStep) -> NamespaceDescriptor:
-        existing = await self.catalog.get_namespace(step.namespace.name)
-        if existing is not None and existing.created_by != step.procedure_id:
-            raise InvalidRequest(f"namespace {step.namespace.name!r} exists already")
-        return step.namespace
+        wanted = step.namespace
+        existing = await self.catalog.get_namespace(wanted.name)
+        if existing is not None and not existing.made_by(wanted.created_by, wanted.created_run):
+            earlier = made_before(existing, step.procedure_id)
+            raise InvalidRequest(f"namespace {wanted.name!r} exists already{earlier}")
+        return wanted
 
     @activity.defn(name="create_namespace")
     async def create_namespace(self, step: NamespaceStep) -> None:
@@ -63,8 +76,9 @@ class TableActivities:
 
     @activity.defn(name="remove_created_namespace")
     async def remove_created_namespace(self, step: NamespaceStep) -> None:
+        made = step.namespace
         await self.catalog.remove_namespace_created_by(
-            step.namespace.name, step.procedure_id, step.fence
+            made.name, made.created_by, made.created_run, step.fence
         )
 
     @activity.defn(name="preflight_delete_namespace")
@@ -107,8 +121,11 @@ class TableActivities:
         if await self.catalog.get_namespace(table.namespace) is None:
             raise InvalidRequest(f"namespace {table.namespace!r} does not exist")
         existing = await self.catalog.get_table(table.namespace, table.name)
-        if existing is not None and existing.created_by != step.procedure_id:
-            raise InvalidRequest(f"table {table.qualified_name!r} exists already")
+        if existing is not None and not existing.made_by(table.created_by, table.created_run):
+            raise InvalidRequest(
+                f"table {table.qualified_name!r} exists already"
+                f"{made_before(existing, step.procedure_id)}"
+            )
         folder = warehouse.table_folder(self.warehouse_root, table.namespace, table.name)
         return table.model_copy(update={"location": str(folder.resolve())})
 
@@ -123,7 +140,8 @@ class TableActivities:
             self.warehouse_root,
             step.table.namespace,
             step.table.name,
-            step.procedure_id,
+            step.table.created_by,
+            step.table.created_run,
         )
 
     @activity.defn(name="add_to_catalog")
@@ -132,8 +150,9 @@ class TableActivities:
 
     @activity.defn(name="remove_added_table")
     async def remove_added_table(self, step: TableStep) -> None:
+        made = step.table
         await self.catalog.remove_table_created_by(
-            step.table.namespace, step.table.name, step.procedure_id, step.fence
+            made.namespace, made.name, made.created_by, made.created_run, step.fence
         )
 
     @activity.defn(name="preflight_delete_table")
@@ -167,6 +186,7 @@ class TableActivities:
             step.table.namespace,
             step.table.name,
             step.table.created_by,
+            step.table.created_run,
         )
 
     # ---- access ----
@@ -204,6 +224,7 @@ class TableActivities:
     async def record_event(self, step: EventStep) -> None:
         await self.catalog.record_event(
             step.procedure_id,
+            step.procedure_run,
             step.event_type,
             step.namespace,
             step.table,
@@ -213,7 +234,9 @@ class TableActivities:
 
     @activity.defn(name="remove_event")
     async def remove_event(self, step: EventStep) -> None:
-        await self.catalog.remove_event(step.procedure_id, step.event_type, step.fence)
+        await self.catalog.remove_event(
+            step.procedure_id, step.procedure_run, step.event_type, step.fence
+        )
 
     def all(self) -> list[Callable[..., object]]:
         return [

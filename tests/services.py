@@ -9,9 +9,11 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 
 from procbus.auth.policy import WorkerAuth
 from procbus.db import connect
@@ -19,6 +21,18 @@ from procbus.db.migrate import migrate
 from procbus.temporal.auth import Signer, signed_client
 
 TEMPLATE_DATABASE = "procbus_test_template"
+# The marker Temporal's SDK records for a `workflow.patched` call: a decision, not work run.
+PATCH_MARKER = "core_patch"
+
+
+async def history_without_patches(handle: WorkflowHandle[Any, Any]) -> list[EventType.ValueType]:
+    """The run's event types, less its `workflow.patched` markers (any other marker is a local
+    activity's: the start's verification, a lock call)."""
+    return [
+        event.event_type
+        async for event in handle.fetch_history_events()
+        if event.marker_recorded_event_attributes.marker_name != PATCH_MARKER
+    ]
 
 
 async def create_template(server_url: str) -> None:

@@ -114,7 +114,7 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
         fence = self.fence(table_resource(namespace, name), LockMode.IX)
         wanted = LoadStep(
             procedure_id=procedure_id,
-            job_key=f"{procedure_id}:write",
+            job_key=self.own_key(":write"),
             table=TableDescriptor(namespace=namespace, name=name, columns=[]),
             source=request.source,
             format=request.format,
@@ -181,7 +181,7 @@ class CompactTable(Procedure[CompactTableInput, DataResult]):
             suffix = "" if round_ == 1 else f"_{round_}"
             wanted = CompactStep(
                 procedure_id=procedure_id,
-                job_key=f"{procedure_id}:rewrite{suffix}",
+                job_key=self.own_key(f":rewrite{suffix}"),
                 table=TableDescriptor(namespace=namespace, name=name, columns=[]),
                 principal=self.principal,
                 plan=CompactionPlan(

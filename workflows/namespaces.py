@@ -66,7 +66,10 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
         step = NamespaceStep(
             procedure_id=procedure_id,
             namespace=NamespaceDescriptor(
-                name=request.namespace, properties=request.properties, created_by=procedure_id
+                name=request.namespace,
+                properties=request.properties,
+                created_by=procedure_id,
+                created_run=self.procedure_run,
             ),
             fence=fence,
             grants=grants,
@@ -94,6 +97,7 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
         )
         event = EventStep(
             procedure_id=procedure_id,
+            procedure_run=self.procedure_run,
             event_type="NamespaceCreated",
             namespace=request.namespace,
             fence=fence,
@@ -161,6 +165,7 @@ class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
             TableActivities.record_event,
             EventStep(
                 procedure_id=procedure_id,
+                procedure_run=self.procedure_run,
                 event_type="NamespaceDeleted",
                 namespace=request.namespace,
                 fence=fence,

@@ -58,7 +58,10 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
 
     async def steps(self, request: CreateTableInput) -> TableResult:
         procedure_id = workflow.info().workflow_id
-        planned = TableStep(procedure_id=procedure_id, table=checked(request.check, procedure_id))
+        planned = TableStep(
+            procedure_id=procedure_id,
+            table=checked(request.check, procedure_id, self.procedure_run),
+        )
         table = await self.step("preflight", TableActivities.preflight_create_table, planned)
         fence = self.fence(table_resource(table.namespace, table.name))
         # The operator may do everything already: no grants of its own to keep.
@@ -96,6 +99,7 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
             TableActivities.record_event,
             EventStep(
                 procedure_id=procedure_id,
+                procedure_run=self.procedure_run,
                 event_type="TableCreated",
                 namespace=table.namespace,
                 table=table.name,
@@ -171,6 +175,7 @@ class DeleteTable(Procedure[DeleteTableInput, TableResult]):
             TableActivities.record_event,
             EventStep(
                 procedure_id=procedure_id,
+                procedure_run=self.procedure_run,
                 event_type="TableDeleted",
                 namespace=table.namespace,
                 table=table.name,

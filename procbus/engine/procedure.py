@@ -99,6 +99,18 @@ LOCK_TIMEOUT_ROLLS_BACK = "procbus-lock-timeout-rolls-back"
 # workflow.patched ID: the deadline counts from the start Temporal accepted, not from the first
 # workflow task, which a worker or database outage can hold back past the deadline.
 DEADLINE_COUNTS_FROM_START = "procbus-deadline-counts-from-start"
+# workflow.patched ID: what a procedure makes is keyed by its first run ID too, not its workflow
+# ID alone, which a start may reuse once the run closed (docs/security.md).
+OWN_WORK_BY_RUN = "procbus-own-work-by-run"
+# The most each timing input may ask for, in seconds: past these a value is a mistake or an
+# attack (a lease of 95 years keeps a terminated holder's locks; 1e300 s overflows timedelta and
+# fails the workflow task forever). A procedure that needs longer continues as new, or is split.
+TIMING_INPUT_MAXIMA = {
+    "deadline_seconds": 30 * 86_400.0,
+    "step_timeout_seconds": 86_400.0,
+    "lock_timeout_seconds": 86_400.0,
+    "lock_lease_seconds": 3_600.0,
+}
 # The worker's local activity that verifies the start's principal token (procbus/plugin/auth.py).
 AUTHENTICATE_ACTIVITY = "authenticate"
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
@@ -125,6 +137,12 @@ def checked(check: Callable[..., CheckedT], *args: Any) -> CheckedT:
         return check(*args)
     except InvalidRequest as error:
         raise invalid_input(str(error)) from None
+
+
+def within_bounds(request: ProcedureInput, name: str) -> bool:
+    """Whether the timing input `name` is set and more than 0, at most its maximum."""
+    value = getattr(request, name)
+    return value is not None and 0 < value <= TIMING_INPUT_MAXIMA[name]
 
 
 def engine_state_refusal(request: ProcedureInput, info: workflow.Info) -> str | None:
@@ -239,6 +257,24 @@ class Procedure(Generic[InputT, ResultT]):
         return self._kept.authentication
 
     @property
+    def procedure_id(self) -> str:
+        """The workflow ID: the business key a person starts and finds the procedure by."""
+        return self.status.procedure_id
+
+    @property
+    def procedure_run(self) -> str:
+        """The procedure's first run ID ("" for runs begun before procbus recorded it): what it
+        makes is its own only with this, since a start may reuse a closed run's workflow ID."""
+        return self._kept.procedure_run
+
+    def own_key(self, name: str) -> str:
+        """An idempotency key for this procedure's `name` (a job, a broadcast) that no later
+        run under the same workflow ID shares."""
+        if not self.procedure_run:
+            return f"{self.procedure_id}{name}"
+        return f"{self.procedure_id}@{self.procedure_run}{name}"
+
+    @property
     def principal(self) -> str:
         assert self.authentication.principal is not None, "refused before any step"
         return self.authentication.principal
@@ -262,9 +298,6 @@ class Procedure(Generic[InputT, ResultT]):
     async def execute(self, request: InputT) -> ResultT:
         """Run the steps; roll back on failure, cancellation, abort or deadline."""
         self._current_input = request
-        if request.step_timeout_seconds is not None:
-            self._step_timeout = timedelta(seconds=request.step_timeout_seconds)
-            self._answer_timeout = self._step_timeout
         self._carry = self._resume(request)
         self._locks = ProcedureLocks(
             self._carry,
@@ -281,6 +314,9 @@ class Procedure(Generic[InputT, ResultT]):
         self._set_state(self.status.state)
         try:
             self._check_input(request)
+            if request.step_timeout_seconds is not None:
+                self._step_timeout = timedelta(seconds=request.step_timeout_seconds)
+                self._answer_timeout = self._step_timeout
             if self.authenticates:
                 await self._authenticate()
         except ApplicationError as error:
@@ -326,7 +362,9 @@ class Procedure(Generic[InputT, ResultT]):
             return carried
         info = workflow.info()
         deadline_at = None
-        if request.deadline_seconds is not None and request.deadline_seconds > 0:
+        # An out-of-bounds deadline is refused by _check_input, after this, with its reason.
+        if within_bounds(request, "deadline_seconds"):
+            assert request.deadline_seconds is not None
             deadline_at = self._deadline_counted_from(info) + timedelta(
                 seconds=request.deadline_seconds
             )
@@ -338,6 +376,8 @@ class Procedure(Generic[InputT, ResultT]):
                 state=ProcedureState.RUNNING,
             ),
             deadline_at=deadline_at,
+            # Runs begun before the patch keep keying their work by the workflow ID alone.
+            procedure_run=info.first_execution_run_id if workflow.patched(OWN_WORK_BY_RUN) else "",
         )
 
     @staticmethod
@@ -357,15 +397,13 @@ class Procedure(Generic[InputT, ResultT]):
         refusal = engine_state_refusal(request, workflow.info())
         if refusal is not None:
             raise invalid_input(refusal)
-        for name in (
-            "deadline_seconds",
-            "step_timeout_seconds",
-            "lock_timeout_seconds",
-            "lock_lease_seconds",
-        ):
+        for name, most in TIMING_INPUT_MAXIMA.items():
             value = getattr(request, name)
-            if value is not None and value <= 0:
-                raise invalid_input(f"{name} must be more than 0, got {value}")
+            if value is not None and not within_bounds(request, name):
+                raise invalid_input(
+                    f"{name} must be more than 0 and at most {most:g} ({timedelta(seconds=most)}), "
+                    f"got {value:g}"
+                )
         self.validate(request)
         try:
             self._lock_keeper.plan(self.locks(request), request)
@@ -695,9 +733,7 @@ class Procedure(Generic[InputT, ResultT]):
 
     def _bus_message(self, step: str, operation: Operation, *, undo: bool = False) -> BusMessage:
         suffix = "/undo" if undo else ""
-        return BusMessage(
-            operation_id=f"{self.status.procedure_id}/{step}{suffix}", operation=operation
-        )
+        return BusMessage(operation_id=self.own_key(f"/{step}{suffix}"), operation=operation)
 
     def _broadcast_undo(self, name: str, phase: Phase, message: BusMessage) -> Compensation:
         return Compensation(

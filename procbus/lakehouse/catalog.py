@@ -43,6 +43,7 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
         properties=row["properties"],
         location=row["location"],
         created_by=row["created_by"],
+        created_run=row["created_run"],
         created_at=row["created_at"],
         key_columns=list(row.get("key_columns") or []),
         metadata_location=row.get("metadata_location") or "",
@@ -85,6 +86,7 @@ def _namespace(row: asyncpg.Record) -> NamespaceDescriptor:
         name=row["name"],
         properties=row["properties"],
         created_by=row["created_by"],
+        created_run=row["created_run"],
         created_at=row["created_at"],
     )
 
@@ -99,6 +101,7 @@ def _table_values(table: TableDescriptor) -> tuple[object, ...]:
         table.properties,
         table.location,
         table.created_by,
+        table.created_run,
     )
 
 
@@ -182,6 +185,7 @@ class Catalog:
                 namespace.name,
                 namespace.properties,
                 namespace.created_by,
+                namespace.created_run,
             )
             if created is not None:
                 await self.iceberg.add_namespace(connection, namespace.name, namespace.properties)
@@ -191,13 +195,13 @@ class Catalog:
             raise InvalidRequest(f"namespace {namespace.name!r} exists already")
 
     async def remove_namespace_created_by(
-        self, name: str, procedure_id: str, fence: Fence | None = None
+        self, name: str, procedure_id: str, procedure_run: str, fence: Fence | None = None
     ) -> None:
-        async with self._undoing(fence, "namespace_created_by", name, procedure_id) as connection:
+        """Undo create_namespace: only the namespace this procedure's run made."""
+        made = (name, procedure_id, procedure_run)
+        async with self._undoing(fence, "namespace_created_by", *made) as connection:
             if connection is not None:
-                await connection.execute(
-                    self.queries["delete_namespace_created_by"], name, procedure_id
-                )
+                await connection.execute(self.queries["delete_namespace_created_by"], *made)
                 await self.iceberg.drop_namespace(connection, name)
 
     async def delete_empty_namespace(self, name: str, fence: Fence | None = None) -> bool:
@@ -225,6 +229,7 @@ class Catalog:
                 namespace.name,
                 namespace.properties,
                 namespace.created_by,
+                namespace.created_run,
                 namespace.created_at,
             )
             await self.iceberg.add_namespace(connection, namespace.name, namespace.properties)
@@ -398,13 +403,19 @@ class Catalog:
             table.columns,
             table.partition_by,
             table.properties,
-            table.created_by,
+            table.maker,
         )
 
     async def remove_table_created_by(
-        self, namespace: str, name: str, procedure_id: str, fence: Fence | None = None
+        self,
+        namespace: str,
+        name: str,
+        procedure_id: str,
+        procedure_run: str,
+        fence: Fence | None = None,
     ) -> None:
-        made = (namespace, name, procedure_id)
+        """Undo add_table: only the table this procedure's run made."""
+        made = (namespace, name, procedure_id, procedure_run)
         async with self._undoing(fence, "table_created_by", *made) as connection:
             if connection is not None:
                 await connection.execute(self.queries["delete_table_created_by"], *made)
@@ -446,6 +457,7 @@ class Catalog:
     async def record_event(
         self,
         procedure_id: str,
+        procedure_run: str,
         event_type: str,
         namespace: str,
         table: str | None,
@@ -458,6 +470,7 @@ class Catalog:
             recorded = await connection.fetchval(
                 self.queries["insert_event"],
                 procedure_id,
+                procedure_run,
                 event_type,
                 namespace,
                 table,
@@ -467,16 +480,15 @@ class Catalog:
                 await self._publish(connection, event_type, procedure_id, namespace, table, payload)
 
     async def remove_event(
-        self, procedure_id: str, event_type: str, fence: Fence | None = None
+        self, procedure_id: str, procedure_run: str, event_type: str, fence: Fence | None = None
     ) -> None:
         """Undo record_event; a published event cannot be taken back from its receivers, so
         its retraction ("<type>Undone") follows it on the topic, under the same key."""
-        async with self._undoing(fence, "event_recorded", procedure_id, event_type) as connection:
+        made = (procedure_id, procedure_run, event_type)
+        async with self._undoing(fence, "event_recorded", *made) as connection:
             if connection is None:
                 return
-            removed = await connection.fetchrow(
-                self.queries["delete_event"], procedure_id, event_type
-            )
+            removed = await connection.fetchrow(self.queries["delete_event"], *made)
             if removed is not None:
                 await self._publish(
                     connection,

@@ -36,6 +36,11 @@ class TableDescriptor(BaseModel):
     properties: dict[str, str] = Field(default_factory=dict)
     location: str = ""
     created_by: str = ""
+    created_run: str = Field(
+        default="",
+        description="the first run ID of the procedure that made it (empty: made before "
+        "procbus recorded it); with created_by, what tells its maker's own undo and retries",
+    )
     created_at: datetime | None = None
     key_columns: list[str] = Field(
         default_factory=list,
@@ -49,12 +54,32 @@ class TableDescriptor(BaseModel):
     def qualified_name(self) -> str:
         return f"{self.namespace}.{self.name}"
 
+    @property
+    def maker(self) -> str:
+        """Its maker as one key (what names its first metadata file): the procedure ID, with
+        the procedure's first run ID when recorded."""
+        return f"{self.created_by}@{self.created_run}" if self.created_run else self.created_by
+
+    def made_by(self, procedure_id: str, procedure_run: str) -> bool:
+        """Whether this run of that procedure made it: a later procedure under the same
+        workflow ID did not."""
+        return self.created_by == procedure_id and self.created_run == procedure_run
+
 
 class NamespaceDescriptor(BaseModel):
     name: str
     properties: dict[str, str] = Field(default_factory=dict)
     created_by: str = ""
+    created_run: str = Field(
+        default="",
+        description="the first run ID of the procedure that made it (empty: made before "
+        "procbus recorded it); with created_by, what tells its maker's own undo and retries",
+    )
     created_at: datetime | None = None
+
+    def made_by(self, procedure_id: str, procedure_run: str) -> bool:
+        """Whether this run of that procedure made it (see TableDescriptor.made_by)."""
+        return self.created_by == procedure_id and self.created_run == procedure_run
 
 
 # ---- procedure inputs ----
@@ -81,7 +106,7 @@ class CreateTableInput(ProcedureInput):
     partition_by: list[str] = Field(default_factory=list)
     properties: dict[str, str] = Field(default_factory=dict)
 
-    def check(self, created_by: str = "") -> TableDescriptor:
+    def check(self, created_by: str = "", created_run: str = "") -> TableDescriptor:
         """The table asked for, every name and type checked."""
         namespace, name = parse_table_name(self.table)
         columns = parse_columns(self.columns)
@@ -92,6 +117,7 @@ class CreateTableInput(ProcedureInput):
             partition_by=validate_partitioning(columns, self.partition_by),
             properties=self.properties,
             created_by=created_by,
+            created_run=created_run,
         )
 
 
@@ -146,6 +172,7 @@ class TableStep(BaseModel):
 
 class EventStep(BaseModel):
     procedure_id: str
+    procedure_run: str = ""  # the procedure's first run ID: its event is its own only with it
     event_type: str
     namespace: str
     table: str | None = None

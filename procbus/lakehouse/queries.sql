@@ -1,25 +1,28 @@
 -- name: get_namespace
-SELECT "name", "properties", "created_by", "created_at"
+SELECT "name", "properties", "created_by", "created_run", "created_at"
 FROM "procbus_namespaces" WHERE "name" = $1;
 
 -- name: list_namespaces
-SELECT "name", "properties", "created_by", "created_at"
+SELECT "name", "properties", "created_by", "created_run", "created_at"
 FROM "procbus_namespaces" ORDER BY "name";
 
 -- name: insert_namespace
--- A retried step finds its own row; a row of another procedure makes the insert return nothing.
-INSERT INTO "procbus_namespaces" ("name", "properties", "created_by")
-VALUES ($1, $2, $3)
+-- A retried step finds its own row; a row of another procedure, or of an earlier run under the
+-- same workflow ID, makes the insert return nothing.
+INSERT INTO "procbus_namespaces" ("name", "properties", "created_by", "created_run")
+VALUES ($1, $2, $3, $4)
 ON CONFLICT ("name") DO UPDATE SET "name" = EXCLUDED."name"
     WHERE "procbus_namespaces"."created_by" = EXCLUDED."created_by"
+      AND "procbus_namespaces"."created_run" = EXCLUDED."created_run"
 RETURNING "name";
 
 -- name: namespace_created_by
 -- Whether the procedure's namespace is there to undo (locked until the undo commits).
-SELECT true FROM "procbus_namespaces" WHERE "name" = $1 AND "created_by" = $2 FOR UPDATE;
+SELECT true FROM "procbus_namespaces"
+WHERE "name" = $1 AND "created_by" = $2 AND "created_run" = $3 FOR UPDATE;
 
 -- name: delete_namespace_created_by
-DELETE FROM "procbus_namespaces" WHERE "name" = $1 AND "created_by" = $2;
+DELETE FROM "procbus_namespaces" WHERE "name" = $1 AND "created_by" = $2 AND "created_run" = $3;
 
 -- name: delete_empty_namespace
 -- Refused (no row) while the namespace holds tables.
@@ -29,8 +32,8 @@ WHERE n."name" = $1
 RETURNING n."name";
 
 -- name: restore_namespace
-INSERT INTO "procbus_namespaces" ("name", "properties", "created_by", "created_at")
-VALUES ($1, $2, $3, $4)
+INSERT INTO "procbus_namespaces" ("name", "properties", "created_by", "created_run", "created_at")
+VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT ("name") DO NOTHING;
 
 -- name: count_tables_in_namespace
@@ -44,7 +47,7 @@ SELECT count(*) FROM (
 -- name: get_table
 -- With its current Iceberg metadata ($3: the Iceberg catalog's name).
 SELECT t."namespace", t."name", t."columns", t."partition_by", t."properties", t."location",
-       t."created_by", t."created_at", t."key_columns", i."metadata_location"
+       t."created_by", t."created_run", t."created_at", t."key_columns", i."metadata_location"
 FROM "procbus_tables" AS t
 LEFT JOIN "iceberg_tables" AS i
     ON i."catalog_name" = $3 AND i."table_namespace" = t."namespace" AND i."table_name" = t."name"
@@ -52,7 +55,7 @@ WHERE t."namespace" = $1 AND t."name" = $2;
 
 -- name: list_tables
 SELECT t."namespace", t."name", t."columns", t."partition_by", t."properties", t."location",
-       t."created_by", t."created_at", t."key_columns", i."metadata_location"
+       t."created_by", t."created_run", t."created_at", t."key_columns", i."metadata_location"
 FROM "procbus_tables" AS t
 LEFT JOIN "iceberg_tables" AS i
     ON i."catalog_name" = $2 AND i."table_namespace" = t."namespace" AND i."table_name" = t."name"
@@ -60,20 +63,24 @@ WHERE $1::text IS NULL OR t."namespace" = $1
 ORDER BY t."namespace", t."name";
 
 -- name: insert_table
+-- As insert_namespace: only the same procedure's same run finds its row.
 INSERT INTO "procbus_tables"
-    ("namespace", "name", "columns", "partition_by", "properties", "location", "created_by")
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ("namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
+     "created_run")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT ("namespace", "name") DO UPDATE SET "name" = EXCLUDED."name"
     WHERE "procbus_tables"."created_by" = EXCLUDED."created_by"
+      AND "procbus_tables"."created_run" = EXCLUDED."created_run"
 RETURNING "name";
 
 -- name: table_created_by
 -- Whether the procedure's table is there to undo (locked until the undo commits).
 SELECT true FROM "procbus_tables"
-WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3 FOR UPDATE;
+WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3 AND "created_run" = $4 FOR UPDATE;
 
 -- name: delete_table_created_by
-DELETE FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3;
+DELETE FROM "procbus_tables"
+WHERE "namespace" = $1 AND "name" = $2 AND "created_by" = $3 AND "created_run" = $4;
 
 -- name: delete_table
 DELETE FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
@@ -81,22 +88,25 @@ DELETE FROM "procbus_tables" WHERE "namespace" = $1 AND "name" = $2;
 -- name: restore_table
 INSERT INTO "procbus_tables"
     ("namespace", "name", "columns", "partition_by", "properties", "location", "created_by",
-     "created_at")
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     "created_run", "created_at")
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT ("namespace", "name") DO NOTHING;
 
 -- name: insert_event
-INSERT INTO "procbus_events" ("procedure_id", "event_type", "namespace", "table_name", "payload")
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT ("procedure_id", "event_type") DO NOTHING
+INSERT INTO "procbus_events"
+    ("procedure_id", "procedure_run", "event_type", "namespace", "table_name", "payload")
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT ("procedure_id", "procedure_run", "event_type") DO NOTHING
 RETURNING "id";
 
 -- name: event_recorded
 -- Whether the procedure's event is there to undo (locked until the undo commits).
-SELECT true FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2 FOR UPDATE;
+SELECT true FROM "procbus_events"
+WHERE "procedure_id" = $1 AND "procedure_run" = $2 AND "event_type" = $3 FOR UPDATE;
 
 -- name: delete_event
-DELETE FROM "procbus_events" WHERE "procedure_id" = $1 AND "event_type" = $2
+DELETE FROM "procbus_events"
+WHERE "procedure_id" = $1 AND "procedure_run" = $2 AND "event_type" = $3
 RETURNING "namespace", "table_name";
 
 -- name: list_events

@@ -98,14 +98,22 @@ def inside(folder: Path, relative: str, under: str = "") -> Path:
     return target
 
 
+def marked_maker(marker: Path) -> tuple[str | None, str]:
+    """The procedure ID and first run ID a table folder's marker names ('' for a marker
+    written before runs were recorded)."""
+    made = json.loads(marker.read_text())
+    return made.get("created_by"), made.get("created_run", "")
+
+
 def create_layout(root: Path, table: TableDescriptor) -> Path:
-    """Make the folder and its marker; a retry by the same procedure finds it done."""
+    """Make the folder and its marker; a retry by the same procedure's run finds it done."""
     folder = table_folder(root, table.namespace, table.name)
     marker = folder / MARKER
     if marker.exists():
-        owner = json.loads(marker.read_text()).get("created_by")
-        if owner != table.created_by:
-            raise InvalidRequest(f"{folder} already holds table data made by {owner}")
+        owner, run = marked_maker(marker)
+        if (owner, run) != (table.created_by, table.created_run):
+            by = f"{owner} (run {run})" if run else owner
+            raise InvalidRequest(f"{folder} already holds table data made by {by}")
         return folder
     (folder / DATA_FOLDER).mkdir(parents=True, exist_ok=True)
     staging = folder / f".{MARKER}.tmp"
@@ -114,11 +122,13 @@ def create_layout(root: Path, table: TableDescriptor) -> Path:
     return folder
 
 
-def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> bool:
-    """Undo create_layout: remove the folder if this procedure made it."""
+def remove_layout(
+    root: Path, namespace: str, table: str, procedure_id: str, procedure_run: str
+) -> bool:
+    """Undo create_layout: remove the folder if this procedure's run made it."""
     folder = owned_table_folder(root, namespace, table)
     marker = folder / MARKER
-    if marker.exists() and json.loads(marker.read_text()).get("created_by") != procedure_id:
+    if marker.exists() and marked_maker(marker) != (procedure_id, procedure_run):
         return False
     if not folder.exists():
         return False
@@ -127,8 +137,9 @@ def remove_layout(root: Path, namespace: str, table: str, procedure_id: str) -> 
     return True
 
 
-def delete_data(root: Path, namespace: str, table: str, created_by: str) -> bool:
-    """Remove the folder of the table that `created_by` made (after the catalog dropped it).
+def delete_data(root: Path, namespace: str, table: str, created_by: str, created_run: str) -> bool:
+    """Remove the folder of the table that `created_by`'s run `created_run` made (after the
+    catalog dropped it).
 
     A folder whose marker names another creator is a table made again since (this delete
     is a retry or a zombie): it stays. The marker goes last, so a delete cut short and retried
@@ -140,7 +151,7 @@ def delete_data(root: Path, namespace: str, table: str, created_by: str) -> bool
         remove_if_empty(folder)
         remove_if_empty(folder.parent)
         return False
-    if json.loads(marker.read_text()).get("created_by") != created_by:
+    if marked_maker(marker) != (created_by, created_run):
         return False
     for child in list(folder.iterdir()):
         if child == marker:

@@ -163,6 +163,11 @@ class ProcedureCarry(BaseModel):
     authentication: Authentication | None = Field(
         default=None, description="the first run's verified principal, never asked again"
     )
+    procedure_run: str = Field(
+        default="",
+        description="the procedure's first run ID, which keys what it makes (a start may reuse "
+        "its workflow ID once it closed, never its run ID); empty for runs begun before it",
+    )
 
 
 ProcedureInput.model_rebuild()

@@ -967,7 +967,8 @@ CREATE TABLE public.procbus_events (
     namespace text NOT NULL,
     table_name text,
     payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    procedure_run text DEFAULT ''::text NOT NULL
 );
 CREATE SEQUENCE public.procbus_events_id_seq
     START WITH 1
@@ -1015,7 +1016,8 @@ CREATE TABLE public.procbus_namespaces (
     name text NOT NULL,
     properties jsonb DEFAULT '{}'::jsonb NOT NULL,
     created_by text NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_run text DEFAULT ''::text NOT NULL
 );
 CREATE TABLE public.procbus_outbox (
     id bigint NOT NULL,
@@ -1112,7 +1114,8 @@ CREATE TABLE public.procbus_tables (
     location text NOT NULL,
     created_by text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    key_columns text[] DEFAULT '{}'::text[] NOT NULL
+    key_columns text[] DEFAULT '{}'::text[] NOT NULL,
+    created_run text DEFAULT ''::text NOT NULL
 );
 CREATE TABLE public.procbus_topic_batches (
     topic text NOT NULL,
@@ -1273,7 +1276,7 @@ ALTER TABLE ONLY public.procbus_captures
 ALTER TABLE ONLY public.procbus_events
     ADD CONSTRAINT procbus_events_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY public.procbus_events
-    ADD CONSTRAINT procbus_events_procedure_id_event_type_key UNIQUE (procedure_id, event_type);
+    ADD CONSTRAINT procbus_events_procedure_id_procedure_run_event_type_key UNIQUE (procedure_id, procedure_run, event_type);
 ALTER TABLE ONLY public.procbus_lock_releases
     ADD CONSTRAINT procbus_lock_releases_pkey PRIMARY KEY (holder, execution);
 ALTER TABLE ONLY public.procbus_lock_resources

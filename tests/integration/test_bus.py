@@ -99,8 +99,13 @@ async def create_orders(client: Client, task_queue: str, **options: Any) -> str:
 
 
 def mine(applied: dict[str, int], procedure_id: str) -> dict[str, int]:
-    """What a member applied for this procedure (CreateNamespace broadcasts too)."""
-    return {key: times for key, times in applied.items() if key.startswith(f"{procedure_id}/")}
+    """What a member applied for this procedure (CreateNamespace broadcasts too), by step: an
+    operation's ID is the procedure ID, its first run ID and the step."""
+    return {
+        f"{procedure_id}/{key.rpartition('/')[2]}": times
+        for key, times in applied.items()
+        if key.startswith(f"{procedure_id}@")
+    }
 
 
 def outcomes(result: BroadcastResult) -> dict[str, MemberOutcome]:
@@ -277,7 +282,7 @@ async def test_a_failed_prepare_aborts_on_every_member_and_leaves_the_catalog_al
     for member in report.members:
         assert member.report is not None
         assert (member.report.access, member.report.staged) == ([], [])
-        assert f"{procedure_id}/stage_on_workers" not in member.report.applied
+        assert f"{procedure_id}/stage_on_workers" not in mine(member.report.applied, procedure_id)
 
 
 async def grant_or_revoke(
@@ -417,7 +422,7 @@ async def test_a_member_restarted_between_prepare_and_commit_learns_the_outcome(
     granted_at = await pool.fetchval('SELECT "granted_at" FROM "procbus_acl"')
     new_member = next(m.report for m in report.members if m.member_id == restarted)
     assert new_member is not None and new_member.started_at < granted_at
-    assert new_member.applied == {f"{procedure_id}/stage_on_workers": 1}
+    assert mine(new_member.applied, procedure_id) == {f"{procedure_id}/stage_on_workers": 1}
 
 
 async def test_a_commit_a_live_member_keeps_refusing_is_resent_a_bounded_number_of_times(

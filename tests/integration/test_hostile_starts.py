@@ -5,6 +5,7 @@ to procbus_outbox, the relay starts and signals only what procbus's `durable` AP
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -23,7 +24,7 @@ from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
 from procbus.hooks.outbox import OutboxRelay
 from procbus.stack.temporal_server import temporal_binary
-from tests.services import run_command
+from tests.services import history_without_patches, run_command
 
 
 async def start_with_cli(
@@ -60,7 +61,7 @@ async def refused_before_anything_ran(client: Client, workflow_id: str, says: st
     assert isinstance(cause, ApplicationError)
     assert cause.type == "InvalidProcedureInput" and cause.non_retryable
     assert says in cause.message, cause.message
-    events = [event.event_type async for event in handle.fetch_history_events()]
+    events = await history_without_patches(handle)
     ran = {
         EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
         EventType.EVENT_TYPE_MARKER_RECORDED,  # local activities (locks)
@@ -145,6 +146,30 @@ async def test_inherited_locks_from_a_client_are_refused(
         temporal_address, task_queue, "CreateNamespace", family_only
     )
     await refused_before_anything_ran(client, workflow_id, "a start may not set them")
+
+
+async def test_timing_inputs_past_their_bounds_are_refused_at_once(
+    client: Client, worker: Worker, temporal_address: str, task_queue: str
+) -> None:
+    """Before: a lease of 3e9 s was taken (a terminated holder kept its locks for 95 years), and
+    a step timeout of 1e300 s overflowed timedelta, so the workflow task failed forever."""
+    asked = {
+        "lock_lease_seconds": 3e9,
+        "lock_timeout_seconds": 1e9,
+        "deadline_seconds": 1e300,
+        "step_timeout_seconds": 1e300,
+    }
+    starts = await asyncio.gather(
+        *(
+            start_with_cli(
+                temporal_address, task_queue, "CreateNamespace", {"namespace": "n", name: value}
+            )
+            for name, value in asked.items()
+        )
+    )
+    for name, (workflow_id, output) in zip(asked, starts, strict=True):
+        assert f"{name} must be more than 0 and at most" in output, output
+        await refused_before_anything_ran(client, workflow_id, name)
 
 
 @pytest.mark.parametrize(

@@ -483,6 +483,27 @@ async def test_a_commit_whose_outcome_was_lost_is_found_by_its_key_not_made_twic
     assert rows_of(read_snapshot(current)) == expected_rows(0, 40)
 
 
+async def test_a_load_under_a_reused_workflow_id_is_a_load_of_its_own(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    """Before: the later load found the earlier one's job committed, took it for its own
+    commit found again, and SUCCEEDED with its rows never loaded."""
+    await make_table(pool, warehouse)
+    procedure_id = new_id("load")
+    async with spark_worker(client, pool, task_queue, warehouse):
+        for first_id in (0, 100):
+            source = write_csv(tmp_path / f"rows{first_id}.csv", first_id, 20)
+            result = await client.execute_workflow(
+                LoadTable.run,
+                LoadTableInput(table="sales.orders", source=str(source)),
+                id=procedure_id,
+                task_queue=task_queue,
+            )
+            assert result.records == 20
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 20) + expected_rows(100, 20)
+
+
 async def test_a_load_whose_lock_was_lost_before_its_commit_commits_nothing(
     spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
 ) -> None:
