@@ -26,9 +26,14 @@ async def procedure_open(procedure_id: str) -> bool:
 
 
 class RetentionActivities:
-    def __init__(self, pool: asyncpg.Pool, warehouse_root: Path) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, warehouse_root: Path, floors: RetentionRequest | None = None
+    ) -> None:
         self.pool = pool
         self.warehouse_root = warehouse_root
+        # The worker's retention settings: anyone may start Retention, with any input, so an
+        # input only lengthens these ages (a start with 0.001 s expired every snapshot at once).
+        self.floors = floors or RetentionRequest()
 
     def _cleanup(self) -> Cleanup:
         # Every batch heartbeats its running count: a long backlog is progress, not a hang.
@@ -36,23 +41,23 @@ class RetentionActivities:
 
     @activity.defn(name="expire_outbox_rows")
     async def expire_outbox_rows(self, request: RetentionRequest) -> KindResult:
-        return await self._cleanup().outbox(request)
+        return await self._cleanup().outbox(request.at_least(self.floors))
 
     @activity.defn(name="expire_spark_jobs")
     async def expire_spark_jobs(self, request: RetentionRequest) -> KindResult:
-        return await self._cleanup().spark_jobs(request, procedure_open)
+        return await self._cleanup().spark_jobs(request.at_least(self.floors), procedure_open)
 
     @activity.defn(name="expire_snapshots")
     async def expire_snapshots(self, request: RetentionRequest) -> KindResult:
-        return await self._cleanup().snapshots(request)
+        return await self._cleanup().snapshots(request.at_least(self.floors))
 
     @activity.defn(name="expire_batch_fences")
     async def expire_batch_fences(self, request: RetentionRequest) -> KindResult:
-        return await self._cleanup().batch_fences(request)
+        return await self._cleanup().batch_fences(request.at_least(self.floors))
 
     @activity.defn(name="expire_bus_members")
     async def expire_bus_members(self, request: RetentionRequest) -> KindResult:
-        return await self._cleanup().bus_members(request)
+        return await self._cleanup().bus_members(request.at_least(self.floors))
 
     def all(self) -> list[Callable[..., object]]:
         return [

@@ -92,6 +92,7 @@ def activities_for(
     auth: WorkerAuth | None = None,
     kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
     delivery_poll_max_seconds: float = DELIVERY_POLL_MAX_SECONDS,
+    retention_floors: RetentionRequest | None = None,
 ) -> list[Callable[..., object]]:
     """The built-in procedures' activities (the engine's own come with the plugin)."""
     return [
@@ -101,7 +102,7 @@ def activities_for(
         *TopicActivities(
             pool, endpoint_allowlist, kafka_credentials, delivery_poll_max_seconds
         ).all(),
-        *RetentionActivities(pool, warehouse_root).all(),
+        *RetentionActivities(pool, warehouse_root, retention_floors).all(),
         *spark.all(),
     ]
 
@@ -174,6 +175,7 @@ def build_worker(
             auth,
             plugin.settings.kafka_credentials,
             plugin.settings.delivery_poll_max_seconds,
+            retention_request(plugin.settings),
         )
         + list(user_activities),
         plugins=[plugin],

@@ -188,9 +188,17 @@ class Cleanup:
         orphaned_before = datetime.now(UTC) - timedelta(seconds=request.orphan_seconds)
         orphans = await asyncio.to_thread(iceberg.plan_orphans, table, folder, orphaned_before)
         if orphans:
-            async with self.pool.acquire() as connection:
+            async with self.pool.acquire() as connection, connection.transaction():
                 await check_fence(connection, fence)
-            orphans_deleted = await asyncio.to_thread(delete_listed_files, folder, orphans)
+                # The table's catalog row stays locked until the files are gone: no commit
+                # (a pipeline's or another engine's, which take no table lock) lands meanwhile,
+                # so one that landed since the plan is seen here and what it lists is kept.
+                current = await tables.load(connection, namespace, name, folder, lock=True)
+                if current.metadata_location != table.metadata_location:
+                    orphans = await asyncio.to_thread(
+                        iceberg.plan_orphans, current, folder, orphaned_before
+                    )
+                orphans_deleted = await asyncio.to_thread(delete_listed_files, folder, orphans)
             self.progress(orphans_deleted)
             files += orphans_deleted
         return len(expired), files

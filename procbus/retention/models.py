@@ -37,6 +37,17 @@ class RetentionRequest(WorkflowInput):
     bus_member_seconds: float = Field(default=DAY_SECONDS, gt=0)
     batch_size: int = Field(default=DEFAULT_BATCH_SIZE, gt=0, le=10_000)
 
+    def at_least(self, floors: RetentionRequest) -> RetentionRequest:
+        """These ages, none shorter than `floors`' (the worker's settings): whoever may start
+        Retention can ask to keep things longer, never to delete them sooner."""
+        return self.model_copy(
+            update={name: max(getattr(self, name), getattr(floors, name)) for name in AGES}
+        )
+
+
+# The fields of RetentionRequest that are ages (seconds), each a floor on the worker.
+AGES = tuple(name for name in RetentionRequest.model_fields if name.endswith("_seconds"))
+
 
 class KindResult(BaseModel):
     """What one activity deleted."""

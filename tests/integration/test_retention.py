@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from procbus import ProcbusPlugin
+from procbus.config import Settings
 from procbus.errors import InvalidRequest
 from procbus.lakehouse import iceberg
 from procbus.lakehouse import warehouse as layout
@@ -31,9 +34,12 @@ from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.reader import read_snapshot
 from procbus.lakehouse.schemas import parse_columns
 from procbus.locks.table import LockTable
+from procbus.stack.temporal_server import temporal_binary
 from procbus.topics import Event, Topics
 from procbus.topics.models import TopicSettings
-from tests.services import run_command, subprocess_environment, worker_process
+from procbus.worker import build_worker
+from procbus.workflows.retention import Retention
+from tests.services import TEST_AUTH, run_command, subprocess_environment, worker_process
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 HOUR = 3600.0
@@ -56,6 +62,38 @@ async def run_retention(client: Client, task_queue: str, **fields: Any) -> dict[
         execution_timeout=timedelta(seconds=90),
     )
     return result
+
+
+@pytest.fixture
+async def worker(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> AsyncIterator[Worker]:
+    """A worker whose own retention settings are as short as they go: each test's input
+    lengthens them to what it checks (an input never shortens the worker's)."""
+    shortest = Settings(**dict.fromkeys(RETENTION_SETTINGS, 0.001))
+    plugin = ProcbusPlugin(
+        shortest, pool=pool, auth=TEST_AUTH, bus_member=False, outbox_relay=False
+    )
+    async with build_worker(
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        auth=TEST_AUTH,
+        plugin=plugin,
+        workflows=[Retention],
+    ) as running:
+        yield running
+
+
+RETENTION_SETTINGS = (
+    "outbox_retention_seconds",
+    "spark_job_retention_seconds",
+    "snapshot_retention_seconds",
+    "orphan_file_retention_seconds",
+    "batch_fence_retention_seconds",
+    "bus_member_retention_seconds",
+)
 
 
 def kind(result: dict[str, Any], name: str) -> dict[str, Any]:
@@ -354,6 +392,74 @@ async def test_orphan_files_past_their_age_go_and_listed_or_young_ones_stay(
     again = kind(await run_retention(client, task_queue, snapshot_seconds=HOUR), "snapshots")
     assert again["files_deleted"] == 0
     assert on_disk(strays) == ["kept.parquet", "kept2.parquet", "young.parquet"]
+
+
+async def test_an_orphan_a_commit_lists_while_the_sweep_runs_is_kept(
+    client: Client, worker: Worker, pool: asyncpg.Pool, task_queue: str, warehouse: Path
+) -> None:
+    """A pipeline or another engine commits without a table lock: a file unlisted when the
+    sweep planned, listed by a commit that lands before the sweep deletes, stays (before: it
+    was deleted, and the table listed a file that was gone)."""
+    late = await make_table(pool, warehouse, "late")
+    await commit(pool, late, [parquet(late, "first", range(5))])
+    written = parquet(late, "written_long_ago", range(5, 9))  # its commit comes later
+    await asyncio.sleep(RECENT)
+    async with pool.acquire() as connection:
+        landing = connection.transaction()
+        await landing.start()
+        await Catalog(pool).swap_snapshot(
+            connection, late, SnapshotOperation.LOAD, "job-late", "a-pipeline", [written], []
+        )
+        sweep = asyncio.create_task(
+            run_retention(client, task_queue, snapshot_seconds=HOUR, orphan_seconds=WINDOW)
+        )
+        # The sweep has planned once it waits for the table's catalog row (or it has ended).
+        async with asyncio.timeout(60):
+            while not sweep.done() and not await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ):
+                await asyncio.sleep(0.1)
+        await landing.commit()
+    await sweep
+    assert on_disk(late) == ["first.parquet", "written_long_ago.parquet"]
+    current = await Catalog(pool).table_files("sales", "late")
+    assert sorted(row["id"] for row in read_snapshot(current)) == list(range(9))
+
+
+async def test_a_start_asking_for_shorter_ages_than_the_workers_deletes_nothing_sooner(
+    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, temporal_address: str
+) -> None:
+    """Anyone may start Retention through the `temporal` CLI (before: its ages were taken as
+    given, and every replaced snapshot of every table expired at once with its files)."""
+    table = await make_table(pool, warehouse, "kept")
+    first = parquet(table, "first", range(5))
+    await commit(pool, table, [first])
+    await commit(pool, table, [parquet(table, "second", range(5))], [first])
+    parquet(table, "in_flight", range(3))  # a write whose commit has not landed yet
+    # A worker with the default settings: snapshots kept a week, orphans three days.
+    async with build_worker(
+        client, pool, task_queue, warehouse_root=warehouse, workflows=[Retention]
+    ):
+        returncode, stdout, stderr = await run_command(
+            str(temporal_binary()),
+            "workflow",
+            "execute",
+            "--address",
+            temporal_address,
+            "--task-queue",
+            task_queue,
+            "--type",
+            "Retention",
+            "--workflow-id",
+            f"retention-{uuid.uuid4().hex[:8]}",
+            "--input",
+            json.dumps({"snapshot_seconds": 0.001, "orphan_seconds": 0.001}),
+            timeout=90,
+        )
+    assert returncode == 0, stdout + stderr
+    assert len(await Catalog(pool).list_snapshots("sales", "kept")) == 2
+    assert on_disk(table) == ["first.parquet", "in_flight.parquet", "second.parquet"]
 
 
 async def test_applied_batch_fences_go_once_their_entries_left_the_queue(
