@@ -18,6 +18,11 @@ class AuthRequest(BaseModel):
     input_sha256: str | None = Field(
         default=None, description="the run's input_digest: a schedule's token must match it"
     )
+    scheduled_by: str | None = Field(
+        default=None,
+        description="the schedule the run names as its starter (TemporalScheduledById): a "
+        "schedule's token starts runs only while that schedule exists and carries it",
+    )
 
 
 class Authentication(BaseModel):

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         PROCEDURE_STATE,
         PROCEDURE_TARGET,
         PROCEDURE_TYPE,
+        SCHEDULED_BY,
     )
     from procbus.errors import (
         NON_RETRYABLE_ERROR_TYPES,
@@ -429,6 +430,7 @@ class Procedure(Generic[InputT, ResultT]):
                     input_sha256=input_digest(
                         self._current_input.model_dump(mode="json", exclude_unset=True)
                     ),
+                    scheduled_by=info.typed_search_attributes.get(SCHEDULED_BY),
                 ),
                 result_type=Authentication,
                 start_to_close_timeout=timedelta(seconds=30),

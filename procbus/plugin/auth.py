@@ -8,10 +8,46 @@ from collections.abc import Callable
 
 import asyncpg
 from temporalio import activity
+from temporalio.client import ScheduleActionStartWorkflow
+from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.auth.policy import WorkerAuth
+from procbus.auth.tokens import TOKEN_HEADER, signature_of
 from procbus.auth.uses import TokenUses
 from procbus.core.authentication import Authentication, AuthRequest
+
+
+async def schedule_refusal(schedule_id: str | None, mac: str) -> str | None:
+    """Why a schedule's token may not start this run, or None: it starts runs only while the
+    schedule it names exists and carries it, so deleting the schedule ends it (anyone who could
+    describe the schedule may have copied it; the run's schedule ID it names may be set by any
+    start, which then runs only as a trigger of that existing schedule would)."""
+    if not schedule_id:
+        return (
+            "the principal token is a schedule's, and this run names no schedule "
+            "(TemporalScheduledById): a schedule's token starts only its schedule's runs"
+        )
+    try:
+        description = await activity.client().get_schedule_handle(schedule_id).describe()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            return (
+                f"the principal token is schedule {schedule_id!r}'s, which does not exist (it "
+                "was deleted): its token starts nothing more"
+            )
+        raise
+    action = description.schedule.action
+    header = (
+        action.headers.get(TOKEN_HEADER)
+        if isinstance(action, ScheduleActionStartWorkflow) and action.headers
+        else None
+    )
+    if header is None or signature_of(header.data.decode("utf-8", "replace")) != mac:
+        return (
+            f"the principal token is not the one schedule {schedule_id!r} carries: a schedule's "
+            "token starts only its own schedule's runs"
+        )
+    return None
 
 
 class AuthActivities:
@@ -22,8 +58,13 @@ class AuthActivities:
     @activity.defn(name="authenticate")
     async def authenticate(self, request: AuthRequest) -> Authentication:
         found, verified = self.auth.authenticate(request)
-        if verified is None or verified.expires_at is None:
-            return found  # no token, refused, or a schedule's (used by each of its runs)
+        if verified is None:
+            return found  # no token, or refused
+        if verified.expires_at is None:  # a schedule's: used by each of its runs
+            refusal = await schedule_refusal(request.scheduled_by, verified.mac)
+            if refusal is not None:
+                return Authentication(principal=None, method="none", refusal=refusal)
+            return found
         run_id = request.run_id or ""
         first = await self.uses.first_run(
             verified.mac, request.workflow_id, run_id, verified.expires_at

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -117,9 +117,11 @@ async def start_with_cli(
     workflow_id: str,
     header: str | None = None,
     fails: bool = True,
+    extra: Sequence[str] = (),
 ) -> None:
     """`temporal workflow execute`: it cannot sign, but it can send any header it is given."""
     headers = ["--headers", f"{TOKEN_HEADER}={header}"] if header is not None else []
+    headers += extra
     returncode, stdout, stderr = await run_command(
         str(temporal_binary()),
         "workflow",
@@ -370,6 +372,7 @@ async def test_a_schedule_runs_as_its_creator_and_its_token_starts_nothing_else(
         action = (await schedule.describe()).schedule.action
         assert isinstance(action, ScheduleActionStartWorkflow) and action.headers
         copied = action.headers[TOKEN_HEADER].data.decode()
+        (scheduled_input,) = await client.data_converter.decode(action.args)  # type: ignore[arg-type]
     finally:
         await schedule.delete()
     run_at = "-2026-01-01T03:00:00Z"
@@ -385,6 +388,23 @@ async def test_a_schedule_runs_as_its_creator_and_its_token_starts_nothing_else(
     ]:
         await start_with_cli(
             temporal_address, task_queue, workflow_type, payload, workflow_id, copied
+        )
+        await refused_before_any_step(client, workflow_id, says)
+    # What the schedule itself started, once it is deleted: its token ended with it (before, it
+    # started such runs for ever), whichever schedule the start claims to be of.
+    deleted = "which does not exist (it was deleted)"
+    for workflow_id, claims, says in [
+        (runs_id + "-2026-01-01T04:00:00Z", [], "this run names no schedule"),
+        (runs_id + "-2026-01-01T05:00:00Z", [f'TemporalScheduledById="{name}"'], deleted),
+    ]:
+        await start_with_cli(
+            temporal_address,
+            task_queue,
+            "CompactTable",
+            scheduled_input,
+            workflow_id,
+            copied,
+            extra=[arg for claim in claims for arg in ("--search-attribute", claim)],
         )
         await refused_before_any_step(client, workflow_id, says)
     assert [t.qualified_name for t in await Catalog(pool).list_tables()] == [TABLE]
