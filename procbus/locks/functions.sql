@@ -235,6 +235,12 @@ BEGIN
         RETURN QUERY
         SELECT * FROM "procbus_lock_enqueue"("p_holder", "p_family", "p_resources", "p_modes", "lease");
     END IF;
+    -- Which execution holds them: a waiter releases a closed workflow's locks (LockActivities).
+    IF "p_execution" IS NOT NULL THEN
+        UPDATE "procbus_locks" AS l SET "execution" = "p_execution"
+        WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources")
+          AND l."execution" IS DISTINCT FROM "p_execution";
+    END IF;
 END
 $$;
 

@@ -190,3 +190,25 @@ def covering_grant(grants: list[LockGrant], resource: str, mode: LockMode) -> Lo
 
 # Sent to a waiting procedure when a release granted it something: it asks again at once.
 LOCKS_CHANGED_SIGNAL = "procbus_locks_changed"
+
+
+class LockRelease(BaseModel):
+    """Locks released by someone other than their holder, and the audit row that says so."""
+
+    holder: str
+    execution: str | None = None
+    resources: list[str] = Field(default_factory=list, description="empty: it held none")
+    audit_id: int | None = None
+    woken: list[str] = Field(default_factory=list)
+
+
+class LockAudit(BaseModel):
+    """One row of `procbus lock audit`: who released whose locks, and why."""
+
+    id: int
+    holder: str
+    execution: str | None
+    resources: list[str]
+    released_by: str
+    reason: str
+    released_at: datetime

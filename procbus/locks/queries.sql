@@ -40,3 +40,20 @@ ORDER BY "resource", "token" IS NULL, "queue_position";
 
 -- name: database_time
 SELECT clock_timestamp();
+
+-- name: holder_executions
+-- The executions a holder's locks name (none for a holder that is no procedure).
+SELECT DISTINCT "execution" FROM "procbus_locks"
+WHERE "holder" = $1 AND "execution" IS NOT NULL;
+
+-- name: holder_resources
+SELECT "resource" FROM "procbus_locks" WHERE "holder" = $1 ORDER BY "resource" FOR UPDATE;
+
+-- name: audit_release
+INSERT INTO "procbus_lock_audit" ("holder", "execution", "resources", "released_by", "reason")
+VALUES ($1, $2, $3, $4, $5)
+RETURNING "id";
+
+-- name: list_lock_audit
+SELECT "id", "holder", "execution", "resources", "released_by", "reason", "released_at"
+FROM "procbus_lock_audit" ORDER BY "id";

@@ -26,7 +26,9 @@ from procbus.errors import LockError, LockLost, LocksReleased, LockTimeout, Stal
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,
     Blocker,
+    LockAudit,
     LockEntry,
+    LockRelease,
     LockSetRequest,
     LockSetState,
     LockSpec,
@@ -149,6 +151,39 @@ class LockTable:
                 )
                 rows = await connection.fetch(self.queries["release_locks"], holder, execution)
         return [row["woken"] for row in rows if row["woken"] != holder]
+
+    async def release_for(
+        self, holder: str, execution: str | None, released_by: str, reason: str
+    ) -> LockRelease:
+        """Release `holder`'s locks and queue places on its behalf (its workflow closed, or an
+        operator says so), with an audit row, in one transaction; with its `execution`, a late
+        request of that execution takes none again."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            rows = await connection.fetch(self.queries["holder_resources"], holder)
+            resources = [row["resource"] for row in rows]
+            if not resources:
+                return LockRelease(holder=holder, execution=execution)
+            released = await connection.fetch(self.queries["release_locks"], holder, execution)
+            audit_id = await connection.fetchval(
+                self.queries["audit_release"], holder, execution, resources, released_by, reason
+            )
+        woken = [row["woken"] for row in released if row["woken"] != holder]
+        return LockRelease(
+            holder=holder,
+            execution=execution,
+            resources=resources,
+            audit_id=audit_id,
+            woken=woken,
+        )
+
+    async def executions_of(self, holder: str) -> list[str]:
+        """The executions `holder`'s locks name: a procedure's first run ID, none for others."""
+        rows = await self.pool.fetch(self.queries["holder_executions"], holder)
+        return [row["execution"] for row in rows]
+
+    async def audit(self) -> list[LockAudit]:
+        rows = await self.pool.fetch(self.queries["list_lock_audit"])
+        return [LockAudit(**dict(row)) for row in rows]
 
     async def renew(
         self,

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 
 import asyncpg
 from temporalio import activity
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.locks.models import (
     LOCKS_CHANGED_SIGNAL,
@@ -31,17 +32,75 @@ from procbus.locks.table import LockTable
 log = logging.getLogger(__name__)
 
 
+# A holder in the way found running is not asked about again for this long.
+RUNNING_RECHECK_SECONDS = 5.0
+# Who the audit row names when procbus releases a closed workflow's locks.
+AUTO_RELEASER = "procbus"
+
+
+async def workflow_closed(client: Client, workflow_id: str) -> str | None:
+    """How the workflow `workflow_id` ended (its status, or that Temporal no longer knows it),
+    or None while it runs."""
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            return "no longer known to Temporal"
+        raise
+    status = description.status
+    if status is None or status is WorkflowExecutionStatus.RUNNING:
+        return None
+    return status.name
+
+
 class LockActivities:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.table = LockTable(pool)
+        # Holder -> until when it counts as running (asked Temporal then).
+        self._running_until: dict[str, float] = {}
         # Holder -> set when its locks are released, for its lease keeper in this process.
         self._released: dict[str, asyncio.Event] = {}
 
     @activity.defn(name="acquire_locks")
     async def acquire_locks(self, request: LockSetRequest) -> LockSetState:
         state = await self.table.acquire(request)
+        if not state.granted and await self._release_closed_holders(state):
+            state = await self.table.acquire(request)
         await self._wake(state.woken)
         return state
+
+    async def _release_closed_holders(self, state: LockSetState) -> bool:
+        """Release the locks of the procedures in the way whose workflows have closed
+        (terminated, timed out: they never released), instead of waiting out their lease,
+        with an audit row each; whether any were released."""
+        loop = asyncio.get_running_loop()
+        holders = {
+            blocker.holder
+            for wait in state.waiting
+            for blocker in wait.behind
+            if blocker.granted and blocker.holder != state.holder
+        }
+        released = False
+        for holder in sorted(holders):
+            if self._running_until.get(holder, 0.0) > loop.time():
+                continue
+            executions = await self.table.executions_of(holder)
+            if not executions:
+                continue  # not a procedure's: only its lease ends it
+            closed = await workflow_closed(activity.client(), holder)
+            if closed is None:
+                self._running_until[holder] = loop.time() + RUNNING_RECHECK_SECONDS
+                continue
+            for execution in executions:
+                done = await self.table.release_for(
+                    holder,
+                    execution,
+                    released_by=AUTO_RELEASER,
+                    reason=f"its workflow closed ({closed}) while holding them",
+                )
+                released = released or bool(done.resources)
+                await self._wake(done.woken)
+        return released
 
     @activity.defn(name="release_locks")
     async def release_locks(self, request: ReleaseRequest) -> ReleaseResult:

@@ -181,6 +181,12 @@ BEGIN
         RETURN QUERY
         SELECT * FROM "procbus_lock_enqueue"("p_holder", "p_family", "p_resources", "p_modes", "lease");
     END IF;
+    -- Which execution holds them: a waiter releases a closed workflow's locks (LockActivities).
+    IF "p_execution" IS NOT NULL THEN
+        UPDATE "procbus_locks" AS l SET "execution" = "p_execution"
+        WHERE l."holder" = "p_holder" AND l."resource" = ANY ("p_resources")
+          AND l."execution" IS DISTINCT FROM "p_execution";
+    END IF;
 END
 $$;
 CREATE FUNCTION public.procbus_lock_compatible(held text, wanted text) RETURNS boolean
@@ -977,6 +983,22 @@ CREATE SEQUENCE public.procbus_events_id_seq
     NO MAXVALUE
     CACHE 1;
 ALTER SEQUENCE public.procbus_events_id_seq OWNED BY public.procbus_events.id;
+CREATE TABLE public.procbus_lock_audit (
+    id bigint NOT NULL,
+    holder text NOT NULL,
+    execution text,
+    resources text[] NOT NULL,
+    released_by text NOT NULL,
+    reason text NOT NULL,
+    released_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+CREATE SEQUENCE public.procbus_lock_audit_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+ALTER SEQUENCE public.procbus_lock_audit_id_seq OWNED BY public.procbus_lock_audit.id;
 CREATE SEQUENCE public.procbus_lock_queue
     START WITH 1
     INCREMENT BY 1
@@ -1002,6 +1024,7 @@ CREATE TABLE public.procbus_locks (
     requested_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     granted_at timestamp with time zone,
     lease_expires_at timestamp with time zone NOT NULL,
+    execution text,
     CONSTRAINT procbus_locks_mode_check CHECK ((mode = ANY (ARRAY['IS'::text, 'IX'::text, 'S'::text, 'SIX'::text, 'X'::text])))
 );
 CREATE TABLE public.procbus_namespace_acl (
@@ -1257,6 +1280,7 @@ CREATE TABLE public.procbus_topics (
     CONSTRAINT procbus_topics_ttl_seconds_check CHECK ((ttl_seconds > (0)::double precision))
 );
 ALTER TABLE ONLY public.procbus_events ALTER COLUMN id SET DEFAULT nextval('public.procbus_events_id_seq'::regclass);
+ALTER TABLE ONLY public.procbus_lock_audit ALTER COLUMN id SET DEFAULT nextval('public.procbus_lock_audit_id_seq'::regclass);
 ALTER TABLE ONLY public.procbus_outbox ALTER COLUMN id SET DEFAULT nextval('public.procbus_outbox_id_seq'::regclass);
 ALTER TABLE ONLY public.procbus_stack_checks ALTER COLUMN id SET DEFAULT nextval('public.procbus_stack_checks_id_seq'::regclass);
 ALTER TABLE ONLY public.procbus_topic_entries ALTER COLUMN id SET DEFAULT nextval('public.procbus_topic_entries_id_seq'::regclass);
@@ -1277,6 +1301,8 @@ ALTER TABLE ONLY public.procbus_events
     ADD CONSTRAINT procbus_events_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY public.procbus_events
     ADD CONSTRAINT procbus_events_procedure_id_procedure_run_event_type_key UNIQUE (procedure_id, procedure_run, event_type);
+ALTER TABLE ONLY public.procbus_lock_audit
+    ADD CONSTRAINT procbus_lock_audit_pkey PRIMARY KEY (id);
 ALTER TABLE ONLY public.procbus_lock_releases
     ADD CONSTRAINT procbus_lock_releases_pkey PRIMARY KEY (holder, execution);
 ALTER TABLE ONLY public.procbus_lock_resources

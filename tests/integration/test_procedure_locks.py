@@ -8,6 +8,7 @@ import itertools
 import os
 import random
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from tests.integration.ledger_procedures import (
     ShortHistoryLedger,
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
-from tests.services import subprocess_environment, worker_process
+from tests.services import run_command, subprocess_environment, worker_process
 
 
 @pytest.fixture
@@ -476,3 +477,61 @@ async def test_an_old_task_of_a_procedure_that_ended_takes_none_of_its_locks_aga
             task_queue=task_queue,
         )
         assert (await status_of(client, next_one)).state is ProcedureState.SUCCEEDED
+
+
+async def test_a_terminated_holders_locks_go_to_the_next_procedure_before_their_lease_ends(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    """Before: a terminated procedure's locks stayed for their whole lease (any start could ask
+    for up to 95 years), and every procedure behind them waited or timed out."""
+    terminated, waiting = new_id(), new_id()
+    async with locking_worker():
+        await client.start_workflow(
+            Ledger.run,
+            ledger_input("held", locks=["sales/orders:X"], seconds=600, lock_lease_seconds=600),
+            id=terminated,
+            task_queue=task_queue,
+        )
+        await wait_for(client, terminated, lambda s: s.step_running == "write_held")
+        await client.get_workflow_handle(terminated).terminate("the operator pulled the plug")
+        await client.execute_workflow(
+            Ledger.run,
+            ledger_input("next", locks=["sales/orders:X"], lock_timeout_seconds=60),
+            id=waiting,
+            task_queue=task_queue,
+        )
+        assert (await status_of(client, waiting)).state is ProcedureState.SUCCEEDED
+    (audit,) = await locks.audit()
+    assert (audit.holder, audit.released_by) == (terminated, "procbus")
+    assert audit.resources == ["sales", "sales/orders"]
+    assert audit.reason == "its workflow closed (TERMINATED) while holding them"
+    assert await locks.list_locks() == []
+
+
+PROCBUS = str(Path(sys.executable).parent / "procbus")
+
+
+async def test_an_operator_releases_a_holders_locks_with_an_audit_row(
+    locks: LockTable, database_url: str, temporal_address: str, state_dir: Path
+) -> None:
+    """`procbus lock release`: for a holder that will never release (a script that died with a
+    long lease); a running procedure's locks are refused without --force."""
+    await locks.acquire(lock_set("nightly-script", [("sales", "X")], lease_seconds=3600))
+    env = subprocess_environment(
+        state_dir, database_url=database_url, temporal_address=temporal_address
+    )
+    argv = [PROCBUS, "lock", "release", "nightly-script", "--reason", "the script died"]
+    returncode, stdout, stderr = await run_command(*argv, "--as", "ops", env=env, timeout=60)
+    assert returncode == 0, stdout + stderr
+    assert "released 1 lock(s) of nightly-script: sales (audit row" in stdout
+    assert await locks.list_locks() == []
+    (audit,) = await locks.audit()
+    assert (audit.holder, audit.resources, audit.released_by, audit.reason) == (
+        "nightly-script",
+        ["sales"],
+        "ops",
+        "the script died",
+    )
+    returncode, stdout, _ = await run_command(*argv, env=env, timeout=60)
+    assert returncode == 0 and "holds no locks and waits for none: nothing released" in stdout
+    assert len(await locks.audit()) == 1
