@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from procbus.locks.models import (
         HoldRequest,
         HoldResult,
+        InheritedLocks,
+        InheritedLocksCheck,
         LockSetRequest,
         LockSetState,
         LockSpec,
@@ -49,6 +51,8 @@ from procbus.engine.tracing import record_span
 LOCK_POLL_FIRST_WAIT = timedelta(milliseconds=250)
 LOCK_POLL_MAX_WAIT = timedelta(seconds=5)
 LOCK_CALL_TIMEOUT = timedelta(seconds=30)
+# workflow.patched ID: a child's inherited locks are checked against the lock table first.
+CHECKS_INHERITED_LOCKS = "procbus-checks-inherited-locks"
 
 
 class ProcedureLocks:
@@ -93,6 +97,21 @@ class ProcedureLocks:
                 # A worker resuming an old task of this procedure after it ended takes nothing.
                 execution=workflow.info().first_execution_run_id,
             )
+
+    async def check_inherited(self, family: list[str]) -> str | None:
+        """Why the inherited locks are not this child's ancestors' (asked of the lock table and
+        Temporal by the worker), or None. Runs begun before the check go on without it."""
+        if not self.inherited or not workflow.patched(CHECKS_INHERITED_LOCKS):
+            return None
+        await self._before_local_activity()
+        checked: InheritedLocksCheck = await run_local_activity(
+            "check_inherited_locks",
+            InheritedLocks(holder=self._status.procedure_id, family=family, grants=self.inherited),
+            result_type=InheritedLocksCheck,
+            start_to_close_timeout=LOCK_CALL_TIMEOUT,
+            summary="check the inherited locks",
+        )
+        return checked.refusal
 
     def fence(self, resource: str, mode: LockMode = LockMode.X) -> Fence | None:
         """The fence a write to `resource` carries (None if no lock held covers it)."""

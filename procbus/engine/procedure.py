@@ -320,6 +320,10 @@ class Procedure(Generic[InputT, ResultT]):
                 self._answer_timeout = self._step_timeout
             if self.authenticates:
                 await self._authenticate()
+            if request.carried is None:  # a continued run's were checked by its first
+                refusal = await self._lock_keeper.check_inherited(request.lock_family)
+                if refusal is not None:
+                    raise invalid_input(refusal)
         except ApplicationError as error:
             self.status.error = error.message
             self._set_state(ProcedureState.FAILED)

@@ -115,6 +115,18 @@ class ReleaseResult(BaseModel):
     woken: list[str] = Field(default_factory=list)
 
 
+class InheritedLocks(BaseModel):
+    """What a child procedure's input says it inherits, to check against the lock table."""
+
+    holder: str = Field(description="the child")
+    family: list[str] = Field(description="its ancestors, parent first, as its input says")
+    grants: list[LockGrant]
+
+
+class InheritedLocksCheck(BaseModel):
+    refusal: str | None = Field(default=None, description="why they are not its ancestors'")
+
+
 class LockEntry(BaseModel):
     """One row of `procbus lock list`."""
 

@@ -57,3 +57,11 @@ RETURNING "id";
 -- name: list_lock_audit
 SELECT "id", "holder", "execution", "resources", "released_by", "reason", "released_at"
 FROM "procbus_lock_audit" ORDER BY "id";
+
+-- name: held_grants
+-- Who holds each of these (resource, token) grants now, and in which mode.
+SELECT l."resource", l."token", l."holder", l."mode"
+FROM "procbus_locks" AS l
+WHERE (l."resource", l."token") IN (
+    SELECT g."resource", g."token" FROM unnest($1::text[], $2::bigint[]) AS g("resource", "token")
+);

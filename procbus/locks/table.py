@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 
 import asyncpg
@@ -175,6 +175,20 @@ class LockTable:
             audit_id=audit_id,
             woken=woken,
         )
+
+    async def holders_of(self, grants: Sequence[LockGrant]) -> dict[tuple[str, int], Blocker]:
+        """Who holds each of these grants now (resource and token), in which mode."""
+        rows = await self.pool.fetch(
+            self.queries["held_grants"],
+            [grant.resource for grant in grants],
+            [grant.token for grant in grants],
+        )
+        return {
+            (row["resource"], row["token"]): Blocker(
+                holder=row["holder"], mode=LockMode(row["mode"]), granted=True
+            )
+            for row in rows
+        }
 
     async def executions_of(self, holder: str) -> list[str]:
         """The executions `holder`'s locks name: a procedure's first run ID, none for others."""

@@ -22,6 +22,8 @@ from procbus.locks.models import (
     LOCKS_CHANGED_SIGNAL,
     HoldRequest,
     HoldResult,
+    InheritedLocks,
+    InheritedLocksCheck,
     LockSetRequest,
     LockSetState,
     ReleaseRequest,
@@ -145,5 +147,41 @@ class LockActivities:
 
         await asyncio.gather(*(wake(holder) for holder in holders))
 
+    @activity.defn(name="check_inherited_locks")
+    async def check_inherited_locks(self, request: InheritedLocks) -> InheritedLocksCheck:
+        """Whether a child's inherited locks are its ancestors': each ancestor in its family is
+        the parent of the one before it (as Temporal knows them; the engine checked the first
+        against the child's own parent), and each grant is held now, in that mode, by one of
+        them. A workflow of anyone's could start a procedure as its child claiming another
+        holder's locks (their tokens are in that holder's status), and write beside it."""
+        client = activity.client()
+        for child, parent in zip(request.family, request.family[1:], strict=False):
+            try:
+                description = await client.get_workflow_handle(child).describe()
+            except RPCError as error:
+                if error.status is not RPCStatusCode.NOT_FOUND:
+                    raise
+                description = None
+            if description is None or description.parent_id != parent:
+                return InheritedLocksCheck(
+                    refusal=f"lock_family names {parent!r} as the parent of {child!r}, which "
+                    "Temporal does not: a child inherits only its own ancestors' locks"
+                )
+        held = await self.table.holders_of(request.grants)
+        for grant in request.grants:
+            holder = held.get((grant.resource, grant.token))
+            if holder is None or holder.holder not in request.family or holder.mode != grant.mode:
+                return InheritedLocksCheck(
+                    refusal=f"the inherited lock {grant.resource} ({grant.mode}, token "
+                    f"{grant.token}) is not held by an ancestor of {request.holder!r} "
+                    f"({', '.join(request.family)}): a child inherits only its ancestors' locks"
+                )
+        return InheritedLocksCheck()
+
     def all(self) -> list[Callable[..., object]]:
-        return [self.acquire_locks, self.release_locks, self.hold_locks]
+        return [
+            self.acquire_locks,
+            self.release_locks,
+            self.hold_locks,
+            self.check_inherited_locks,
+        ]

@@ -32,6 +32,7 @@ from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
 from procbus.temporal.faults import FaultInterceptor
 from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
 from procbus.workflows.tables import CreateTable
+from tests.integration.hostile_parent import HostileParent, HostileRequest
 from tests.integration.ledger_procedures import (
     LEDGER_TABLE,
     Entry,
@@ -535,3 +536,45 @@ async def test_an_operator_releases_a_holders_locks_with_an_audit_row(
     returncode, stdout, _ = await run_command(*argv, env=env, timeout=60)
     assert returncode == 0 and "holds no locks and waits for none: nothing released" in stdout
     assert len(await locks.audit()) == 1
+
+
+@pytest.mark.parametrize("claimed_ancestors", [[], ["victim"]], ids=["parent", "grandparent"])
+async def test_a_child_claiming_another_holders_locks_is_refused_before_any_step(
+    client: Client,
+    ledger: asyncpg.Pool,
+    task_queue: str,
+    locks: LockTable,
+    claimed_ancestors: list[str],
+) -> None:
+    """Before: the engine took a child's inherited locks from its input, checked only that the
+    family began with its real parent, so any workflow could hand a child another holder's
+    tokens (readable in that holder's status) and the child wrote beside it."""
+    activities = LedgerActivities(ledger)
+    parent, child = new_id(), new_id()
+    async with (
+        locks.holding("victim", [("sales/orders", "X")]) as held,
+        Worker(
+            client,
+            task_queue=task_queue,
+            workflow_runner=workflow_runner(),
+            workflows=[Ledger, HostileParent],
+            activities=[
+                activities.write,
+                activities.erase,
+                *LockActivities(ledger).all(),
+                *ProcedureActivities().all(),
+            ],
+        ),
+    ):
+        request = HostileRequest(
+            child_id=child, grants=held.grants, claimed_ancestors=claimed_ancestors
+        )
+        with pytest.raises(WorkflowFailureError):
+            await client.execute_workflow(
+                HostileParent.run, request, id=parent, task_queue=task_queue
+            )
+        status = await status_of(client, child)
+    assert status.state is ProcedureState.FAILED and status.steps_done == []
+    says = "does not" if claimed_ancestors else "is not held by an ancestor"
+    assert says in (status.error or ""), status.error
+    assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == 0
