@@ -197,6 +197,13 @@ class Settings(BaseSettings):
     auth_token_seconds: float = Field(
         default=300.0, gt=0, description="how long a signed principal token is good for"
     )
+    auth_token_late_seconds: float = Field(
+        default=7 * 86400.0,
+        gt=0,
+        description="how long past its token's expiry a start Temporal accepted in time may "
+        "still be verified (no worker ran it, or it was started with a delay); a later one is "
+        "refused, as the token's one use is remembered no longer",
+    )
 
     faults: str | None = Field(
         default=None,

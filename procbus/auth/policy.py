@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from procbus.auth.tokens import VerifiedToken, verify
+from procbus.auth.uses import KEPT_PAST_EXPIRY_SECONDS
 from procbus.core.authentication import Authentication, AuthRequest
 from procbus.errors import AccessDenied
 from procbus.lakehouse.cache import AccessCache
@@ -19,6 +20,9 @@ class WorkerAuth:
     key: bytes | None = None
     unauthenticated_principal: str | None = None
     operator_principal: str | None = None
+    # How long past its token's expiry a start accepted in time may still be verified; its
+    # token's one use is remembered exactly that long (procbus.auth.uses).
+    late_seconds: float = KEPT_PAST_EXPIRY_SECONDS
 
     def is_operator(self, principal: str | None) -> bool:
         return principal is not None and principal == self.operator_principal

@@ -22,12 +22,18 @@ class TokenUses:
         self.queries = load_queries(QUERIES)
 
     async def first_run(
-        self, token_mac: str, workflow_id: str, run_id: str, expires_at: datetime
+        self,
+        token_mac: str,
+        workflow_id: str,
+        run_id: str,
+        expires_at: datetime,
+        kept_seconds: float = KEPT_PAST_EXPIRY_SECONDS,
     ) -> str:
         """The run that used the token with this signature first: `run_id` itself when this is
-        its first use."""
+        its first use. Claims go `kept_seconds` past their token's expiry: a worker verifies no
+        start later than that (WorkerAuth.late_seconds)."""
         async with self.pool.acquire() as connection, connection.transaction():
-            await connection.execute(self.queries["forget_token_uses"], KEPT_PAST_EXPIRY_SECONDS)
+            await connection.execute(self.queries["forget_token_uses"], kept_seconds)
             first: str = await connection.fetchval(
                 self.queries["claim_token_use"],
                 token_mac,

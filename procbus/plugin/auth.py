@@ -5,6 +5,7 @@ token's one use."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 from temporalio import activity
@@ -65,9 +66,19 @@ class AuthActivities:
             if refusal is not None:
                 return Authentication(principal=None, method="none", refusal=refusal)
             return found
+        late = datetime.now(UTC) - verified.expires_at
+        if late.total_seconds() > self.auth.late_seconds:
+            return Authentication(
+                principal=None,
+                method="none",
+                refusal=f"the start was accepted before its principal token expired, but is "
+                f"verified {late} after that, later than this worker remembers a token's one "
+                f"use ({timedelta(seconds=self.auth.late_seconds)}, "
+                "PROCBUS_AUTH_TOKEN_LATE_SECONDS): sign a new start",
+            )
         run_id = request.run_id or ""
         first = await self.uses.first_run(
-            verified.mac, request.workflow_id, run_id, verified.expires_at
+            verified.mac, request.workflow_id, run_id, verified.expires_at, self.auth.late_seconds
         )
         if first != run_id:
             return Authentication(

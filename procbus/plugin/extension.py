@@ -68,6 +68,7 @@ def worker_auth(settings: Settings) -> WorkerAuth:
         key=settings.auth_key_bytes,
         unauthenticated_principal=settings.unauthenticated_principal,
         operator_principal=settings.operator_principal,
+        late_seconds=settings.auth_token_late_seconds,
     )
 
 
@@ -78,6 +79,7 @@ def dev_worker_auth(settings: Settings) -> WorkerAuth:
         key=settings.auth_key_bytes or ensure_dev_key(settings.state_dir),
         unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,
         operator_principal=settings.operator_principal or DEV_PRINCIPAL,
+        late_seconds=settings.auth_token_late_seconds,
     )
 
 

@@ -786,3 +786,56 @@ async def test_a_grant_under_a_reused_workflow_id_reaches_every_worker(
     )
     assert await Catalog(pool).has_permission(entry("etl", Permission.READ))
     assert production_worker.allows(entry("etl", Permission.READ))
+
+
+# ---- a start delayed past its token's expiry ----
+
+# A worker that verifies a start at most 1 s past its token's expiry (default: a week, as long
+# as it remembers a token's one use).
+LATE = WorkerAuth(key=TEST_KEY, operator_principal="root", late_seconds=1.0)
+
+
+async def test_a_start_verified_later_than_token_uses_are_remembered_is_refused(
+    client: Client,
+    pool: asyncpg.Pool,
+    temporal_address: str,
+    task_queue: str,
+    warehouse: Path,
+) -> None:
+    """A token is checked against the time Temporal accepted the start, so a start delayed
+    (`--start-delay`, or no worker for a while) still runs as its principal; but only while its
+    one use is remembered. Before: a copy started in time with a delay outlasting the first
+    run's claim (a week past expiry; here its forgetting is done with SQL) ran as the operator."""
+    workflow_id = new_id("delayed")
+    header = sign(
+        TEST_KEY, "root", workflow_id, "CreateNamespace", datetime.now(UTC) + timedelta(seconds=4)
+    )
+    async with build_worker(
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        auth=LATE,
+        workflows=[CreateNamespace],
+    ):
+        await start_with_cli(
+            temporal_address,
+            task_queue,
+            "CreateNamespace",
+            {"namespace": "first"},
+            workflow_id,
+            header,
+            fails=False,
+        )
+        await pool.execute('DELETE FROM "procbus_principal_token_uses"')  # a week on
+        await start_with_cli(
+            temporal_address,
+            task_queue,
+            "CreateNamespace",
+            {"namespace": "mine"},
+            workflow_id,
+            header,  # copied from the first run's history
+            extra=["--start-delay", "6s"],
+        )
+        await refused_before_any_step(client, workflow_id, "later than this worker remembers")
+    assert [n.name for n in await Catalog(pool).list_namespaces()] == ["first"]

@@ -29,6 +29,7 @@ from procbus.testing.spark import SparkCluster
 from procbus.worker import build_worker
 from tests.integration.test_table_data import (
     expected_rows,
+    load_job_key,
     make_table,
     only_committed_files,
     rows_of,
@@ -96,8 +97,7 @@ async def test_a_load_runs_as_a_driver_on_the_cluster_and_its_progress_is_heartb
         # Enough rows that the driver is seen running: its progress comes through the master.
         source = write_csv(tmp_path / "a.csv", 0, 300_000)
         handle = await start_load(client, task_queue, source)
-        procedure_id = handle.id
-        submission_id = await submission_of(pool, f"{procedure_id}:write")
+        submission_id = await submission_of(pool, load_job_key(handle))
         progress: dict[str, Any] = await wait_for_running_job(client, handle.id)
         result = await handle.result()
         # Bad input on the cluster: the driver's own error, the column named, nothing committed.
@@ -128,7 +128,7 @@ async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
         handle = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 50))
         procedure_id = handle.id
-        submission_id = await submission_of(pool, f"{procedure_id}:write")
+        submission_id = await submission_of(pool, load_job_key(handle))
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await handle.result()
@@ -136,7 +136,7 @@ async def test_a_cancelled_load_kills_its_driver_and_leaves_no_files(
     assert status.state is ProcedureState.ROLLED_BACK
     assert cluster.driver_state(submission_id) == "KILLED"
     assert table_files_on_disk(table) == ["_procbus_table.json"]
-    job = await JobLedger(pool).get(f"{procedure_id}:write")
+    job = await JobLedger(pool).get(load_job_key(handle))
     assert job is not None and job.state is JobState.CANCELLED
 
 
@@ -227,8 +227,7 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_commits_its_out
     source = write_csv(tmp_path / "a.csv", 0, 200)
     with worker_process(env) as doomed:
         handle = await start_load(client, task_queue, source, job_heartbeat_timeout_seconds=10)
-        procedure_id = handle.id
-        submission_id = await submission_of(pool, f"{procedure_id}:write")
+        submission_id = await submission_of(pool, load_job_key(handle))
         os.kill(doomed.pid, signal.SIGKILL)
     assert cluster.driver_state(submission_id) in ("SUBMITTED", "RUNNING")  # still on the cluster
     # It finishes with no worker watching it; the retry finds its output staged. Beside the
@@ -238,7 +237,7 @@ async def test_a_driver_outlives_its_killed_worker_and_the_retry_commits_its_out
             await asyncio.sleep(0.5)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
         result = await handle.result()
-    job = await JobLedger(pool).get(f"{procedure_id}:write")
+    job = await JobLedger(pool).get(load_job_key(handle))
     # The same attempt, reattached: no second driver was submitted, nothing ran twice.
     assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 1)
     assert cluster.driver_state(submission_id) == "FINISHED"
@@ -263,14 +262,14 @@ async def test_a_load_whose_driver_is_killed_runs_again_as_a_new_attempt_and_com
     table = await make_table(pool, warehouse)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
         handle = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 500))
-        first = await submission_of(pool, f"{handle.id}:write")
+        first = await submission_of(pool, load_job_key(handle))
         # Its own driver only: another test's may still be running on the module's cluster.
         async with asyncio.timeout(240):
             while not cluster.drivers(first):
                 await asyncio.sleep(0.1)
         assert cluster.kill_drivers(first) == 1
         result = await handle.result()
-    job = await JobLedger(pool).get(f"{handle.id}:write")
+    job = await JobLedger(pool).get(load_job_key(handle))
     assert cluster.driver_state(first) in ("FAILED", "ERROR")
     assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 2)
     snapshots = await Catalog(pool).list_snapshots("sales", "orders")

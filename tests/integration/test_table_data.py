@@ -168,6 +168,12 @@ async def start_load(
     )
 
 
+def load_job_key(handle: WorkflowHandle[Any, DataResult]) -> str:
+    """A LoadTable's Spark job key: its workflow ID and first run ID (what no later start under
+    the same ID shares), then its step."""
+    return f"{handle.id}@{handle.first_execution_run_id}:write"
+
+
 def only_committed_files(table: TableDescriptor, current: TableFiles) -> list[str]:
     """What the table's folder must hold besides its Iceberg metadata: its marker and the
     snapshot's files, nothing staged."""
@@ -409,7 +415,7 @@ async def test_cancelling_a_load_mid_job_stops_spark_and_leaves_no_files(
         handle = await start_load(client, task_queue, big_csv)
         procedure_id = handle.id
         progress = await wait_for_running_job(client, handle.id)
-        assert progress["job_key"] == f"{procedure_id}:write"
+        assert progress["job_key"] == load_job_key(handle)
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await handle.result()
@@ -420,7 +426,7 @@ async def test_cancelling_a_load_mid_job_stops_spark_and_leaves_no_files(
     assert tracker.getActiveJobsIds() == []  # no Spark job left running
     assert (await Catalog(pool).table_files("sales", "orders")).snapshot_id is None
     assert table_files_on_disk(table) == ["_procbus_table.json"]
-    job = await JobLedger(pool).get(f"{procedure_id}:write")
+    job = await JobLedger(pool).get(load_job_key(handle))
     assert job is not None and job.state is JobState.CANCELLED
 
 
@@ -455,7 +461,7 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_load_commits_once(
         status = await status_of(client, procedure_id)
     assert status.state is ProcedureState.SUCCEEDED
     ledger = JobLedger(pool)
-    job = await ledger.get(f"{procedure_id}:write")
+    job = await ledger.get(load_job_key(handle))
     assert job is not None and (job.state, job.attempt) == (JobState.COMMITTED, 2)
     snapshots = await Catalog(pool).list_snapshots("sales", "orders")
     assert [s.snapshot_id for s in snapshots] == [result.snapshot_id]  # exactly one commit
