@@ -687,6 +687,14 @@ class Procedure(Generic[InputT, ResultT]):
         if pivot:
             self.status.pivot_step = name
             self._kept.compensations.clear()  # nothing before the pivot is ever undone now
+            if self._rollback_reason is not None:
+                # Asked for while the pivot step ran, which ended as asked all the same (its
+                # activity never stopped): past the pivot the rollback is refused, and said so.
+                self.status.refused.append(
+                    f"{self._rollback_reason}: refused, the procedure passed its pivot "
+                    f"{name!r} (its step ended as the rollback was asked for) and can only "
+                    "roll forward"
+                )
         self._stop_if_rolling_back()
 
     # ---- broadcasts to every worker (procbus.bus) ----

@@ -27,6 +27,7 @@ class Entry(BaseModel):
     fail: bool = False  # fail after writing
     pivot: bool = False  # the point of no return: entries after it have no undo
     fence: Fence | None = None  # set by the procedure when it writes under its locks
+    ignores_cancel: bool = False  # True: it hears a cancel request and ends as asked anyway
 
 
 class LedgerInput(ProcedureInput):
@@ -52,7 +53,11 @@ class LedgerActivities:
         deadline = asyncio.get_running_loop().time() + entry.seconds
         while asyncio.get_running_loop().time() < deadline:  # heartbeats let cancellation in
             activity.heartbeat()
-            await asyncio.sleep(0.1)
+            try:
+                await asyncio.sleep(0.1)
+            except asyncio.CancelledError:
+                if not entry.ignores_cancel:
+                    raise
         async with self.pool.acquire() as connection, connection.transaction():
             if entry.fence is not None:
                 await check_fence(connection, entry.fence)

@@ -601,3 +601,30 @@ async def test_status_sends_empty_lists_as_empty_lists(
     status = json.loads(raw.payload.data)
     for field in ("children", "locks", "refused", "waiting_for", "compensations_done"):
         assert status[field] == [], field
+
+
+async def test_a_deadline_that_passes_while_the_pivot_step_runs_is_said_in_the_status(
+    client: Client, running: None, ledger: asyncpg.Pool, task_queue: str
+) -> None:
+    """The deadline asks for a rollback while the pivot step runs; the step's activity hears
+    the cancel and ends as asked all the same (as a catalog write that commits does), so the
+    procedure is past its pivot and finishes. Before: it ended SUCCEEDED past its deadline with
+    no word of it, the shape of nemesis seed 9019's violation (a revoke SUCCEEDED 36.7 s after
+    its start, deadline 4 s)."""
+    procedure_id = new_id()
+    request = LedgerInput(
+        entries=[
+            Entry(key="a", entry="entry a"),
+            Entry(key="pivot", entry="entry p", pivot=True, seconds=3.0, ignores_cancel=True),
+            Entry(key="b", entry="entry b"),
+        ],
+        deadline_seconds=1.5,
+    )
+    await client.execute_workflow(Ledger.run, request, id=procedure_id, task_queue=task_queue)
+    status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED
+    assert status.refused == [
+        "its deadline passed: refused, the procedure passed its pivot 'write_pivot' (its step "
+        "ended as the rollback was asked for) and can only roll forward"
+    ]
+    assert await keys(ledger) == ["a", "b", "pivot"]
