@@ -258,11 +258,6 @@ class Procedure(Generic[InputT, ResultT]):
         return self._kept.authentication
 
     @property
-    def procedure_id(self) -> str:
-        """The workflow ID: the business key a person starts and finds the procedure by."""
-        return self.status.procedure_id
-
-    @property
     def procedure_run(self) -> str:
         """The procedure's first run ID ("" for runs begun before procbus recorded it): what it
         makes is its own only with this, since a start may reuse a closed run's workflow ID."""
@@ -271,9 +266,10 @@ class Procedure(Generic[InputT, ResultT]):
     def own_key(self, name: str) -> str:
         """An idempotency key for this procedure's `name` (a job, a broadcast) that no later
         run under the same workflow ID shares."""
+        procedure_id = self.status.procedure_id
         if not self.procedure_run:
-            return f"{self.procedure_id}{name}"
-        return f"{self.procedure_id}@{self.procedure_run}{name}"
+            return f"{procedure_id}{name}"
+        return f"{procedure_id}@{self.procedure_run}{name}"
 
     @property
     def principal(self) -> str:
