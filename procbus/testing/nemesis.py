@@ -1075,17 +1075,29 @@ def check_procedures(outcomes: dict[str, dict[str, Any]]) -> list[str]:
 
 def check_catalog(outcomes: dict[str, dict[str, Any]], end: dict[str, Any]) -> list[str]:
     """Each table exists at the end exactly when the last procedure that succeeded on it (in
-    the order they ended: X locks serialize them) created it, and its folder with it; each
+    the order they were granted X on the table, which serializes them; the order they ended,
+    for one the lock log lacks) created it, and its folder with it; each
     table procedure that succeeded recorded its catalog event once: a procedure that was
     undone left nothing behind, neither a folder nor an event. A folder whose maker is STUCK
     rolling back is not residue: its undo waits for an operator (retry or skip); nor is a
     table whose last catalog write was made by a procedure that is STUCK (a DeleteTable whose
     locks were lost after it removed the table: its undo waits for an operator too)."""
+    succeeded = {
+        procedure_id: status
+        for procedure_id, status in outcomes.items()
+        if status.get("state") == "SUCCEEDED"
+        and status.get("procedure_type") in ("CreateTable", "DeleteTable")
+    }
+    # A procedure releases its locks before its run closes, and the close can come much later
+    # (a worker paused between): the one that ended last need not have changed the table last.
+    granted = _first_x_holders(end, succeeded)
     last: dict[str, tuple[str, str]] = {}
-    for procedure_id, status in sorted(outcomes.items(), key=lambda item: _ended_at(item[1])):
-        kind = status.get("procedure_type")
-        if status.get("state") == "SUCCEEDED" and kind in ("CreateTable", "DeleteTable"):
-            last[status["target"]] = (kind, procedure_id)
+    for procedure_id, status in sorted(succeeded.items(), key=lambda item: _ended_at(item[1])):
+        last[status["target"]] = (status["procedure_type"], procedure_id)
+    for resource, holders in granted.items():
+        table = resource.replace("/", ".")
+        if holders and table in last:
+            last[table] = (succeeded[holders[-1]]["procedure_type"], holders[-1])
     operators = {
         table
         for table, writer in last_table_writers(end).items()

@@ -179,6 +179,37 @@ def test_a_table_a_stuck_delete_removed_last_is_left_to_its_operator() -> None:
     assert check_catalog(a_load, end) == half_done
 
 
+def test_the_last_to_change_a_table_is_the_last_granted_its_x_lock_not_the_last_to_end() -> None:
+    """Seed 9019: d2 removed the table and released its locks, c3 (waiting behind it) made it
+    again and ended, and only then did d2's run close (its worker paused, its workflow task
+    timed out and ran again elsewhere). The table is there: no violation (before: "present in
+    the catalog, but the last procedure that succeeded on it was DeleteTable d2"). With the
+    other grant order the same end is a violation."""
+    outcomes = {
+        **OUTCOMES,
+        "d2": status("DeleteTable", "sales.orders", "SUCCEEDED", "2026-01-01T00:00:33"),
+        "c3": status("CreateTable", "sales.orders", "SUCCEEDED", "2026-01-01T00:00:29"),
+    }
+    events = [
+        *EVENTS,
+        {"procedure_id": "d2", "event_type": "TableDeleted"},
+        {"procedure_id": "c3", "event_type": "TableCreated"},
+    ]
+    log = [
+        change("INSERT", 11, "sales/orders", "d2", "X", 4, 41),
+        change("INSERT", 16, "sales/orders", "c3", "X", None, 46),
+        change("DELETE", 27, "sales/orders", "d2", "X", 4, 41),
+        change("UPDATE", 27, "sales/orders", "c3", "X", 5, 57),
+    ]
+    end = {**END, "catalog_events": events, "lock_log": log}
+    assert check_catalog(outcomes, end) == []
+    swapped = [change("INSERT", 1, "sales/orders", "c3", "X", 5, 31), log[0]]
+    assert check_catalog(outcomes, {**end, "lock_log": swapped}) == [
+        "sales.orders: present in the catalog, but the last procedure that succeeded on it was "
+        "DeleteTable d2"
+    ]
+
+
 def test_a_lost_doubled_or_undone_catalog_event_is_a_violation() -> None:
     doubled = [*EVENTS[:2], EVENTS[0] | {"procedure_id": "c3"}, EVENTS[1]]
     assert check_catalog(OUTCOMES, {**END, "catalog_events": doubled}) == [
