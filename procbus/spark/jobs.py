@@ -59,19 +59,32 @@ def csv_header(spark: SparkSession, source: str) -> list[str]:
     return read_input(spark, source, InputFormat.CSV).columns
 
 
+# What an error says instead of quoting the input: whatever a file holds (a key swapped in for
+# it, say) must not reach a procedure's history, which anyone who may read workflows can read.
+NOT_QUOTED = "the input's own text is not quoted: errors reach the procedure's history"
+
+
 def check_columns(table: TableDescriptor, columns: list[str]) -> dict[str, str]:
     """The input's column for each of the table's (names match case-insensitively); a missing
-    or unknown column: InvalidRequest naming it."""
+    column: InvalidRequest naming it (a name of the table's); an unknown one: by its position
+    in the input, its name being the input's text."""
     given = {name.lower(): name for name in columns}
     wanted = [column.name for column in table.columns]
     missing = [name for name in wanted if name not in given]
-    extra = [given[name] for name in given if name not in wanted]
+    extra = [
+        str(position)
+        for position, name in enumerate(columns, start=1)
+        if name.lower() not in wanted
+    ]
     if missing or extra:
         said = []
         if missing:
             said.append(f"missing column(s) {', '.join(missing)}")
         if extra:
-            said.append(f"unknown column(s) {', '.join(extra)}")
+            said.append(
+                f"{len(extra)} column(s) of the input the table lacks: number "
+                f"{', '.join(extra)} of its {len(columns)} ({NOT_QUOTED})"
+            )
         raise InvalidRequest(
             f"the input does not fit {table.qualified_name} ({schema_ddl(table)}): "
             f"{'; '.join(said)}"
@@ -125,27 +138,15 @@ def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list
     ), misfits
 
 
-def misfit_error(
-    table: TableDescriptor, frame: DataFrame, counts: dict[str, Any]
-) -> InvalidRequest:
-    """The error for values that do not fit: the first column with any, how many, and one."""
-    # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import functions
-
+def misfit_error(table: TableDescriptor, counts: dict[str, Any]) -> InvalidRequest:
+    """The error for values that do not fit: the first column with any, and how many."""
     column = next(c for c in table.columns if counts.get(c.name))
-    example = (
-        frame.where(
-            functions.col(f"__in_{column.name}").isNotNull() & functions.col(column.name).isNull()
-        )
-        .select(f"__in_{column.name}")
-        .first()
-    )
-    shown = f", e.g. {example[0]!r}" if example is not None else ""
     others = [c.name for c in table.columns if counts.get(c.name) and c.name != column.name]
     also = f" (also in {', '.join(others)})" if others else ""
     return InvalidRequest(
         f"column {column.name!r} of {table.qualified_name} is {column.type}: "
-        f"{counts[column.name]} value(s) of the input do not fit{shown}{also}; nothing was loaded"
+        f"{counts[column.name]} value(s) of the input do not fit{also}; nothing was loaded "
+        f"({NOT_QUOTED})"
     )
 
 
@@ -171,7 +172,7 @@ def load(
             frame, misfits = conformed(table, read_input(spark, source, input_format))
             found = frame.agg(*misfits).first()
             if found is not None and any(found.asDict().values()):
-                raise misfit_error(table, frame, found.asDict()) from None
+                raise misfit_error(table, found.asDict()) from None
             raise error
         return
     frame, misfits = conformed(table, read_input(spark, source, input_format))
@@ -180,7 +181,7 @@ def load(
     write(table, counted.select(*(column.name for column in table.columns)), output)
     counts = check.get
     if any(counts.values()):
-        raise misfit_error(table, frame, counts)
+        raise misfit_error(table, counts)
 
 
 def write(table: TableDescriptor, frame: DataFrame, output: Path) -> None:

@@ -289,21 +289,30 @@ async def test_bad_input_names_the_column_and_commits_nothing(
     bad_value = write_csv(tmp_path / "bad.csv", 0, 50, bad_amount_at=17)
     missing_column = tmp_path / "missing.csv"
     missing_column.write_text("id,region\n1,eu\n")
+    # A file that is no CSV of the table: a key, say. Its text must not reach the history.
+    secret = "c2VjcmV0LWtleS1tYXRlcmlhbA"
+    key_file = tmp_path / "key.csv"
+    key_file.write_text(f"{secret}\n")
     async with spark_worker(client, pool, task_queue, warehouse):
         for source, input_format, says in [
             (
                 bad_value,
                 InputFormat.CSV,
-                "column 'amount' of sales.orders is double: 1 value(s) of the input do not fit, "
-                "e.g. 'abc'",
+                "column 'amount' of sales.orders is double: 1 value(s) of the input do not fit; "
+                "nothing was loaded",
             ),
             (
                 write_json(tmp_path / "bad.json"),
                 InputFormat.JSON,
-                "column 'id' of sales.orders is bigint: 1 value(s) of the input do not fit, "
-                "e.g. 'seven'",
+                "column 'id' of sales.orders is bigint: 1 value(s) of the input do not fit",
             ),
             (missing_column, InputFormat.CSV, "missing column(s) amount"),
+            (
+                key_file,
+                InputFormat.CSV,
+                "missing column(s) id, region, amount; 1 column(s) of the input the table "
+                "lacks: number 1 of its 1 (the input's own text is not quoted",
+            ),
             (tmp_path / "absent.csv", InputFormat.CSV, "does not exist"),
         ]:
             procedure_id = new_id("load")
@@ -317,6 +326,8 @@ async def test_bad_input_names_the_column_and_commits_nothing(
             status = await status_of(client, procedure_id)
             assert status.state is ProcedureState.ROLLED_BACK
             assert says in (status.error or ""), status.error
+            for quoted in ("abc", "seven", secret):  # what the files hold
+                assert quoted not in (status.error or ""), status.error
     assert (await Catalog(pool).table_files("sales", "orders")).snapshot_id is None
     assert table_files_on_disk(table) == ["_procbus_table.json"]
 
