@@ -34,11 +34,11 @@ from procbus.lakehouse.models import NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.reader import read_snapshot
 from procbus.lakehouse.schemas import parse_columns
 from procbus.locks.table import LockTable
-from procbus.stack.temporal_server import temporal_binary
 from procbus.topics import Event, Topics
 from procbus.topics.models import TopicSettings
 from procbus.worker import build_worker
 from procbus.workflows.retention import Retention
+from tests.integration.test_principals import start_with_cli
 from tests.services import TEST_AUTH, run_command, subprocess_environment, worker_process
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
@@ -441,23 +441,14 @@ async def test_a_start_asking_for_shorter_ages_than_the_workers_deletes_nothing_
     async with build_worker(
         client, pool, task_queue, warehouse_root=warehouse, workflows=[Retention]
     ):
-        returncode, stdout, stderr = await run_command(
-            str(temporal_binary()),
-            "workflow",
-            "execute",
-            "--address",
+        await start_with_cli(
             temporal_address,
-            "--task-queue",
             task_queue,
-            "--type",
             "Retention",
-            "--workflow-id",
+            {"snapshot_seconds": 0.001, "orphan_seconds": 0.001},
             f"retention-{uuid.uuid4().hex[:8]}",
-            "--input",
-            json.dumps({"snapshot_seconds": 0.001, "orphan_seconds": 0.001}),
-            timeout=90,
+            fails=False,
         )
-    assert returncode == 0, stdout + stderr
     assert len(await Catalog(pool).list_snapshots("sales", "kept")) == 2
     assert on_disk(table) == ["first.parquet", "in_flight.parquet", "second.parquet"]
 
