@@ -172,6 +172,24 @@ async def test_timing_inputs_past_their_bounds_are_refused_at_once(
         await refused_before_anything_ran(client, workflow_id, name)
 
 
+async def test_a_name_with_a_trailing_newline_is_refused_at_once(
+    client: Client, worker: Worker, temporal_address: str, task_queue: str
+) -> None:
+    """Before: `re.match` with `$` let `orders\n` through, as a name of its own."""
+    starts = await asyncio.gather(
+        start_with_cli(temporal_address, task_queue, "CreateNamespace", {"namespace": "n\n"}),
+        start_with_cli(
+            temporal_address,
+            task_queue,
+            "CreateTable",
+            {"table": "sales.orders\n", "columns": "id:bigint"},
+        ),
+    )
+    for workflow_id, output in starts:
+        assert "name" in output, output
+        await refused_before_anything_ran(client, workflow_id, "name")
+
+
 @pytest.mark.parametrize(
     "operation",
     [

@@ -23,6 +23,7 @@ from procbus.lakehouse.models import (
     CreateTableInput,
     DeleteNamespaceInput,
     DeleteTableInput,
+    NamespaceDescriptor,
     TableStep,
 )
 from procbus.procedures import ProcedureState, ProcedureStatus
@@ -484,3 +485,33 @@ async def test_cancelling_create_table_at_any_step_leaves_no_residue(
     assert status.state is ProcedureState.ROLLED_BACK
     assert status.rollback_reason == "it was cancelled"
     assert await snapshot(pool, warehouse, cache) == before
+
+
+async def test_a_table_made_before_runs_were_recorded_is_deleted_and_made_again(
+    client: Client, start_worker: Any, task_queue: str, pool: asyncpg.Pool, warehouse: Path
+) -> None:
+    """The catalog a worker upgrades finds needs no manual step: a table whose row and folder
+    marker name its creator by workflow ID alone (created_run '', a marker without it) is
+    deleted with its folder, and a procedure begun since makes it again as its own."""
+    catalog = Catalog(pool)
+    await catalog.create_namespace(NamespaceDescriptor(name="sales", created_by="ns-old"))
+    old = CreateTableInput(table="sales.orders", columns="id:bigint").check("create-old")
+    folder = warehouse / "sales" / "orders"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "part-0.parquet").write_bytes(b"PAR1")
+    written_then = old.model_dump(mode="json", exclude={"created_run"})
+    (folder / "_procbus_table.json").write_text(json.dumps(written_then))
+    await catalog.add_table(old.model_copy(update={"location": str(folder.resolve())}))
+    async with start_worker():
+        await client.execute_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.orders"),
+            id=new_id("delete"),
+            task_queue=task_queue,
+        )
+        assert not folder.exists()
+        again = await client.execute_workflow(
+            CreateTable.run, ORDERS, id="create-old", task_queue=task_queue
+        )
+    assert again.table.created_by == "create-old" and again.table.created_run
+    assert [t.qualified_name for t in await catalog.list_tables()] == ["sales.orders"]
