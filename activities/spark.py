@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -51,6 +50,7 @@ from procbus.spark.backends import (
 )
 from procbus.spark.ledger import JobLedger, JobRecord, JobState
 from procbus.spark.session import spark_session
+from procbus.spark.sources import allowed_source, stage_input
 from procbus.spark.specs import CompactJob, LoadJob
 
 # A compaction rewrites a partition's files smaller than this share of the target size.
@@ -59,41 +59,6 @@ SMALL_FILE_SHARE = 0.75
 INCOMING = LOAD_FOLDER
 
 T = TypeVar("T")
-
-
-def allowed_source(source: str, roots: Sequence[Path]) -> Path:
-    """`source` with every link and `..` resolved, when it lies under one of `roots` (a folder:
-    with everything in it); else InvalidRequest, the same whether or not it exists."""
-    if not os.path.isabs(source):
-        raise InvalidRequest(f"the source {source!r} is not an absolute path")
-    real_roots = [Path(os.path.realpath(root)) for root in roots]
-
-    def inside(path: str) -> bool:
-        real = Path(os.path.realpath(path))
-        return any(real.is_relative_to(root) for root in real_roots)
-
-    if not inside(source):
-        shown = ", ".join(str(root) for root in real_roots)
-        raise InvalidRequest(
-            f"the source {source} is not under a folder this worker loads from ({shown}): put "
-            "the input there, or add its folder to the worker's PROCBUS_LOAD_ROOTS"
-        )
-    resolved = Path(os.path.realpath(source))
-    if resolved.is_dir():
-        # Spark reads what the folder holds: no link in it may lead out (nor loop).
-        walked: set[str] = set()
-        for folder, folders, files in os.walk(resolved, followlinks=True):
-            if os.path.realpath(folder) in walked:
-                folders[:] = []
-                continue
-            walked.add(os.path.realpath(folder))
-            for name in (*folders, *files):
-                if not inside(os.path.join(folder, name)):
-                    raise InvalidRequest(
-                        f"the source {source} holds links that lead outside the folders this "
-                        "worker loads from"
-                    )
-    return resolved
 
 
 class SparkActivities:
@@ -226,17 +191,22 @@ class SparkActivities:
     async def run_load_job(self, step: LoadStep) -> StagedOutput:
         # Again: a link swapped since the preflight must not lead Spark out of the roots.
         source = await asyncio.to_thread(allowed_source, step.source, self.load_roots)
+        folder = self._folder(step.table)
 
-        def job(output: Path) -> SparkJob:
+        def job(output: Path, attempt_token: str) -> SparkJob:
+            # Spark reads a copy made following no link: never what a swap put there since.
+            copy = stage_input(
+                source, self.load_roots, staging.input_folder(folder, attempt_token), step.source
+            )
             return LoadJob(
-                table=step.table, source=str(source), format=step.format, output=str(output)
+                table=step.table, source=str(copy), format=step.format, output=str(output)
             )
 
         return await self._run_job(step, job)
 
     @activity.defn(name="run_compaction_job")
     async def run_compaction_job(self, step: CompactStep) -> StagedOutput:
-        def job(output: Path) -> SparkJob:
+        def job(output: Path, attempt_token: str) -> SparkJob:
             return CompactJob(
                 table=step.table,
                 inputs=step.plan.inputs,
@@ -247,8 +217,11 @@ class SparkActivities:
         return await self._run_job(step, job)
 
     async def _run_job(
-        self, step: SparkJobStep, make_job: Callable[[Path], SparkJob]
+        self, step: SparkJobStep, make_job: Callable[[Path, str], SparkJob]
     ) -> StagedOutput:
+        """Run the step's job (or find the run of it still going here), as a new attempt that
+        fences out the earlier ones; `make_job` gets the attempt's output folder and token,
+        and may do blocking work (off the event loop)."""
         submitted = JobProgress(job_key=step.job_key, phase=JobPhase.SUBMITTED)
         activity.heartbeat(submitted.model_dump(mode="json"))  # seen at once in the UI
         folder = self._folder(step.table)
@@ -276,9 +249,15 @@ class SparkActivities:
             for earlier in await self.ledger.attempt_tokens(step.job_key):
                 if earlier != token:
                     await asyncio.to_thread(staging.discard_attempt, folder, earlier)
-            handle = await backend.submit(
-                step.job_key, make_job(staging.staging_folder(folder, token)), token
-            )
+            try:
+                job = await self._heartbeating(
+                    asyncio.to_thread(make_job, staging.staging_folder(folder, token), token),
+                    submitted,
+                )
+            except ProcbusError as error:
+                await self._abandon(step, folder, token, JobState.FAILED, str(error))
+                raise
+            handle = await backend.submit(step.job_key, job, token)
         return await self._finish(backend, handle, step, folder)
 
     async def _heartbeating(self, starting: Awaitable[T], progress: JobProgress) -> T:
@@ -308,6 +287,7 @@ class SparkActivities:
         except ProcbusError as error:
             await self._abandon(step, folder, token, JobState.FAILED, str(error))
             raise
+        await asyncio.to_thread(staging.remove_input, folder, token)  # read: no longer needed
         files = await asyncio.to_thread(staging.collect_output, folder, token)
         try:
             await self.ledger.set_state(step.job_key, token, JobState.STAGED)

@@ -10,17 +10,20 @@ the error; the output is discarded by the caller.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, ProcbusError, SparkJobFailed
 from procbus.lakehouse.data import DataFile, InputFormat
 from procbus.lakehouse.models import TableDescriptor
 from procbus.spark.frames import partitioned_writer, read_files, schema_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
 
 
 def read_input(spark: SparkSession, source: str, input_format: InputFormat) -> DataFrame:
@@ -158,7 +161,39 @@ def load(
     output: Path,
 ) -> None:
     """Write the input, in the table's types and partitioned as the table is, as Parquet into
-    `output`. InvalidRequest naming the column if a value does not fit."""
+    `output`. InvalidRequest naming the column if a value does not fit; SparkJobFailed naming
+    Spark's error conditions, never its message, if Spark failed otherwise."""
+    # py4j and pyspark load only where a job runs: importing procbus.spark stays cheap.
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        _load(spark, table, source, input_format, output)
+    except ProcbusError:
+        raise
+    except (Py4JJavaError, PySparkException) as error:
+        # Spark's messages quote the input (a malformed record, a value, a header line).
+        causes = java_causes(error)
+        logger.warning(
+            "a load into %s failed in Spark: %s",
+            table.qualified_name,
+            " <- ".join(text for _, text in causes) or error,
+        )
+        conditions = [condition for condition, _ in causes] or [type(error).__name__]
+        raise SparkJobFailed(
+            f"Spark could not load the input into {table.qualified_name} as "
+            f"{input_format.value}: {' <- '.join(conditions)} (Spark's error conditions, each "
+            f"caused by the next; {NOT_QUOTED}; the worker's log has Spark's messages)"
+        ) from None
+
+
+def _load(
+    spark: SparkSession,
+    table: TableDescriptor,
+    source: str,
+    input_format: InputFormat,
+    output: Path,
+) -> None:
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
     from pyspark.sql import Observation
 
@@ -182,6 +217,23 @@ def load(
     counts = check.get
     if any(counts.values()):
         raise misfit_error(table, counts)
+
+
+def java_causes(error: BaseException) -> list[tuple[str, str]]:
+    """Per Java exception behind a Spark error, outermost first: its error condition (for an
+    exception of Spark's, else its class name: neither is input) and its own text."""
+    from py4j.protocol import Py4JError
+
+    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    causes: list[tuple[str, str]] = []
+    while throwable is not None and len(causes) < 10:
+        try:
+            condition = throwable.getCondition()
+        except Py4JError:  # no SparkThrowable
+            condition = None
+        causes.append((condition or throwable.getClass().getName(), throwable.toString()))
+        throwable = throwable.getCause()
+    return causes
 
 
 def write(table: TableDescriptor, frame: DataFrame, output: Path) -> None:

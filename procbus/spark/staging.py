@@ -1,6 +1,7 @@
 """Where a job attempt's output lives before and after its commit, under the table's folder:
 
     <table>/_staging/<attempt token>/<copy of col=value>/part-....parquet  written by the job
+    <table>/_staging/<attempt token>.input/<the source's name>            what a load reads
     <table>/data/<col=value>/<attempt token>-part-....parquet              moved there to commit
 
 Every attempt writes to its own staging folder (Spark's committer keeps `_temporary` inside the
@@ -38,6 +39,16 @@ def checked_token(attempt_token: str) -> str:
 
 def staging_folder(table_folder: Path, attempt_token: str) -> Path:
     return table_folder / STAGING_FOLDER / attempt_token
+
+
+def input_folder(table_folder: Path, attempt_token: str) -> Path:
+    """Where a load attempt's copy of its input lies, beside its output (Spark's writer wants
+    the output folder new)."""
+    return table_folder / STAGING_FOLDER / f"{checked_token(attempt_token)}.input"
+
+
+def remove_input(table_folder: Path, attempt_token: str) -> None:
+    shutil.rmtree(input_folder(table_folder, attempt_token), ignore_errors=True)
 
 
 def collect_output(table_folder: Path, attempt_token: str) -> list[DataFile]:
@@ -90,6 +101,7 @@ def remove_staging(table_folder: Path, attempt_token: str) -> None:
     spec_file(str(staged)).unlink(missing_ok=True)
     shutil.rmtree(staged, ignore_errors=True)
     outcome_file(str(staged)).unlink(missing_ok=True)  # a cluster driver's
+    remove_input(table_folder, attempt_token)
     remove_if_empty(table_folder / STAGING_FOLDER)  # other attempts' folders may remain
 
 

@@ -9,7 +9,7 @@ import csv
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from procbus.lakehouse.schemas import parse_columns
 from procbus.lakehouse.warehouse import OutsideTableFolder
 from procbus.procedures import ProcedureState
 from procbus.spark import frames
+from procbus.spark.backends import LocalBackend, SparkBackend
 from procbus.spark.ledger import Attempt, JobLedger, JobState
 from procbus.worker import build_worker
 from procbus.workflows.data import CompactTable, LoadTable
@@ -293,6 +294,12 @@ async def test_bad_input_names_the_column_and_commits_nothing(
     secret = "c2VjcmV0LWtleS1tYXRlcmlhbA"
     key_file = tmp_path / "key.csv"
     key_file.write_text(f"{secret}\n")
+    # Records Spark's own parser refuses: its messages quote them (an open quote; the footer
+    # bytes of a file that is no Parquet).
+    malformed = tmp_path / "malformed.csv"
+    malformed.write_text(f'id,region,amount\n1,eu,2.0\n"{secret},eu,3\n')
+    no_parquet = tmp_path / "key.parquet"
+    no_parquet.write_text(secret)
     async with spark_worker(client, pool, task_queue, warehouse):
         for source, input_format, says in [
             (
@@ -314,6 +321,18 @@ async def test_bad_input_names_the_column_and_commits_nothing(
                 "lacks: number 1 of its 1 (the input's own text is not quoted",
             ),
             (tmp_path / "absent.csv", InputFormat.CSV, "does not exist"),
+            (
+                malformed,
+                InputFormat.CSV,
+                "Spark could not load the input into sales.orders as csv: "
+                "FAILED_READ_FILE.NO_HINT <- MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION <- "
+                "MALFORMED_CSV_RECORD (Spark's error conditions",
+            ),
+            (
+                no_parquet,
+                InputFormat.PARQUET,
+                "as parquet: FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER <- java.lang.RuntimeException",
+            ),
         ]:
             procedure_id = new_id("load")
             with pytest.raises(WorkflowFailureError):
@@ -326,7 +345,7 @@ async def test_bad_input_names_the_column_and_commits_nothing(
             status = await status_of(client, procedure_id)
             assert status.state is ProcedureState.ROLLED_BACK
             assert says in (status.error or ""), status.error
-            for quoted in ("abc", "seven", secret):  # what the files hold
+            for quoted in ("abc", "seven", secret, secret[:4]):  # what the files hold
                 assert quoted not in (status.error or ""), status.error
     assert (await Catalog(pool).table_files("sales", "orders")).snapshot_id is None
     assert table_files_on_disk(table) == ["_procbus_table.json"]
@@ -382,6 +401,66 @@ async def test_a_load_reads_only_under_the_load_roots(
     assert rows_of(read_snapshot(current)) == expected_rows(0, 6)
     snapshots = await Catalog(pool).list_snapshots("sales", "orders")
     assert [s.snapshot_id for s in snapshots] == [loaded.snapshot_id]
+
+
+class SwappingAtSubmit:
+    """The real local backend, with `swap` run as a job is handed to Spark: after every check
+    of the job's input, before Spark opens it."""
+
+    def __init__(self, backend: SparkBackend, swap: Callable[[], None]) -> None:
+        self.backend, self.swap = backend, swap
+
+    async def submit(self, job_key: str, job: Any, attempt_token: str | None = None) -> Any:
+        self.swap()
+        return await self.backend.submit(job_key, job, attempt_token)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
+async def test_a_link_swapped_in_after_the_checks_is_never_read(
+    spark: Any, client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path, tmp_path: Path
+) -> None:
+    """A file, or a folder, swapped for a link to a file outside the load roots once the
+    worker has checked the source: the load reads what was checked (its copy), never the
+    link's target."""
+    table = await make_table(pool, warehouse)
+    incoming = warehouse / "incoming"
+    incoming.mkdir(exist_ok=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write_csv(outside / "secret.csv", 900, 2)  # rows the table must never get
+    write_csv(incoming / "rows.csv", 0, 3)
+    (incoming / "batch").mkdir()
+    write_csv(incoming / "batch" / "part-1.csv", 3, 3)
+    swaps = {
+        "rows.csv": lambda: swap_for_link(incoming / "rows.csv", outside / "secret.csv"),
+        "batch": lambda: swap_for_link(incoming / "batch", outside),
+    }
+    now: list[str] = []
+    backend = SwappingAtSubmit(LocalBackend(spark), lambda: swaps[now[-1]]())
+    async with build_worker(
+        client,
+        pool,
+        task_queue,
+        warehouse_root=warehouse,
+        auth=TEST_AUTH,
+        spark_backend=backend,
+        workflows=[LoadTable],
+    ):
+        for name in swaps:
+            now.append(name)
+            await load(client, task_queue, incoming / name)
+    current = await Catalog(pool).table_files("sales", "orders")
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 6)
+    assert (incoming / "rows.csv").is_symlink() and (incoming / "batch").is_symlink()
+    assert not (Path(table.location) / "_staging").exists()  # the copies went too
+
+
+def swap_for_link(path: Path, target: Path) -> None:
+    """`path` moved aside and a link to `target` put in its place."""
+    path.rename(path.with_name(f"{path.name}.checked"))
+    path.symlink_to(target, target_is_directory=target.is_dir())
 
 
 async def wait_for_running_job(client: Client, procedure_id: str) -> dict[str, Any]:
