@@ -44,6 +44,10 @@ def made_before(existing: TableDescriptor | NamespaceDescriptor, procedure_id: s
     )
 
 
+# The events of a deletion: recorded only while nothing of that name exists again.
+DELETION_EVENTS = frozenset({"TableDeleted", "NamespaceDeleted"})
+
+
 class TableActivities:
     def __init__(
         self,
@@ -222,7 +226,7 @@ class TableActivities:
 
     @activity.defn(name="record_event")
     async def record_event(self, step: EventStep) -> None:
-        await self.catalog.record_event(
+        recorded = await self.catalog.record_event(
             step.procedure_id,
             step.procedure_run,
             step.event_type,
@@ -230,7 +234,18 @@ class TableActivities:
             step.table,
             step.payload,
             step.fence,
+            unless_made_again=step.event_type in DELETION_EVENTS,
         )
+        if not recorded:
+            # Its locks were lost past the pivot and a table (or namespace) of that name was
+            # made meanwhile: its Created event, recorded after this deletion, is the one
+            # receivers must see last; a Deleted event now would delete the new one for them.
+            activity.logger.warning(
+                "%s of %s not recorded: one of that name was made again since %s deleted it",
+                step.event_type,
+                step.namespace if step.table is None else f"{step.namespace}.{step.table}",
+                step.procedure_id,
+            )
 
     @activity.defn(name="remove_event")
     async def remove_event(self, step: EventStep) -> None:

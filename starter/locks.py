@@ -106,16 +106,21 @@ async def _release(holder: str, reason: str, force: bool, released_by: str) -> L
 
     async with _lock_table() as locks:
         executions = await locks.executions_of(holder)
-        if executions and not force:
+        running = False
+        if executions:
             client, _ = await connect()
-            if await workflow_closed(client, holder) is None:
+            running = await workflow_closed(client, holder) is None
+            if running and not force:
                 return (
                     f"{holder} is a running procedure: its locks are in use. End it first "
                     f"(procbus proc abort {holder}, or temporal workflow terminate -w {holder}), "
                     "or pass --force to release them under it (its later writes are refused by "
-                    "their fencing tokens)"
+                    "their fencing tokens: it rolls back, or past its pivot takes them again "
+                    "behind whoever holds them then)"
                 )
-        execution = executions[0] if len(executions) == 1 else None
+        # A running procedure may take them again (it must, past its pivot): its execution is
+        # not barred from the lock table, as an ended one's late requests are.
+        execution = executions[0] if len(executions) == 1 and not running else None
         return await locks.release_for(holder, execution, released_by, reason)
 
 

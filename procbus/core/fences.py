@@ -8,7 +8,9 @@ modes' lattice, the lock paths and the lock table are procbus.locks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -40,3 +42,20 @@ class Fence(BaseModel):
     token: int
     path: list[LockGrant] = Field(default_factory=list, description="the locks on the ancestors")
     mode: LockMode = LockMode.X
+
+
+_FENCE_FIELDS = frozenset(Fence.model_fields)
+
+
+def refenced(value: Any, new_fence: Callable[[Fence], Fence | None]) -> Any:
+    """`value` (as JSON: a step's or an undo's argument) with every fence in it replaced by
+    `new_fence` of it (kept where that gives None): after the locks were taken again, the
+    same writes carry the new grants' tokens. A fence is an object with exactly Fence's keys."""
+    if isinstance(value, dict):
+        if value.keys() == _FENCE_FIELDS:
+            new = new_fence(Fence.model_validate(value))
+            return value if new is None else new.model_dump(mode="json")
+        return {key: refenced(item, new_fence) for key, item in value.items()}
+    if isinstance(value, list):
+        return [refenced(item, new_fence) for item in value]
+    return value

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.core.fences import Fence, LockGrant, LockMode
     from procbus.core.ids import lease_keeper_id
     from procbus.core.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS
-    from procbus.errors import ErrorType, LockTimeout
+    from procbus.errors import ErrorType, LockLost, LockTimeout
     from procbus.locks.models import (
         HoldRequest,
         HoldResult,
@@ -53,6 +53,10 @@ LOCK_POLL_MAX_WAIT = timedelta(seconds=5)
 LOCK_CALL_TIMEOUT = timedelta(seconds=30)
 # workflow.patched ID: a child's inherited locks are checked against the lock table first.
 CHECKS_INHERITED_LOCKS = "procbus-checks-inherited-locks"
+# workflow.patched ID: locks lost where the procedure cannot give up (past its pivot, or rolling
+# back) are taken again with new tokens, and the writes after carry those; locks released by
+# another (an operator's forced release) count as lost.
+TAKES_LOST_LOCKS_AGAIN = "procbus-takes-lost-locks-again"
 
 
 class ProcedureLocks:
@@ -73,6 +77,8 @@ class ProcedureLocks:
         self._in_lock_table = False  # queued or granted: must be released at the end
         self._changed = False
         self._keeper: asyncio.Task[None] | None = None
+        # The keeper found the leases lost (another holder may have the locks by now).
+        self.lost = False
 
     @property
     def _status(self) -> ProcedureStatus:
@@ -125,9 +131,9 @@ class ProcedureLocks:
         """A release granted this procedure something: ask again at once."""
         self._changed = True
 
-    async def take(self, timeout_seconds: float) -> None:
+    async def take(self, timeout_seconds: float | None) -> None:
         """Queue for the locks and wait (WAITING) until all are granted; LockTimeout when
-        they are not granted in time."""
+        they are not granted in time (None: wait for as long as it takes)."""
         lock_request = self.request
         if lock_request is None:
             return
@@ -136,7 +142,9 @@ class ProcedureLocks:
             self._keep(lock_request)
             return
         queued_at = workflow.now()
-        give_up_at = queued_at + timedelta(seconds=timeout_seconds)
+        give_up_at = (
+            None if timeout_seconds is None else queued_at + timedelta(seconds=timeout_seconds)
+        )
         waited = False
         poll = LOCK_POLL_FIRST_WAIT
         max_poll = min(LOCK_POLL_MAX_WAIT, timedelta(seconds=lock_request.lease_seconds / 3))
@@ -156,7 +164,7 @@ class ProcedureLocks:
             waited = True
             if self._status.state is not ProcedureState.WAITING:
                 self._set_state(ProcedureState.WAITING)
-            left = give_up_at - workflow.now()
+            left = poll if give_up_at is None else give_up_at - workflow.now()
             if left <= timedelta(0):
                 raise LockTimeout(
                     f"waited {timeout_seconds:g} s for " + "; ".join(self._status.waiting_for)
@@ -180,6 +188,23 @@ class ProcedureLocks:
         if self._status.state is ProcedureState.WAITING:
             self._set_state(ProcedureState.RUNNING)
         self._keep(lock_request)
+
+    async def take_again(self) -> timedelta:
+        """After the locks were lost (their leases ran out, or an operator released them), when
+        the procedure cannot roll back (past its pivot) or is rolling back: queue for the same
+        locks again, behind whoever holds them now, and hold them with new tokens; however long
+        that takes. The time waited; the state it had before is kept."""
+        state = self._status.state
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
+        self.lost = False
+        self._status.locks = []
+        begun = workflow.now()
+        await self.take(None)
+        if self._status.state is not state:
+            self._set_state(state)
+        return workflow.now() - begun
 
     @staticmethod
     def _record_wait(wait: timedelta, waited: bool) -> None:
@@ -223,11 +248,21 @@ class ProcedureLocks:
                     summary="keep the locks' leases renewed",
                 )
                 if held.leased_until is None:
-                    return  # released
+                    # Released, and not by this procedure, which stops its keeper first.
+                    if workflow.patched(TAKES_LOST_LOCKS_AGAIN):
+                        self.lost = True
+                        self._on_lost(
+                            LockLost(
+                                f"{lock_request.holder}'s locks were released by another holder "
+                                "(an operator's forced release)"
+                            )
+                        )
+                    return
                 self._carry.leased_until = held.leased_until
         except ActivityError as error:
             if isinstance(error.cause, CancelledError):
                 return
+            self.lost = True
             self._on_lost(error)
 
     async def release(self) -> None:

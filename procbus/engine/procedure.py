@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.auth.tokens import TOKEN_HEADER, input_digest
     from procbus.bus.models import BusMessage, Operation
     from procbus.core.authentication import Authentication, AuthRequest
-    from procbus.core.fences import Fence, LockMode
+    from procbus.core.fences import Fence, LockMode, refenced
     from procbus.core.ids import StepActivityId, check_step_name
     from procbus.core.metrics import PROCEDURE_STATES
     from procbus.core.outcomes import BroadcastResult
@@ -82,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
 from procbus.engine.broadcast import Broadcaster, BroadcastFailed, Phase, broadcast_failure
 from procbus.engine.children import ChildProcedures
 from procbus.engine.local import run_local_activity
-from procbus.engine.locks import ProcedureLocks
+from procbus.engine.locks import TAKES_LOST_LOCKS_AGAIN, ProcedureLocks
 from procbus.engine.tracing import record_span
 
 InputT = TypeVar("InputT", bound=ProcedureInput)
@@ -103,6 +103,8 @@ DEADLINE_COUNTS_FROM_START = "procbus-deadline-counts-from-start"
 # workflow.patched ID: what a procedure makes is keyed by its first run ID too, not its workflow
 # ID alone, which a start may reuse once the run closed (docs/security.md).
 OWN_WORK_BY_RUN = "procbus-own-work-by-run"
+# The errors of a write whose locks are no longer the procedure's own.
+LOST_LOCK_ERRORS = (ErrorType.STALE_FENCING_TOKEN.value, ErrorType.LOCK_LOST.value)
 # The most each timing input may ask for, in seconds: past these a value is a mistake or an
 # attack (a lease of 95 years keeps a terminated holder's locks; 1e300 s overflows timedelta and
 # fails the workflow task forever). A procedure that needs longer continues as new, or is split.
@@ -116,6 +118,12 @@ TIMING_INPUT_MAXIMA = {
 AUTHENTICATE_ACTIVITY = "authenticate"
 # The undo of a broadcast step is a broadcast too: these stand for it on the undo stack.
 UNDO_BY_BROADCAST = {f"bus:{phase.value}": phase for phase in (Phase.APPLY, Phase.ABORT)}
+
+
+def lost_its_locks(error: BaseException) -> bool:
+    """Whether a step's activity failed because its locks were lost meanwhile."""
+    cause = error.cause if isinstance(error, ActivityError) else None
+    return isinstance(cause, ApplicationError) and cause.type in LOST_LOCK_ERRORS
 
 
 def activity_name(action: Callable[..., Any] | str) -> str:
@@ -583,11 +591,14 @@ class Procedure(Generic[InputT, ResultT]):
             ),
         )
         attempt = self.status.roll_forward_failures + 1  # counted on across continue-as-new
+        sent = arg
         while True:
+            if past_pivot:
+                sent = await self._fenced_now(name, sent)
             try:
                 result = await workflow.execute_activity(
                     activity_name(action),
-                    arg,
+                    sent,
                     activity_id=str(StepActivityId(step=name, attempt=attempt)),
                     result_type=result_type,
                     start_to_close_timeout=step_timeout or self._step_timeout,
@@ -602,6 +613,8 @@ class Procedure(Generic[InputT, ResultT]):
                 record_span("procbus.step", error, step=name, outcome="failed", attempt=attempt)
                 if not past_pivot or isinstance(error.cause, CancelledError):
                     raise
+                if lost_its_locks(error):
+                    self._lock_keeper.lost = True  # taken again before the next attempt
                 await self._before_rolling_forward_again(name, error)
                 attempt = self.status.roll_forward_failures + 1
         self._rolled_forward()
@@ -656,6 +669,23 @@ class Procedure(Generic[InputT, ResultT]):
                 summary=f"before trying {name} again",
             )
         self._continue_as_new_if_due()
+
+    async def _fenced_now(self, step: str, arg: Any) -> Any:
+        """`arg` as the step must send it now: where the locks were lost, they are taken
+        again first (however long that waits); once they were, every fence in it carries the
+        new tokens. Runs begun before procbus did this keep their old fences."""
+        if self._lock_keeper.lost and workflow.patched(TAKES_LOST_LOCKS_AGAIN):
+            waited = await self._lock_keeper.take_again()
+            self.status.locks_taken_again.append(
+                f"before {step}: its locks were lost (leases run out, or released by an "
+                f"operator); taken again with new tokens after waiting "
+                f"{waited.total_seconds():.1f} s"
+            )
+            self._show_details()
+        if not self.status.locks_taken_again:
+            return arg
+        keeper = self._lock_keeper
+        return refenced(to_jsonable_python(arg), lambda old: keeper.fence(old.resource, old.mode))
 
     def _rolled_forward(self) -> None:
         self.status.roll_forward_failures = 0
@@ -836,6 +866,7 @@ class Procedure(Generic[InputT, ResultT]):
 
     async def _compensate(self, compensation: Compensation) -> None:
         attempt = 1
+        taken_again = False  # for this attempt's failure: once, then STUCK as any other
         while True:
             activity_id = StepActivityId(
                 step=compensation.step,
@@ -844,10 +875,21 @@ class Procedure(Generic[InputT, ResultT]):
                 child=compensation.procedure_id,
             )
             label = activity_id.label
+            if compensation.procedure_id is None:  # a child's undo holds the child's fences
+                compensation.arg = await self._fenced_now(f"undo {label}", compensation.arg)
             try:
                 await self._run_compensation(compensation, activity_id)
             except (ActivityError, BroadcastFailed) as error:
                 record_span("procbus.undo", error, step=label, outcome="failed", attempt=attempt)
+                if (
+                    lost_its_locks(error)
+                    and not taken_again
+                    and workflow.patched(TAKES_LOST_LOCKS_AGAIN)
+                ):
+                    # An undo cannot wait for an operator over locks it can take again.
+                    self._lock_keeper.lost = taken_again = True
+                    attempt += 1
+                    continue
                 # Never drop an undo: park until an operator says retry or skip.
                 self.status.stuck_step = label
                 self.status.stuck_error = failure_text(error)

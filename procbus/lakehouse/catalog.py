@@ -463,10 +463,24 @@ class Catalog:
         table: str | None,
         payload: dict[str, Any],
         fence: Fence | None = None,
-    ) -> None:
+        *,
+        unless_made_again: bool = False,
+    ) -> bool:
         """Record an event once per procedure and type; with an events topic, publish it there in
-        the same transaction (a retried step publishes nothing more)."""
+        the same transaction (a retried step publishes nothing more). `unless_made_again` (a
+        deletion's event): not when the table, or the namespace, exists again under the fence;
+        False then, else True."""
         async with self._writing(fence) as connection:
+            if unless_made_again:
+                found = (
+                    await connection.fetchrow(self.queries["get_namespace"], namespace)
+                    if table is None
+                    else await connection.fetchrow(
+                        self.queries["get_table"], namespace, table, self.iceberg.catalog_name
+                    )
+                )
+                if found is not None:
+                    return False
             recorded = await connection.fetchval(
                 self.queries["insert_event"],
                 procedure_id,
@@ -478,6 +492,7 @@ class Catalog:
             )
             if recorded is not None:
                 await self._publish(connection, event_type, procedure_id, namespace, table, payload)
+        return True
 
     async def remove_event(
         self, procedure_id: str, procedure_run: str, event_type: str, fence: Fence | None = None

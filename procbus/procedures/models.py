@@ -137,6 +137,11 @@ class ProcedureStatus(BaseModel):
     )
     locks: list[LockGrant] = Field(default_factory=list, description="locks held, with tokens")
     refused: list[str] = Field(default_factory=list)
+    locks_taken_again: list[str] = Field(
+        default_factory=list,
+        description="each time it lost its locks where it could not give up (past its pivot, or "
+        "rolling back) and took them again, with new tokens",
+    )
     children: list[str] = Field(default_factory=list)
     broadcasts: dict[str, BroadcastResult] = Field(
         default_factory=dict, description="each broadcast step's outcome at every worker"

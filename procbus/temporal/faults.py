@@ -72,7 +72,8 @@ class _FaultActivityInbound(ActivityInboundInterceptor):
         info = activity.info()
         faults = self.owner.matching(info.workflow_type, info.activity_id)
         where = f"{info.workflow_type}.{info.activity_id}"
-        first = info.attempt == 1 and _first_send(info.activity_id)
+        # Asked only of a step's ID (a lease keeper's is none): matching found none else.
+        first = bool(faults) and info.attempt == 1 and _first_send(info.activity_id)
         for fault in faults:
             if fault.kind is FaultKind.DELAY or (fault.kind is FaultKind.DELAY_FIRST and first):
                 await asyncio.sleep(fault.seconds)

@@ -76,4 +76,14 @@ class LedgerActivities:
 
     @activity.defn(name="ledger_erase")
     async def erase(self, entry: Entry) -> None:
-        await self.pool.execute('DELETE FROM "test_ledger" WHERE "key" = $1', entry.key)
+        """Fenced as the write was, as procbus's own undos are: an entry still there is
+        removed only under the locks it was written under (nothing to remove needs none)."""
+        async with self.pool.acquire() as connection, connection.transaction():
+            found = await connection.fetchval(
+                'SELECT 1 FROM "test_ledger" WHERE "key" = $1 FOR UPDATE', entry.key
+            )
+            if found is None:
+                return
+            if entry.fence is not None:
+                await check_fence(connection, entry.fence)
+            await connection.execute('DELETE FROM "test_ledger" WHERE "key" = $1', entry.key)

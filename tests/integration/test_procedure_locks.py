@@ -509,6 +509,75 @@ async def test_a_terminated_holders_locks_go_to_the_next_procedure_before_their_
     assert await locks.list_locks() == []
 
 
+async def test_the_lease_keeper_runs_unhindered_on_a_worker_with_fault_rules(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable
+) -> None:
+    """Before: with any PROCBUS_FAULTS rule, the fault interceptor read the lease keeper's
+    activity ID as a step's and failed its first attempt with a ValueError (its retry went
+    through): each part of the keeper began late, a lease short enough ran out."""
+    procedure_id = new_id()
+    async with locking_worker("Ledger.write_other:delay=1"):
+        handle = await client.start_workflow(
+            Ledger.run,
+            ledger_input("slow", locks=["sales/orders:X"], seconds=6, lock_lease_seconds=1.5),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for(client, procedure_id, lambda s: s.step_running == "write_slow")
+        await asyncio.sleep(2)  # the keeper starts after a third of the lease
+        described = await handle.describe()
+        held = await locks.list_locks(procedure_id)
+        await handle.result()
+    (keeper,) = [
+        pending
+        for pending in described.raw_description.pending_activities
+        if pending.activity_type.name == "hold_locks"
+    ]
+    assert (keeper.attempt, keeper.last_failure.message) == (1, ""), keeper
+    assert [(entry.resource, entry.expired) for entry in held] == [
+        ("sales", False),
+        ("sales/orders", False),
+    ]
+
+
+async def test_an_undo_whose_locks_were_lost_takes_them_again_and_rolls_back(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    """The locks taken from a running procedure (an operator's forced release, or leases run
+    out) and held by another meanwhile: it rolls back, and its undo, which writes under the
+    locks, takes them again behind that holder. Before: the undo's stale fencing token made
+    it STUCK."""
+    procedure_id = new_id()
+    request = LedgerInput(
+        entries=[
+            Entry(key="a", entry="entry a"),
+            Entry(key="b", entry="entry b", seconds=30),
+        ],
+        locks=["sales/orders:X"],
+        fenced_resource="sales/orders",
+        lock_lease_seconds=3,
+    )
+    async with locking_worker():
+        handle = await client.start_workflow(
+            Ledger.run, request, id=procedure_id, task_queue=task_queue
+        )
+        await wait_for(client, procedure_id, lambda s: s.step_running == "write_b")
+        await locks.release_for(procedure_id, None, "ops", "taken from it")
+        async with locks.holding("intruder", [("sales/orders", "X")]):
+            await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.WAITING)
+        with pytest.raises(WorkflowFailureError):
+            async with asyncio.timeout(60):
+                await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.ROLLED_BACK, status
+    assert status.rollback_reason == "its locks were lost"
+    assert status.compensations_done == ["write_b", "write_a"]
+    (taken,) = status.locks_taken_again  # before the first undo (b's: b never wrote)
+    assert taken.startswith("before undo write_b: its locks were lost"), taken
+    assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == 0
+    assert await locks.list_locks() == []
+
+
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 
 

@@ -26,12 +26,14 @@ from procbus.lakehouse.models import (
     NamespaceDescriptor,
     TableStep,
 )
+from procbus.locks import LockTable
 from procbus.procedures import ProcedureState, ProcedureStatus
 from procbus.procedures.client import abort_procedure, list_procedures
 from procbus.stack.temporal_server import temporal_binary
 from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
 from procbus.workflows.tables import CreateTable, DeleteTable
 from tests.integration.tables_state import snapshot
+from tests.integration.test_procedure_engine import wait_for
 from tests.services import run_command
 
 
@@ -213,6 +215,61 @@ async def test_delete_table_rolls_back_before_the_pivot_and_forward_after(
     else:
         assert status.state is ProcedureState.ROLLED_BACK
         assert after == before
+
+
+@pytest.mark.parametrize("meanwhile", ["another-holder", "table-made-again"])
+async def test_a_delete_that_lost_its_locks_past_the_pivot_takes_them_again_and_finishes(
+    client: Client,
+    start_worker: Any,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    warehouse: Path,
+    meanwhile: str,
+) -> None:
+    """Past its pivot a DeleteTable's locks are taken from it (an operator's forced release;
+    under the nemesis, leases that ran out); another holder takes the table's lock meanwhile.
+    Before: its record_event failed on its stale fencing token until STUCK, and TableDeleted
+    was never recorded. Now it queues for the locks again, behind that holder, and finishes
+    with the new tokens; a table made again meanwhile gets no TableDeleted after its
+    TableCreated."""
+    locks, cache = LockTable(pool), DescriptorCache()
+    async with start_worker(faults="DeleteTable.record_event:delay_first=6", cache=cache):
+        await create_namespace(client, task_queue)
+        await client.execute_workflow(
+            CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+        )
+        procedure_id = new_id("delete")
+        handle = await client.start_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table="sales.orders", lock_lease_seconds=3),
+            id=procedure_id,
+            task_queue=task_queue,
+        )
+        await wait_for(client, procedure_id, lambda s: s.step_running == "record_event")
+        released = await locks.release_for(procedure_id, None, "ops", "taken from it")
+        assert "sales/orders" in released.resources
+        if meanwhile == "table-made-again":
+            await client.execute_workflow(
+                CreateTable.run, ORDERS, id=new_id("c"), task_queue=task_queue
+            )
+        else:
+            # Held past the step's first try: the DeleteTable waits behind it.
+            async with locks.holding("intruder", [("sales/orders", "X")]):
+                await asyncio.sleep(9)
+        async with asyncio.timeout(90):
+            await handle.result()
+        status = await status_of(client, procedure_id)
+    assert status.state is ProcedureState.SUCCEEDED, status
+    (taken,) = status.locks_taken_again
+    assert taken.startswith("before record_event: its locks were lost"), taken
+    after = await snapshot(pool, warehouse, cache)
+    if meanwhile == "table-made-again":
+        assert after.tables == ("sales.orders",)
+        assert after.events[-1] == ("TableCreated", "orders"), after.events
+    else:
+        assert after.tables == ()
+        assert after.events[-1] == ("TableDeleted", "orders"), after.events
+    assert await locks.list_locks() == []
 
 
 async def test_a_late_delete_data_leaves_the_folder_of_the_table_made_again(
