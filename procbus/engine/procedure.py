@@ -881,15 +881,13 @@ class Procedure(Generic[InputT, ResultT]):
                 await self._run_compensation(compensation, activity_id)
             except (ActivityError, BroadcastFailed) as error:
                 record_span("procbus.undo", error, step=label, outcome="failed", attempt=attempt)
-                if (
-                    lost_its_locks(error)
-                    and not taken_again
-                    and workflow.patched(TAKES_LOST_LOCKS_AGAIN)
-                ):
-                    # An undo cannot wait for an operator over locks it can take again.
-                    self._lock_keeper.lost = taken_again = True
-                    attempt += 1
-                    continue
+                if lost_its_locks(error):
+                    self._lock_keeper.lost = True  # taken again before the next attempt
+                    if not taken_again and workflow.patched(TAKES_LOST_LOCKS_AGAIN):
+                        # An undo waits for no operator over locks it can take again.
+                        taken_again = True
+                        attempt += 1
+                        continue
                 # Never drop an undo: park until an operator says retry or skip.
                 self.status.stuck_step = label
                 self.status.stuck_error = failure_text(error)

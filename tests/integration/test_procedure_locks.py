@@ -39,6 +39,7 @@ from tests.integration.ledger_procedures import (
     Ledger,
     LedgerActivities,
     LedgerInput,
+    RollForwardLedger,
     ShortHistoryLedger,
 )
 from tests.integration.test_procedure_engine import new_id, status_of, wait_for
@@ -65,7 +66,7 @@ def locking_worker(client: Client, ledger: asyncpg.Pool, task_queue: str) -> Any
             client,
             task_queue=task_queue,
             workflow_runner=workflow_runner(),
-            workflows=[Ledger, ShortHistoryLedger],
+            workflows=[Ledger, ShortHistoryLedger, RollForwardLedger],
             activities=[
                 activities.write,
                 activities.erase,
@@ -575,6 +576,42 @@ async def test_an_undo_whose_locks_were_lost_takes_them_again_and_rolls_back(
     (taken,) = status.locks_taken_again  # before the first undo (b's: b never wrote)
     assert taken.startswith("before undo write_b: its locks were lost"), taken
     assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == 0
+    assert await locks.list_locks() == []
+
+
+async def test_a_stuck_procedure_retried_after_its_locks_were_taken_takes_them_again(
+    client: Client, locking_worker: Any, task_queue: str, locks: LockTable, ledger: asyncpg.Pool
+) -> None:
+    """STUCK past its pivot (a step that kept failing), its locks taken from it meanwhile and
+    held by another: `proc retry` takes them again behind that holder, then the step writes
+    with the new tokens. Before: the retried step failed on its stale token, STUCK again."""
+    procedure_id = new_id()
+    request = LedgerInput(
+        entries=[
+            Entry(key="a", entry="entry a", pivot=True),
+            Entry(key="b", entry="entry b"),
+        ],
+        locks=["sales/orders:X"],
+        fenced_resource="sales/orders",
+        lock_lease_seconds=3,
+    )
+    async with locking_worker("RollForwardLedger.write_b:fail_before=4"):
+        handle = await client.start_workflow(
+            RollForwardLedger.run, request, id=procedure_id, task_queue=task_queue
+        )
+        await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.STUCK)
+        await locks.release_for(procedure_id, None, "ops", "taken from it")
+        async with locks.holding("intruder", [("sales/orders", "X")]):
+            await handle.execute_update("retry")
+            await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.WAITING)
+        async with asyncio.timeout(60):
+            result = await handle.result()
+        status = await status_of(client, procedure_id)
+    assert result.written == ["a", "b"]
+    assert status.state is ProcedureState.SUCCEEDED, status
+    (taken,) = status.locks_taken_again
+    assert taken.startswith("before write_b: its locks were lost"), taken
+    assert await ledger.fetchval('SELECT count(*) FROM "test_ledger"') == 2
     assert await locks.list_locks() == []
 
 
