@@ -122,6 +122,9 @@ HISTORY_TESTS := \
 	tests/integration/test_procedure_engine.py::test_the_deadline_counts_from_the_start_even_when_no_worker_took_it_yet \
 	tests/integration/test_procedure_locks.py::test_a_procedure_waits_behind_the_holder_and_says_whom_it_waits_for \
 	tests/integration/test_procedure_locks.py::test_the_lock_timeout_rolls_the_procedure_back_before_any_step \
+	tests/integration/test_procedure_locks.py::test_an_undo_whose_locks_were_lost_takes_them_again_and_rolls_back \
+	tests/integration/test_procedure_locks.py::test_a_stuck_procedure_retried_after_its_locks_were_taken_takes_them_again \
+	tests/integration/test_table_procedures.py::test_a_delete_that_lost_its_locks_past_the_pivot_takes_them_again_and_finishes \
 	tests/integration/test_bus.py::test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_the_catalog \
 	tests/integration/test_table_data.py::test_loads_and_a_compaction_keep_every_row_in_whole_snapshots
 
