@@ -115,6 +115,8 @@ def print_outcome(status: ProcedureStatus) -> None:
         console.print(f"rolled back because {status.rollback_reason}", highlight=False)
     for refusal in status.refused:
         console.print(refusal, style="dim", highlight=False)
+    for taken in status.locks_taken_again:
+        console.print(taken, style="dim", highlight=False)
     if status.state is ProcedureState.STUCK:
         console.print(
             f"STUCK: fix the cause, then `procbus proc retry {status.procedure_id}` or "
