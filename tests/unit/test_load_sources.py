@@ -78,7 +78,9 @@ def test_a_link_swapped_in_after_the_check_is_refused(
     path = root / swapped
     path.rename(path.with_name(f"{path.name}.checked"))
     path.symlink_to(outside / "secret.csv" if path.suffix else outside)
-    with pytest.raises(InvalidRequest, match="changed while it was checked|holds links that lead outside"):
+    with pytest.raises(
+        InvalidRequest, match="changed while it was checked|holds links that lead outside"
+    ):
         stage_input(resolved, [root], tmp_path / "copy.input", str(source))
     assert "999" not in "".join(tree(tmp_path / "copy.input").values())
 
