@@ -24,6 +24,7 @@ from procbus.bus.member import BusMember
 from procbus.capture import Captures
 from procbus.config import Settings
 from procbus.core.faults import parse_faults
+from procbus.core.names import table_resource
 from procbus.db import create_pool
 from procbus.db.queries import load_queries
 from procbus.delivery.factory import endpoint_check
@@ -87,6 +88,9 @@ DEMO_TRANSFERS_EACH = 25
 USER_PROCEDURES = "examples.user_procedures"
 # The locks scene: CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"
+# The locks scene's DeleteTable waits at its last step, past its pivot, for its locks to be
+# taken from it.
+LATE_EVENT_FAULT = "DeleteTable.record_event:delay_first=4"
 # The scenes `procbus demo --only` picks from, in the order they run (the stack check always
 # runs first); those in NEEDS_CREATE_TABLE run in the namespace (and on the table) that
 # create-table makes, so it runs too.
@@ -159,6 +163,9 @@ class DemoLocks(BaseModel):
     lock_table_while_waiting: list[str]
     delete_namespace_state: ProcedureState
     delete_namespace_error: str | None
+    lost_locks_delete_table_id: str
+    lost_locks_delete_table_state: ProcedureState
+    locks_taken_again: list[str]
 
 
 class DemoBadInput(BaseModel):
@@ -525,7 +532,7 @@ class Demo:
                 self.pool,
                 slow_queue,
                 warehouse_root=self.settings.warehouse_root,
-                faults=parse_faults(SLOW_FAULT),
+                faults=parse_faults(f"{SLOW_FAULT},{LATE_EVENT_FAULT}"),
                 auth=self.auth,
             ):
                 creating = await self.client.start_workflow(
@@ -561,14 +568,23 @@ class Demo:
                     await deleting.result()
                 created = await procedure_status(self.client, create_id)
                 deleted = await procedure_status(self.client, delete_id)
-        self.say(f"   {create_id}: {created.state.value}, then it released its locks")
-        self.say(
-            f"   {delete_id} ran only then: {deleted.state.value} ({deleted.error}); "
-            "without the lock it would have deleted the namespace while CreateTable was mid-way"
-        )
+                self.say(f"   {create_id}: {created.state.value}, then it released its locks")
+                self.say(
+                    f"   {delete_id} ran only then: {deleted.state.value} ({deleted.error}); "
+                    "without the lock it would have deleted the namespace while CreateTable was "
+                    "mid-way"
+                )
+                lost_id, lost = await self._locks_taken_past_the_pivot(
+                    f"{namespace}.events", slow_queue
+                )
         if created.state is not ProcedureState.SUCCEEDED or deleted.state.value == "SUCCEEDED":
             raise ProcbusError(f"demo: locks scene ended {created.state} / {deleted.state}")
+        if lost.state is not ProcedureState.SUCCEEDED or not lost.locks_taken_again:
+            raise ProcbusError(f"demo: the DeleteTable whose locks were taken ended {lost}")
         return DemoLocks(
+            lost_locks_delete_table_id=lost_id,
+            lost_locks_delete_table_state=lost.state,
+            locks_taken_again=lost.locks_taken_again,
             create_table_id=create_id,
             create_table_state=created.state,
             delete_namespace_id=delete_id,
@@ -577,6 +593,37 @@ class Demo:
             delete_namespace_state=deleted.state,
             delete_namespace_error=deleted.error,
         )
+
+    async def _locks_taken_past_the_pivot(
+        self, table: str, task_queue: str
+    ) -> tuple[str, ProcedureStatus]:
+        """A DeleteTable past its pivot whose locks an operator releases, and another holder
+        takes for a while: it queues for them again and finishes with new tokens."""
+        delete_id = f"demo-locks-delete-table-{self.run_id}"
+        locks = LockTable(self.pool)
+        deleting = await self.client.start_workflow(
+            DeleteTable.run,
+            DeleteTableInput(table=table, lock_lease_seconds=3),
+            id=delete_id,
+            task_queue=task_queue,
+            static_summary=f"procbus demo: DeleteTable {table}, its locks taken past its pivot",
+        )
+        await self._wait_until(delete_id, lambda status: status.step_running == "record_event")
+        released = await locks.release_for(
+            delete_id, None, "procbus demo", "the demo takes the locks of a running procedure"
+        )
+        self.say(
+            f"   {delete_id}: past its pivot; an operator releases its locks "
+            f"({', '.join(released.resources)}, `procbus lock release --force`), and a script "
+            "holds the table's for 6 s"
+        )
+        resource = table_resource(*table.split("."))
+        async with locks.holding(f"demo-script-{self.run_id}", [(resource, "X")]):
+            await asyncio.sleep(6)
+        await deleting.result()
+        status = await procedure_status(self.client, delete_id)
+        self.say(f"   {delete_id}: {status.state.value}; {'; '.join(status.locks_taken_again)}")
+        return delete_id, status
 
     async def bad_input(self) -> DemoBadInput:
         workflow_id = f"demo-bad-input-{self.run_id}"
