@@ -70,7 +70,9 @@ def start_members(
 
 
 async def wait_for_members(pool: asyncpg.Pool, *member_ids: str) -> None:
-    """Until exactly these are live: a member polls its queue once it is listed."""
+    """Until exactly these are live. A member is listed as it joins, before it rebuilds its
+    caches and polls its queue (it joins first, so no change decided meanwhile passes it by):
+    a test that needs its answer asks with `report_of`."""
     async with asyncio.timeout(60):
         while sorted(m.member_id for m in await Membership(pool).members()) != sorted(member_ids):
             await asyncio.sleep(0.2)
@@ -84,6 +86,19 @@ async def inspect(client: Client, task_queue: str) -> BroadcastResult:
         id=new_id("inspect"),
         task_queue=task_queue,
     )
+
+
+async def report_of(client: Client, task_queue: str, *member_ids: str) -> BroadcastResult:
+    """An inspect broadcast answered by exactly these members. One sent as a member starts may
+    find it listed but not yet serving, and, its start starving its heartbeat on a busy host,
+    drop it (as it must: a member whose heartbeat lapsed rebuilds before it serves): ask
+    again. Only a member that rebuilt its caches answers, so the report is what it read."""
+    async with asyncio.timeout(60):
+        while True:
+            report = await inspect(client, task_queue)
+            if sorted(m.member_id for m in report.members if m.report) == sorted(member_ids):
+                return report
+            await asyncio.sleep(0.2)
 
 
 async def create_orders(client: Client, task_queue: str, **options: Any) -> str:
@@ -178,7 +193,7 @@ async def test_a_member_killed_mid_broadcast_is_dropped_and_rebuilds_at_restart(
         status = await status_of(client, procedure_id)
         with start_members(w3=""):  # the same ID again: rebuilt from the catalog
             await wait_for_members(pool, "w1", "w2", "w3")
-            report = await inspect(client, task_queue)
+            report = await report_of(client, task_queue, "w1", "w2", "w3")
     assert status.state is ProcedureState.SUCCEEDED
     assert outcomes(status.broadcasts["refresh_cache"]) == {
         "w1": MemberOutcome.APPLIED,
@@ -230,7 +245,7 @@ async def test_creates_rolled_back_take_back_what_a_member_read_from_the_catalog
                 await asyncio.sleep(0.1)
         with start_members(w2=faults):  # rebuilds its caches from the catalog as it joins
             await wait_for_members(pool, "w1", "w2")
-            meanwhile = await inspect(client, task_queue)
+            meanwhile = await report_of(client, task_queue, "w1", "w2")
             for handle in handles:
                 with pytest.raises(WorkflowFailureError):
                     await handle.result()
@@ -322,13 +337,13 @@ async def test_grant_and_revoke_reach_every_member_and_a_late_starter_enforces_t
         refused_without_grant = await delete_orders_as(client, task_queue, "ana")
         with start_members(w3=""):  # started after the grant: reads it from the catalog
             await wait_for_members(pool, "w1", "w2", "w3")
-            after_grant = await inspect(client, task_queue)
+            after_grant = await report_of(client, task_queue, "w1", "w2", "w3")
         await wait_for_members(pool, "w1", "w2")
         revoked = await grant_or_revoke(client, task_queue, "revoke")
     # w4 alone serves the procedures now: whatever it enforces, it read from the catalog.
     with start_members(w4=""):
         await wait_for_members(pool, "w4")
-        after_revoke = await inspect(client, task_queue)
+        after_revoke = await report_of(client, task_queue, "w4")
         refused_after_revoke = await delete_orders_as(client, task_queue, "etl")
         await grant_or_revoke(client, task_queue, "grant")
         allowed = await delete_orders_as(client, task_queue, "etl")
@@ -474,7 +489,7 @@ async def test_a_member_whose_heartbeat_lapsed_rebuilds_its_caches_before_it_ser
         # At once: the first step that checks the ACL may reach w2 before its next heartbeat.
         refused = await delete_orders_as(client, task_queue, "etl")
         status = await status_of(client, refused)
-        report = await inspect(client, task_queue)
+        report = await report_of(client, task_queue, "w2")
     assert [(m.member_id, m.outcome) for m in revoked.members] == [("w1", MemberOutcome.COMMITTED)]
     assert status.state is ProcedureState.ROLLED_BACK, status
     assert status.error == "AccessDenied: 'etl' may not write 'sales.orders'"
@@ -493,7 +508,7 @@ async def test_a_second_process_with_the_same_worker_id_takes_over_and_the_first
                     await asyncio.sleep(0.2)
             await wait_for_members(pool, "w1")
             holders = [(m.member_id, m.pid) for m in await Membership(pool).members()]
-            report = await inspect(client, task_queue)
+            report = await report_of(client, task_queue, "w1")
             second_serves = second["w1"].poll() is None
     assert first["w1"].returncode != 0
     assert holders == [("w1", second["w1"].pid)]
