@@ -35,7 +35,6 @@ from procbus.testing.cluster import Cluster, running_cluster, wait_until
 from procbus.topics import Event, Topics
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
-HEARTBEAT_TIMEOUT_SECONDS = 15.0  # workflows/topics.py: the delivery activity's
 
 
 async def owners(cluster: Cluster, topics: list[str]) -> dict[str, str | None]:
@@ -51,6 +50,19 @@ async def owners(cluster: Cluster, topics: list[str]) -> dict[str, str | None]:
         started = bool(pending) and pending[0].last_started_time.seconds > 0
         found[topic] = by_pid.get(identity.split("@")[0]) if started else None
     return found
+
+
+async def delivery_heartbeat_timeout(cluster: Cluster, topic: str) -> float:
+    """The heartbeat timeout the topic's delivery activity was scheduled with, from its
+    workflow's history: what bounds a takeover from below in this run."""
+    client = await Client.connect(cluster.temporal.address)
+    history = await client.get_workflow_handle(delivery_workflow_id(topic)).fetch_history()
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name == "deliver_topic":
+                return scheduled.heartbeat_timeout.ToTimedelta().total_seconds()
+    raise RuntimeError(f"the delivery of {topic} scheduled no deliver_topic activity")
 
 
 async def publish_markers(cluster: Cluster, topics: list[str], phase: str) -> float:
@@ -120,6 +132,7 @@ def main() -> int:
 
         wait_until(lambda: all(spread().values()), 120, "every topic owned")
         owned = spread()
+        heartbeat_timeout = asyncio.run(delivery_heartbeat_timeout(cluster, topics[0]))
         per_worker = dict(sorted(collections.Counter(o for o in owned.values() if o).items()))
         print(f"{len(topics)} topics over {options.workers} workers: {per_worker}")
 
@@ -145,7 +158,7 @@ def main() -> int:
                 "workers": options.workers,
                 "owned_per_worker": per_worker,
                 "max_owned": max(per_worker.values()),
-                "heartbeat_timeout_s": HEARTBEAT_TIMEOUT_SECONDS,
+                "heartbeat_timeout_s": heartbeat_timeout,
                 "kill_takeover_p50_s": percentile(after_kill, 0.5),
                 "kill_takeover_p99_s": kill_p99,
                 "takeover_p50_s": percentile(after_cut, 0.5),

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 
 from procbus.auth.policy import BENCH_AUTH
 from procbus.db import connect, create_pool
@@ -83,12 +84,23 @@ def write_csv(path: Path, rows: int) -> Path:
     return path
 
 
-def plain_write(spark: Any, table: TableDescriptor, source: Path, output: Path) -> None:
-    """What a person writes without procbus: read, cast to the schema, write partitioned."""
-    from pyspark.sql import functions
+def job_key(handle: WorkflowHandle[Any, Any], step: str) -> str:
+    """A data procedure's Spark job key: its workflow ID and first run ID, then its step."""
+    return f"{handle.id}@{handle.first_execution_run_id}:{step}"
 
-    frame = spark.read.option("header", True).csv(str(source))
-    frame = frame.select(*(functions.col(c.name).cast(c.type) for c in table.columns))
+
+def plain_write(spark: Any, table: TableDescriptor, source: Path, output: Path) -> None:
+    """What a person writes without procbus: the CSV read with the table's schema and the
+    options procbus's load passes (header checked against it, FAILFAST: no second job for the
+    header, no cast after), written partitioned."""
+    schema = ", ".join(f"`{column.name}` {column.type}" for column in table.columns)
+    frame = (
+        spark.read.schema(schema)
+        .option("header", True)
+        .option("enforceSchema", False)
+        .option("mode", "FAILFAST")
+        .csv(str(source))
+    )
     frame.write.partitionBy(*table.partition_by).parquet(str(output))
 
 
@@ -209,7 +221,7 @@ async def main() -> dict[str, Any]:
                         )
                     else:
                         procedure_id = f"load-{round_number}-{queue}"
-                        await client.execute_workflow(
+                        loading = await client.start_workflow(
                             LoadTable.run,
                             LoadTableInput(
                                 table=f"bench.{table.name}",
@@ -219,11 +231,12 @@ async def main() -> dict[str, Any]:
                             id=procedure_id,
                             task_queue=queue,
                         )
+                        await loading.result()
                     elapsed = time.perf_counter() - started
                     if counted:
                         load_times[side].append(elapsed)
                         if side == "procedure":
-                            finished = backend.finished_at[f"{procedure_id}:write"]
+                            finished = backend.finished_at[job_key(loading, "write")]
                             seen.append(await seen_after(client, procedure_id, finished))
                 # ---- compaction: two tables with the same small files ----
                 tables = []
@@ -248,18 +261,19 @@ async def main() -> dict[str, Any]:
                         )
                     else:
                         procedure_id = f"compact-{round_number}-{queue}"
-                        result: DataResult = await client.execute_workflow(
+                        compacting = await client.start_workflow(
                             CompactTable.run,
                             CompactTableInput(table=f"bench.{table.name}"),
                             id=procedure_id,
                             task_queue=queue,
                         )
+                        result: DataResult = await compacting.result()
                         assert result.files_removed == len(files.files), result
                     elapsed = time.perf_counter() - started
                     if counted:
                         compact_times[side].append(elapsed)
                         if side == "procedure":
-                            finished = backend.finished_at[f"{procedure_id}:rewrite"]
+                            finished = backend.finished_at[job_key(compacting, "rewrite")]
                             seen.append(await seen_after(client, procedure_id, finished))
                 shutil.rmtree(scratch / f"direct-load-{round_number}", ignore_errors=True)
                 shutil.rmtree(scratch / f"function-load-{round_number}", ignore_errors=True)
