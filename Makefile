@@ -140,6 +140,7 @@ lint: install
 	$(BIN)/mypy
 	$(BIN)/mypy --strict docs/hooks.py  # not a package: checked on its own
 	$(BIN)/mypy bench  # scripts, not a package: checked on their own
+	$(BIN)/vulture  # dead code ([tool.vulture] in pyproject.toml)
 	cd examples/user-project && MYPYPATH=../.. ../../$(BIN)/mypy --strict --explicit-package-bases \
 	  --ignore-missing-imports workflows activities worker.py starter.py
 	$(BIN)/lint-imports

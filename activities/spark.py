@@ -93,7 +93,6 @@ class SparkActivities:
         self.spark_rest_url = spark_rest_url
         self.spark_web_url = spark_web_url
         self._backend_lock = asyncio.Lock()
-        self._local_backend: LocalBackend | None = None
 
     async def backend(self) -> SparkBackend:
         """The Spark backend, started on first use (a Spark session takes seconds to start):
@@ -116,18 +115,6 @@ class SparkActivities:
                     )
                     self._backend = LocalBackend(session)
             return self._backend
-
-    async def local_backend(self) -> SparkBackend:
-        """A backend that runs Python functions (the change pipeline's apply): this worker's
-        own session, local[*] when the worker's jobs go to a cluster."""
-        backend = await self.backend()
-        if isinstance(backend, LocalBackend):
-            return backend
-        async with self._backend_lock:
-            if self._local_backend is None:
-                session = await asyncio.to_thread(spark_session, "local[*]", self.warehouse_root)
-                self._local_backend = LocalBackend(session)
-            return self._local_backend
 
     def _folder(self, table: TableDescriptor) -> Path:
         """The table's own folder under the warehouse: every file a step writes or removes is

@@ -255,13 +255,6 @@ class Catalog:
         )
         return _table(row) if row else None
 
-    async def iceberg_location(self, namespace: str, name: str) -> str | None:
-        """The metadata of an Iceberg table of that name (procbus's or another engine's)."""
-        location: str | None = await self.pool.fetchval(
-            self.queries["iceberg_table_location"], self.iceberg.catalog_name, namespace, name
-        )
-        return location
-
     async def list_tables(self, namespace: str | None = None) -> list[TableDescriptor]:
         rows = await self.pool.fetch(
             self.queries["list_tables"], namespace, self.iceberg.catalog_name

@@ -89,15 +89,6 @@ def iceberg_spark_python() -> Path:
     return Path(configured) if configured else DEFAULT_VENV / "bin" / "python"
 
 
-def iceberg_spark_problem() -> str | None:
-    """What is missing for reading with Spark and Iceberg, and how to build it; None if ready."""
-    try:
-        find_iceberg_spark_env()
-    except IcebergSparkMissing as missing:
-        return str(missing)
-    return None
-
-
 def find_iceberg_spark_env() -> IcebergSparkEnv:
     python = iceberg_spark_python()
     how = (
@@ -136,26 +127,6 @@ def jdbc_settings(database_url: str) -> JdbcSettings:
         user=unquote(parts.username or ""),
         password=unquote(parts.password or ""),
     )
-
-
-def read_with_spark_iceberg(
-    database_url: str,
-    warehouse: str | Path,
-    table: str | Sequence[str],
-    catalog_name: str = CATALOG_NAME,
-    snapshot_id: int | None = None,
-    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
-) -> list[dict[str, Any]]:
-    """The rows of `table` (`namespace.table`) as Spark reads them through the JdbcCatalog
-    `catalog_name` on `database_url`'s Iceberg catalog rows, at `snapshot_id` if given."""
-    [rows] = read_all_with_spark_iceberg(
-        database_url,
-        warehouse,
-        [SparkRead(table, snapshot_id)],
-        catalog_name=catalog_name,
-        timeout_seconds=timeout_seconds,
-    )
-    return rows
 
 
 def read_all_with_spark_iceberg(

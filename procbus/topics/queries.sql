@@ -244,9 +244,6 @@ FROM "procbus_topic_commit"($1, $2, $3, $4, $5, $6, $7, $8);
 -- name: abort_reservation
 SELECT "procbus_topic_abort"($1);
 
--- name: reclaim_expired
-SELECT "procbus_topic_reclaim"($1);
-
 -- name: claim_entries
 SELECT "id", "key", "type", "payload", "bytes", "webhook_id", "created_at", "attempts",
        "last_error"

@@ -89,8 +89,3 @@ class Reservations(TopicStore):
         """Give the reservation's capacity back; an unknown reservation is no error."""
         released: bool = await self.pool.fetchval(self.queries["abort_reservation"], reservation.id)
         return released
-
-    async def reclaim_expired(self, topic: str) -> int:
-        """Give back the capacity of reservations whose owners died; how many."""
-        reclaimed: int = await self.pool.fetchval(self.queries["reclaim_expired"], topic)
-        return reclaimed

@@ -18,6 +18,7 @@ import pytest
 import typer
 
 from procbus.config import setting_names
+from procbus.core.metrics import PROCBUS_METRICS
 from procbus.errors import ErrorType, ProcbusError
 from procbus.starter.cli import app
 
@@ -101,6 +102,12 @@ def test_the_settings_reference_lists_every_setting(site: Path) -> None:
     names = setting_names()
     assert "PROCBUS_FAULTS" in names and len(names) > 30
     assert sorted(name for name in names if name not in page) == []
+
+
+def test_the_metrics_page_lists_every_metric(site: Path) -> None:
+    page = text_of((site / "how-to" / "metrics" / "index.html").read_text())
+    assert "procbus_procedure_states" in PROCBUS_METRICS
+    assert [name for name in PROCBUS_METRICS if name not in page] == []
 
 
 def test_the_errors_reference_lists_every_error_type_and_class(site: Path) -> None:
