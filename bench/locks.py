@@ -29,6 +29,7 @@ from temporalio.worker import Worker
 
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
+from procbus.engine.runner import workflow_runner
 from procbus.locks import LockTable, lock_set
 from procbus.plugin.locks import LockActivities
 from procbus.stack.ephemeral import ephemeral_services
@@ -129,6 +130,7 @@ async def main() -> dict[str, float | int]:
             task_queue=queue,
             workflows=[LockedFiveSteps, UnlockedFiveSteps],
             activities=[noop, undo_noop, *LockActivities(pool).all()],
+            workflow_runner=workflow_runner(),  # as procbus's workers run procedures
             max_concurrent_workflow_tasks=CONCURRENCY,
             max_concurrent_activities=CONCURRENCY * 2,
         ):
