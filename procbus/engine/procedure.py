@@ -571,6 +571,24 @@ class Procedure(Generic[InputT, ResultT]):
 
         The action and its undo are activities that must be idempotent; they can read their
         idempotency key (procedure ID + step name) with `procbus.procedures.step_key()`.
+
+        Args:
+            name: the step's name, unique in the procedure (its activity ID, its status line).
+            action: the activity (a function of an `@activity.defn`, or its name).
+            arg: the action's one argument (a pydantic model, so the CLI can show it).
+            undo: the activity that undoes the action, run if the procedure rolls back.
+            undo_arg: the undo's argument, when it is not `arg`.
+            pivot: the point of no return: failures after it roll forward, never back.
+            result_type: the type the result is read back as; the action's return annotation
+                by default (give it for an action named by a string).
+            summary: the line the Temporal UI shows for the activity; the name by default.
+            step_timeout: the action's start-to-close timeout; the input's
+                `step_timeout_seconds`, else `step_timeout` (5 minutes) by default.
+            heartbeat_timeout: how long a running action may go without a heartbeat before it
+                is tried elsewhere; `step_heartbeat_timeout` (30 s) by default.
+
+        Raises:
+            ValueError: a step name used twice, or an undo after the pivot (a bug in `steps`).
         """
         check_step_name(name)
         if result_type is None and not isinstance(action, str):
