@@ -13,6 +13,7 @@ from typer.exceptions import TyperException
 
 from procbus.errors import ConfigError, ProcbusError
 from procbus.starter.access import acl_app
+from procbus.starter.demo_scenes import DEMO_STEPS
 from procbus.starter.locks import lock_app
 from procbus.starter.output import console, print_error, print_json, styled
 from procbus.starter.pipelines import capture_app, pipeline_app
@@ -144,10 +145,9 @@ def demo(
     only: list[str] = typer.Option(
         [],
         "--only",
-        help="Only these scenes (repeatable, or comma-separated): create-table, "
-        "failed-create-table, hooks, locks, bad-input, topics, grouped, bus, table-data, "
-        "pipeline, own-procedure. The stack check always runs; a scene in the demo's namespace "
-        "brings create-table along.",
+        help=f"Only these scenes (repeatable, or comma-separated): {', '.join(DEMO_STEPS)}. "
+        "The stack check always runs; a scene in the demo's namespace brings create-table "
+        "along.",
     ),
 ) -> None:
     """Run the main job end to end, on the running stack or on an embedded one it starts."""

@@ -58,6 +58,7 @@ from procbus.stack.check import StackCheckInput, StackCheckResult
 from procbus.stack.embedded import EmbeddedServices
 from procbus.stack.kafka import KafkaBroker
 from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
+from procbus.starter.demo_scenes import DEMO_STEPS, NEEDS_CREATE_TABLE
 from procbus.starter.output import console, styled
 from procbus.starter.receiver import WebhookReceiver
 from procbus.temporal import connect_client, workflow_ui_url
@@ -91,24 +92,6 @@ SLOW_FAULT = "CreateTable.create_layout:delay=3"
 # The locks scene's DeleteTable waits at its last step, past its pivot, for its locks to be
 # taken from it.
 LATE_EVENT_FAULT = "DeleteTable.record_event:delay_first=4"
-# The scenes `procbus demo --only` picks from, in the order they run (the stack check always
-# runs first); those in NEEDS_CREATE_TABLE run in the namespace (and on the table) that
-# create-table makes, so it runs too.
-DEMO_STEPS = (
-    "create-table",
-    "failed-create-table",
-    "hooks",
-    "locks",
-    "bad-input",
-    "topics",
-    "grouped",
-    "kafka",
-    "bus",
-    "table-data",
-    "pipeline",
-    "own-procedure",
-)
-NEEDS_CREATE_TABLE = frozenset({"failed-create-table", "bus", "table-data", "pipeline"})
 
 if TYPE_CHECKING:
     import pyarrow

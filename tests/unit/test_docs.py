@@ -21,6 +21,7 @@ from procbus.config import setting_names
 from procbus.core.metrics import PROCBUS_METRICS
 from procbus.errors import ErrorType, ProcbusError
 from procbus.starter.cli import app
+from procbus.starter.demo_scenes import DEMO_STEPS
 
 PROJECT = Path(__file__).resolve().parents[2]
 DOCS = PROJECT / "docs"
@@ -102,6 +103,19 @@ def test_the_settings_reference_lists_every_setting(site: Path) -> None:
     names = setting_names()
     assert "PROCBUS_FAULTS" in names and len(names) > 30
     assert sorted(name for name in names if name not in page) == []
+
+
+def test_getting_started_lists_every_demo_scene_and_its_name() -> None:
+    """The numbered scenes (the stack check first), and `--only`'s names in the demo's order."""
+    page = (DOCS / "getting-started.md").read_text()
+    section = page[page.index("## The demo") :]
+    numbered = re.findall(r"^(\d+)\. \*\*", section, flags=re.MULTILINE)
+    assert numbered == [str(n) for n in range(1, len(DEMO_STEPS) + 2)]
+    only = section[section.index("`procbus demo --only") :].split(")", 1)[0]
+    assert re.findall(r"`([a-z-]+)`", only) == list(DEMO_STEPS)
+    count = {12: "twelve", 13: "thirteen", 14: "fourteen"}[len(DEMO_STEPS) + 1]
+    for said in (PROJECT / "README.md", DOCS / "index.md"):
+        assert f"the demo's {count} scenes" in said.read_text(), said
 
 
 def test_the_metrics_page_lists_every_metric(site: Path) -> None:
