@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq check-nftables clean \
-	record-histories iceberg-spark check-iceberg-spark-packages
+	record-histories group-seconds iceberg-spark check-iceberg-spark-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,11 @@ TEST_WORKERS ?= 5
 
 test: bytecode check-java check-chromium check-rabbitmq check-nftables iceberg-spark
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup
+
+# The whole suite, writing what each test group took into tests/group_seconds.json, which
+# orders the groups (longest first) in every later run: after adding or much changing a slow test.
+group-seconds: bytecode check-java check-chromium check-rabbitmq check-nftables iceberg-spark
+	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --write-group-seconds
 
 # The tests whose workflows' histories tests/unit/test_histories.py replays against today's code:
 # each built-in procedure, and the engine's paths (rollback, STUCK then retry or skip, children,
