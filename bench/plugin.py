@@ -2,8 +2,13 @@
 Worker built with `ProcbusPlugin`, against the same five activities in a plain workflow on a plain
 Worker (Temporal's pydantic converter, no plugin), and the start of each worker.
 
-N of each, C at a time, on the same Temporal server in the same run, alternating sides. Goals:
-ratio_user_procedure_to_plain <= 1.2, ratio_worker_start_to_plain <= 1.5. Last line: JSON.
+The floor any such worker has: the same procedure on a Worker built by hand without the plugin
+(the same converter and runner as the plain side, with procbus's lock activities): its ratio to
+plain is the engine's own cost, and the plugin's worker against it the plugin's alone.
+
+N of each, C at a time, on the same Temporal server in the same run, the sides' order turning
+each round. Goals: ratio_user_procedure_to_plain <= 1.2, ratio_worker_start_to_plain <= 1.5.
+Last line: JSON.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from temporalio.worker import Worker
 
 from procbus import ProcbusPlugin
 from procbus.config import Settings
-from procbus.db import connect
+from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.engine.runner import workflow_runner
+from procbus.plugin.locks import LockActivities
 from procbus.stack.ephemeral import ephemeral_services
 
 COUNT = int(os.environ.get("BENCH_COUNT", "200"))
@@ -79,9 +85,11 @@ async def main() -> dict[str, float | int | str]:
             worker_id=f"bench-{uuid.uuid4().hex[:6]}",
         )
         plain_client = await Client.connect(address, data_converter=pydantic_data_converter)
+        pool = await create_pool(services.postgres.url())
         plugin = ProcbusPlugin(settings, outbox_relay=False)
         user_client = await Client.connect(address, plugins=[plugin])
         plain_queue, user_queue = f"plain-{uuid.uuid4().hex[:6]}", f"user-{uuid.uuid4().hex[:6]}"
+        engine_queue = f"engine-{uuid.uuid4().hex[:6]}"
 
         def plain_worker() -> Worker:
             return Worker(
@@ -91,6 +99,17 @@ async def main() -> dict[str, float | int | str]:
                 activities=[noop],
                 # The plugin's runner: the workflows' module imports the engine, which only a
                 # runner passing procbus through imports once (else every run imports it).
+                workflow_runner=workflow_runner(),
+                max_concurrent_workflow_tasks=CONCURRENCY,
+                max_concurrent_activities=CONCURRENCY,
+            )
+
+        def engine_worker() -> Worker:
+            return Worker(
+                plain_client,
+                task_queue=engine_queue,
+                workflows=[LockedFiveSteps],
+                activities=[noop, undo_noop, *LockActivities(pool).all()],
                 workflow_runner=workflow_runner(),
                 max_concurrent_workflow_tasks=CONCURRENCY,
                 max_concurrent_activities=CONCURRENCY,
@@ -111,6 +130,14 @@ async def main() -> dict[str, float | int | str]:
                 Plain.run, PlainInput(), id=f"plain-{r}-{i}", task_queue=plain_queue
             )
 
+        def start_engine(i: int, r: int) -> Awaitable[object]:
+            return plain_client.execute_workflow(
+                LockedFiveSteps.run,
+                LockedInput(table=f"e{r}-{i}"),
+                id=f"engine-{r}-{i}",
+                task_queue=engine_queue,
+            )
+
         def start_user(i: int, r: int) -> Awaitable[object]:
             return user_client.execute_workflow(
                 LockedFiveSteps.run,
@@ -119,25 +146,31 @@ async def main() -> dict[str, float | int | str]:
                 task_queue=user_queue,
             )
 
-        plain_times: list[float] = []
-        user_times: list[float] = []
-        # One side's worker at a time (its pollers alone on the server), alternating sides so
-        # warm-up and server state favour neither.
+        times: dict[str, list[float]] = {"plain": [], "engine": [], "user": []}
+        sides = {
+            "plain": (plain_worker, start_plain),
+            "engine": (engine_worker, start_engine),
+            "user": (user_worker, start_user),
+        }
+        names = list(sides)
+        # One side's worker at a time (its pollers alone on the server), the order turning each
+        # round so warm-up and server state favour none.
         for round_number in range(ROUNDS):
-            async with plain_worker():
-                plain_times.append(
-                    await timed(COUNT, CONCURRENCY, functools.partial(start_plain, r=round_number))
-                )
-            async with user_worker():
-                await plugin.ready.wait()
-                user_times.append(
-                    await timed(COUNT, CONCURRENCY, functools.partial(start_user, r=round_number))
-                )
+            turn = round_number % len(names)
+            for name in names[turn:] + names[:turn]:
+                make_worker, start = sides[name]
+                async with make_worker():
+                    if name == "user":
+                        await plugin.ready.wait()
+                    times[name].append(
+                        await timed(COUNT, CONCURRENCY, functools.partial(start, r=round_number))
+                    )
+        await pool.close()
         plain_starts, plugin_starts = [], []
         for _ in range(STARTS):
             plain_starts.append(await plain_start(address))
             plugin_starts.append(await plugin_start(address, settings))
-    plain, user = min(plain_times), min(user_times)
+    plain, engine, user = (min(times[name]) for name in ("plain", "engine", "user"))
     plain_start_s, plugin_start_s = min(plain_starts), min(plugin_starts)
     return {
         "count": COUNT,
@@ -149,6 +182,11 @@ async def main() -> dict[str, float | int | str]:
         "user_procedures_per_s": round(COUNT / user, 1),
         "ratio_user_procedure_to_plain": round(user / plain, 3),
         "goal_ratio_user_procedure_at_most": 1.2,
+        "engine_worker_seconds": round(engine, 2),
+        # The floor of any worker running procedures: the engine's own work, no plugin.
+        "ratio_engine_worker_to_plain": round(engine / plain, 3),
+        # The plugin's own cost, over that floor.
+        "ratio_user_procedure_to_engine_worker": round(user / engine, 3),
         "plain_worker_start_seconds": round(plain_start_s, 3),
         "plugin_worker_start_seconds": round(plugin_start_s, 3),
         "ratio_worker_start_to_plain": round(plugin_start_s / plain_start_s, 3),
@@ -159,6 +197,7 @@ async def main() -> dict[str, float | int | str]:
 if __name__ == "__main__":
     figures = asyncio.run(main())
     print(f"plain workflows:  {figures['plain_seconds']} s for {COUNT}")
+    print(f"the same, no plugin: {figures['engine_worker_seconds']} s for {COUNT} (the floor)")
     print(f"user procedures:  {figures['user_procedure_seconds']} s for {COUNT} (plugin worker)")
     print(
         f"worker start:     plain {figures['plain_worker_start_seconds']} s, "
