@@ -1,10 +1,11 @@
 """What grouping transactions costs, each figure against a baseline measured in the same run.
 
 (1) Assembly: EVENTS queued events (half of them in transactions of 2 to 20 events, interleaved
-    as concurrent writers leave them, over KEYS keys) drained batch by batch in memory, with
-    grouping on against grouping off: ratio_grouped_to_plain in events/s, goal >= 0.8. Each
-    batch is assembled and encoded as the JSON array a receiver gets (what delivery does with
-    every batch); the assembly alone is printed beside it (ratio_assembly_only), against a
+    as concurrent writers leave them, over KEYS keys) drained in memory round by round as
+    delivery claims them (ROUND_BATCHES batches a round, cut by the functions delivery calls),
+    with grouping on against grouping off: ratio_grouped_to_plain in events/s, goal >= 0.8.
+    Each batch is encoded as the JSON array a receiver gets (what delivery does with every
+    batch); the assembly alone is printed beside it (ratio_assembly_only), against a
     baseline that is a list slice; and the floor of any grouping in Python, one pass indexing
     each event of the cut by its transaction (ratio_floor_to_plain).
 (2) Delivery: the same events through a grouped topic and through an ungrouped one (each
@@ -31,9 +32,10 @@ from temporalio.worker import Worker
 from webhook_sink import running_sink
 
 from procbus.activities.topics import TopicActivities
-from procbus.batching import Event, assemble_batch
+from procbus.batching import Event, assemble_batches, whole_transaction_batches
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
+from procbus.delivery.dispatch import ROUND_BATCHES  # the batches a delivery round claims
 from procbus.delivery.owner import ensure_delivery
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal.client import connect_client
@@ -116,43 +118,56 @@ def body(event: Event) -> dict[str, object]:
     return shown
 
 
-def floor_batch(pending: list[Event], size: int) -> list[Event]:
+def floor_batches(look: list[Event]) -> list[list[Event]]:
     """The least any grouping must do: read each event's transaction once and index it (here
-    over a plain cut, without completing anything)."""
-    batch = pending[:size]
+    over plain cuts, without completing anything)."""
     by_txn: dict[str | None, list[Event]] = {}
-    for event in batch:
+    for event in look:
         by_txn.setdefault(event.txn_id, []).append(event)
-    return batch
+    return plain_batches(look)
+
+
+def plain_batches(look: list[Event]) -> list[list[Event]]:
+    """An ungrouped topic's round: its look cut into batches of BATCH, in order."""
+    return [look[start : start + BATCH] for start in range(0, len(look), BATCH)]
+
+
+def grouped_batches(look: list[Event]) -> list[list[Event]]:
+    """A grouped topic's round, as delivery cuts it (procbus.topics.consuming): in one pass
+    when every transaction in the look is whole and side by side, else by the assembly."""
+    cut = whole_transaction_batches(
+        ((e.txn_id, e.last_in_txn, e.txn_size, True) for e in look), BATCH, ROUND_BATCHES
+    )
+    if cut is not None:
+        return [look[part.start : part.stop] for part in cut]
+    return [batch for batch in assemble_batches(look, BATCH, ROUND_BATCHES) if batch]
 
 
 def drain(
     queue: list[Event], grouped: bool, encode: bool, floor: bool = False
 ) -> tuple[float, int]:
-    """Seconds to drain `queue` batch by batch, and how many batches it took."""
+    """Seconds to drain `queue` round by round, as delivery does (a look of ROUND_BATCHES
+    batches' worth, read further while what it holds cannot go, cut into batches, each
+    encoded, the sent events then gone from the queue), and how many batches it took. Both
+    sides remove what they sent the same way, from the look alone."""
+    cut = grouped_batches if grouped else floor_batches if floor else plain_batches
     pending = list(queue)
     batches = 0
     started = time.perf_counter()
     while pending:
-        if floor:
-            batch = floor_batch(pending, BATCH)
-        else:
-            batch = assemble_batch(pending, BATCH, group_transactions=grouped)
-        if encode:
-            to_json([body(event) for event in batch])
-        batches += 1
-        if grouped:
-            sent = {id(event) for event in batch}
-            reach = 0
-            left = len(sent)
-            for reach, event in enumerate(pending):  # noqa: B007  # the batch lies in a prefix
-                if id(event) in sent:
-                    left -= 1
-                    if not left:
-                        break
-            pending[: reach + 1] = [e for e in pending[: reach + 1] if id(e) not in sent]
-        else:
-            del pending[: len(batch)]
+        limit = BATCH * ROUND_BATCHES
+        while True:
+            look = pending[:limit]
+            claimed = cut(look)
+            if claimed or limit >= len(pending):
+                break
+            limit *= 4  # everything read waits on what lies beyond it: read further
+        for batch in claimed:
+            if encode:
+                to_json([body(event) for event in batch])
+        batches += len(claimed)
+        sent = {id(event) for batch in claimed for event in batch}
+        pending = [event for event in look if id(event) not in sent] + pending[len(look) :]
     return time.perf_counter() - started, batches
 
 
