@@ -9,7 +9,7 @@ what is used from outside procbus's own code, never code that nothing calls."""
 run_my_worker  # unused function (examples/user_procedures.py:121)
 applied_at  # unused variable (procbus/db/migrate.py:68)
 exc_type  # unused variable (procbus/hooks/transaction.py:346)
-_.commit_table  # unused method (procbus/lakehouse/iceberg.py:316)
+_.commit_table  # unused method (procbus/lakehouse/table_metadata.py:245)
 requested_at  # unused variable (procbus/locks/models.py:138)
 lag_seconds  # unused variable (procbus/pipeline/models.py:17)
 source_committed_at  # unused variable (procbus/pipeline/models.py:21)

@@ -1,5 +1,5 @@
 """Iceberg catalog rows and commits through procbus's own compare-and-set, inside the caller's
-PostgreSQL transaction (procbus.lakehouse.iceberg builds the metadata).
+PostgreSQL transaction (procbus.lakehouse.table_metadata builds the metadata).
 
 A commit locks its table's row (`SELECT ... FOR UPDATE`), builds the next snapshot on the
 metadata the row points at, and moves the row by compare-and-set; the row stays locked until the
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pyarrow
     from pyiceberg.table import Table
 
-    from procbus.lakehouse import iceberg
+    from procbus.lakehouse.table_metadata import StagingCatalog
 
 QUERIES = "procbus.lakehouse"
 # Reads run on a pool or inside a caller's transaction.
@@ -67,10 +67,10 @@ class IcebergCatalog:
         """Write the table's first metadata file (named after `created_by`, so a creation tried
         again writes the same one) and add its row; the metadata's location. InvalidRequest when
         a table of that name is there already."""
-        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+        from procbus.lakehouse import table_metadata  # pyiceberg: only where a table is written
 
         metadata_location = await asyncio.to_thread(
-            iceberg.new_table, location, columns, partition_by, properties, created_by
+            table_metadata.new_table, location, columns, partition_by, properties, created_by
         )
         added = await connection.fetchval(
             self.queries["iceberg_add_table"],
@@ -121,26 +121,24 @@ class IcebergCatalog:
         namespace: str,
         name: str,
         folder: Path,
-        staging: iceberg.StagingCatalog | None = None,
+        staging: StagingCatalog | None = None,
         lock: bool = False,
     ) -> Table:
         """The table in `folder` as its row points at now, bound to `staging` (its commits go
         there)."""
-        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+        from procbus.lakehouse import table_metadata  # pyiceberg: only where a table is written
 
         location = await self.metadata_location(connection, namespace, name, lock)
         return await asyncio.to_thread(
-            iceberg.load_table,
-            staging or iceberg.StagingCatalog(),
+            table_metadata.load_table,
+            staging or table_metadata.StagingCatalog(),
             namespace,
             name,
             location,
             folder,
         )
 
-    async def publish(
-        self, connection: asyncpg.Connection, staging: iceberg.StagingCatalog
-    ) -> None:
+    async def publish(self, connection: asyncpg.Connection, staging: StagingCatalog) -> None:
         """Move each staged table's row to its new metadata, by compare-and-set, in the
         caller's transaction; SnapshotConflict (the transaction must roll back) when another
         commit moved one first."""
@@ -175,14 +173,14 @@ class IcebergCatalog:
         `adds` and removing the data files `removes` (paths as `file:` URIs); its ID.
         SnapshotConflict when a file to remove is no longer live, or when rows of one were
         deleted after snapshot `based_on` (the one a rewrite read)."""
-        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+        from procbus.lakehouse import file_commits  # pyiceberg: only where a table is written
 
         return await self._commit(
             connection,
             namespace,
             name,
             folder,
-            lambda table: iceberg.stage_commit(
+            lambda table: file_commits.stage_commit(
                 table, list(adds), list(removes), properties, based_on
             ),
         )
@@ -200,22 +198,22 @@ class IcebergCatalog:
         file_prefix: str = "",
     ) -> int:
         """Inside the caller's transaction: one snapshot of the table applying a batch of row
-        changes (procbus.lakehouse.iceberg.stage_row_delta): the live rows of `changed_keys`
+        changes (procbus.lakehouse.row_deltas.stage_row_delta): the live rows of `changed_keys`
         deleted by position, the new rows `adds` added, `added_columns` added; its ID."""
-        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+        from procbus.lakehouse import row_deltas  # pyiceberg: only where a table is written
 
         return await self._commit(
             connection,
             namespace,
             name,
             folder,
-            lambda table: iceberg.stage_row_delta(
+            lambda table: row_deltas.stage_row_delta(
                 table,
                 list(adds),
                 changed_keys,
                 properties,
                 # Named after its batch, so a sweep finds one left by an attempt that died.
-                f"{file_prefix}{iceberg.new_uuid()}-deletes.parquet",
+                f"{file_prefix}{row_deltas.new_uuid()}-deletes.parquet",
                 list(added_columns),
             ),
         )
@@ -230,9 +228,9 @@ class IcebergCatalog:
     ) -> int:
         """Lock the table's row, `stage` one snapshot on the metadata it points at (in a thread:
         file I/O), and move the row to it; the snapshot's ID."""
-        from procbus.lakehouse import iceberg  # pyiceberg: only where a table is written
+        from procbus.lakehouse import table_metadata  # pyiceberg: only where a table is written
 
-        staging = iceberg.StagingCatalog()
+        staging = table_metadata.StagingCatalog()
         table = await self.load(connection, namespace, name, folder, staging, lock=True)
         snapshot_id = await asyncio.to_thread(stage, table)
         await self.publish(connection, staging)

@@ -1,6 +1,6 @@
 """What procbus names in its Iceberg tables: the catalog, the metadata folder, the properties of
 the snapshots it commits. Importable without pyiceberg, which loads only where a table's files
-are read or written (procbus.lakehouse.iceberg): a worker or a command starts without it."""
+are read or written (procbus.lakehouse.table_metadata): a worker or a command starts without it."""
 
 from __future__ import annotations
 

@@ -81,21 +81,21 @@ def _read(snapshot: TableFiles, limit: int | None) -> tuple[pyarrow.Table, int]:
     # pyarrow and pyiceberg load only where table files are read: importing this stays cheap.
     import pyarrow
 
-    from procbus.lakehouse import iceberg
+    from procbus.lakehouse import snapshot_reads, table_metadata
 
     table = snapshot.table
     schema = pyarrow.schema([(c.name, arrow_type(c.type)) for c in table.columns])
     if snapshot.snapshot_id is None:
         return schema.empty_table(), 0
-    loaded = iceberg.load_table(
-        iceberg.StagingCatalog(),
+    loaded = table_metadata.load_table(
+        table_metadata.StagingCatalog(),
         table.namespace,
         table.name,
         snapshot.metadata_location,
         Path(table.location),
     )
-    chosen = iceberg.chosen_snapshot(loaded, snapshot.snapshot_id)
-    rows = iceberg.read_rows(loaded, chosen, None)
+    chosen = snapshot_reads.chosen_snapshot(loaded, snapshot.snapshot_id)
+    rows = snapshot_reads.read_rows(loaded, chosen, None)
     # A column added since the snapshot reads NULL, as Iceberg's readers read it.
     columns = [
         rows.column(name).cast(schema.field(name).type)

@@ -1,5 +1,5 @@
 """Schemas of the lake catalog, checked here before any side effect (pure): a schema is NAME:TYPE
-pairs of Spark SQL types that Apache Iceberg has (procbus.lakehouse.iceberg maps them). The
+pairs of Spark SQL types that Apache Iceberg has (procbus.lakehouse.table_metadata maps them). The
 names themselves are procbus.core.names.
 """
 
