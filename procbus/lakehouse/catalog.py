@@ -1,6 +1,8 @@
-"""The lake catalog in PostgreSQL: namespaces, tables (schema, partitioning), grants, events,
-and each table's data as an Apache Iceberg table in the Iceberg SQL catalog beside them
+"""The lake catalog in PostgreSQL: namespaces, tables (schema, partitioning), events, and each
+table's data as an Apache Iceberg table in the Iceberg SQL catalog beside them
 (procbus.lakehouse.commits): a namespace or table is made and removed in both in one transaction.
+Its grants are procbus.lakehouse.access's; what a table's files on disk say (its current
+columns, a snapshot's files), procbus.lakehouse.table_files's.
 
 Every write is idempotent per procedure (a retried step finds its own row), undo removes only
 what its procedure made, and a write that carries a fence is refused once its lock was lost.
@@ -19,7 +21,8 @@ import asyncpg
 from procbus.core.fences import Fence
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
-from procbus.lakehouse import naming, warehouse
+from procbus.lakehouse import naming, table_files
+from procbus.lakehouse.access import Grants
 from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
@@ -29,7 +32,6 @@ from procbus.topics.publishing import publish_in_transaction
 
 if TYPE_CHECKING:
     import pyarrow
-    from pyiceberg.table import Table
 
 QUERIES = "procbus.lakehouse"
 
@@ -48,37 +50,6 @@ def _table(row: asyncpg.Record) -> TableDescriptor:
         key_columns=list(row.get("key_columns") or []),
         metadata_location=row.get("metadata_location") or "",
     )
-
-
-def _iceberg_table(table: TableDescriptor) -> Table:
-    """The table's Iceberg table, at the metadata its catalog row points at (file I/O: in a
-    thread); InvalidRequest for a row that points outside its folder."""
-    from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
-    return iceberg.load_table(
-        iceberg.StagingCatalog(),
-        table.namespace,
-        table.name,
-        table.metadata_location,
-        Path(table.location),
-    )
-
-
-def _with_iceberg_columns(table: TableDescriptor, loaded: Table | None = None) -> TableDescriptor:
-    """`table` with the columns of its current Iceberg schema, which another engine may have
-    evolved (`loaded`: the table's Iceberg table, when read already). As recorded when its
-    metadata cannot be read (a catalog row broken or forged): what reads the table says why."""
-    if loaded is None:
-        if not table.metadata_location or not table.location:
-            return table
-        try:
-            loaded = _iceberg_table(table)
-        except (InvalidRequest, OSError, ValueError):
-            return table
-    from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
-    columns = iceberg.schema_columns(loaded.schema())
-    return table if columns == table.columns else table.model_copy(update={"columns": columns})
 
 
 def _namespace(row: asyncpg.Record) -> NamespaceDescriptor:
@@ -114,21 +85,6 @@ def _snapshot_properties(
     }
 
 
-def _snapshot(found: naming.SnapshotSummary) -> Snapshot:
-    return Snapshot(
-        snapshot_id=found.snapshot_id,
-        parent_id=found.parent_id,
-        operation=found.properties.get(naming.OPERATION_PROPERTY, found.operation),
-        job_key=found.properties.get(naming.JOB_KEY_PROPERTY, ""),
-        procedure_id=found.properties.get(naming.PROCEDURE_PROPERTY, ""),
-        files_added=int(found.properties.get("added-data-files", 0)),
-        files_removed=int(found.properties.get("deleted-data-files", 0)),
-        records_added=int(found.properties.get("added-records", 0)),
-        records_removed=int(found.properties.get("deleted-records", 0)),
-        committed_at=found.committed_at,
-    )
-
-
 class Catalog:
     """Catalog reads and writes on a pool."""
 
@@ -138,6 +94,7 @@ class Catalog:
         self.events_topic = events_topic
         self.queries = load_queries(QUERIES)
         self.iceberg = IcebergCatalog()
+        self.grants = Grants(pool, self.queries)
 
     @contextlib.asynccontextmanager
     async def _writing(self, fence: Fence | None) -> AsyncIterator[asyncpg.Connection]:
@@ -190,7 +147,7 @@ class Catalog:
             if created is not None:
                 await self.iceberg.add_namespace(connection, namespace.name, namespace.properties)
             for entry in grants if created is not None else ():
-                await self._grant(connection, entry, namespace.created_by)
+                await self.grants.grant(connection, entry, namespace.created_by)
         if created is None:
             raise InvalidRequest(f"namespace {namespace.name!r} exists already")
 
@@ -244,7 +201,7 @@ class Catalog:
     async def get_table(self, namespace: str, name: str) -> TableDescriptor | None:
         """The table, its columns as its Iceberg schema has them now."""
         table = await self.get_recorded_table(namespace, name)
-        return await asyncio.to_thread(_with_iceberg_columns, table) if table else None
+        return await asyncio.to_thread(table_files.with_iceberg_columns, table) if table else None
 
     async def get_recorded_table(self, namespace: str, name: str) -> TableDescriptor | None:
         """The table with the columns procbus's catalog records: those it was made with and
@@ -260,14 +217,13 @@ class Catalog:
             self.queries["list_tables"], namespace, self.iceberg.catalog_name
         )
         tables = [_table(row) for row in rows]
-        return await asyncio.to_thread(lambda: [_with_iceberg_columns(table) for table in tables])
+        return await asyncio.to_thread(
+            lambda: [table_files.with_iceberg_columns(table) for table in tables]
+        )
 
     async def list_access(self) -> list[AccessEntry]:
         """Every grant, those on a namespace as a whole ('*' for the table) included."""
-        return [
-            AccessEntry.model_validate(dict(row))
-            for row in await self.pool.fetch(self.queries["list_access"])
-        ]
+        return await self.grants.list_access()
 
     async def change_access(
         self,
@@ -278,74 +234,12 @@ class Catalog:
     ) -> None:
         """Grant or revoke one permission, on a table or on a namespace as a whole; doing it
         twice changes nothing."""
-        try:
-            async with self._writing(fence) as connection:
-                if action == "grant":
-                    await self._grant(connection, entry, procedure_id)
-                elif entry.namespace_wide:
-                    await connection.execute(
-                        self.queries["revoke_namespace_access"],
-                        entry.principal,
-                        entry.namespace,
-                        entry.permission.value,
-                    )
-                else:
-                    await connection.execute(
-                        self.queries["revoke_access"],
-                        entry.principal,
-                        entry.namespace,
-                        entry.table,
-                        entry.permission.value,
-                    )
-        except asyncpg.ForeignKeyViolationError:
-            what = (
-                f"namespace {entry.namespace!r}"
-                if entry.namespace_wide
-                else f"table {entry.qualified_table!r}"
-            )
-            raise InvalidRequest(f"{what} does not exist") from None
-
-    async def _grant(
-        self, connection: asyncpg.Connection, entry: AccessEntry, granted_by: str
-    ) -> None:
-        if entry.namespace_wide:
-            await connection.execute(
-                self.queries["grant_namespace_access"],
-                entry.principal,
-                entry.namespace,
-                entry.permission.value,
-                granted_by,
-            )
-        else:
-            await connection.execute(
-                self.queries["grant_access"],
-                entry.principal,
-                entry.namespace,
-                entry.table,
-                entry.permission.value,
-                granted_by,
-            )
+        await self.grants.change_access(action, entry, procedure_id, fence)
 
     async def has_permission(self, entry: AccessEntry) -> bool:
         """Whether the catalog (the truth behind every worker's ACL cache) lets `entry`'s
         principal do it: it holds `entry`, or the same permission on its namespace."""
-        found: bool
-        if entry.namespace_wide:
-            found = await self.pool.fetchval(
-                self.queries["has_namespace_permission"],
-                entry.principal,
-                entry.namespace,
-                entry.permission.value,
-            )
-        else:
-            found = await self.pool.fetchval(
-                self.queries["has_permission"],
-                entry.principal,
-                entry.namespace,
-                entry.table,
-                entry.permission.value,
-            )
-        return found
+        return await self.grants.has_permission(entry)
 
     async def add_table(
         self,
@@ -363,7 +257,7 @@ class Catalog:
                 if added is not None:
                     await self._add_iceberg_table(connection, table)
                 for entry in grants if added is not None else ():
-                    await self._grant(connection, entry, table.created_by)
+                    await self.grants.grant(connection, entry, table.created_by)
         except asyncpg.ForeignKeyViolationError:
             raise InvalidRequest(f"namespace {table.namespace!r} does not exist") from None
         if added is None:
@@ -380,8 +274,7 @@ class Catalog:
             table.namespace,
             table.name,
         )
-        own_metadata = warehouse.file_uri(Path(table.location) / naming.METADATA_FOLDER)
-        if found is not None and found.startswith(f"{own_metadata}/"):
+        if found is not None and table_files.is_own_metadata(table, found):
             return
         if found is not None:
             raise InvalidRequest(
@@ -552,60 +445,25 @@ class Catalog:
         for (namespace, name), row in zip(tables, found, strict=True):
             if row is None or not row["metadata_location"]:
                 raise InvalidRequest(f"table {namespace}.{name} does not exist")
-            snapshots.append(await self._snapshot_files(_table(row), snapshot_id))
-        return snapshots
-
-    async def _snapshot_files(self, table: TableDescriptor, snapshot_id: int | None) -> TableFiles:
-        def plan() -> TableFiles:
-            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
-            folder = Path(table.location)
-            loaded = _iceberg_table(table)
-            snapshot = iceberg.chosen_snapshot(loaded, snapshot_id)
-            return TableFiles(
-                table=_with_iceberg_columns(table, loaded),
-                snapshot_id=None if snapshot is None else snapshot.snapshot_id,
-                files=[
-                    DataFile(
-                        path=warehouse.path_in(folder, file.uri),
-                        partition=file.partition,
-                        records=file.records,
-                        bytes=file.bytes,
-                        deletes=file.deletes,
-                    )
-                    for file in iceberg.planned_files(loaded, snapshot)
-                ],
-                metadata_location=table.metadata_location,
+            table = _table(row)
+            snapshots.append(
+                await asyncio.to_thread(table_files.snapshot_files, table, snapshot_id)
             )
-
-        return await asyncio.to_thread(plan)
+        return snapshots
 
     async def columns_left_out(self, table: TableDescriptor) -> list[str]:
         """The columns of the table's Iceberg schema of types procbus has none for (added by
         another engine), as `name (type)`: procbus neither loads nor shows them."""
         if not table.metadata_location:
             return []
-
-        def left_out() -> list[str]:
-            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
-            return iceberg.columns_left_out(_iceberg_table(table).schema())
-
-        return await asyncio.to_thread(left_out)
+        return await asyncio.to_thread(table_files.columns_left_out, table)
 
     async def list_snapshots(self, namespace: str, name: str) -> list[Snapshot]:
         """The table's Iceberg snapshots, newest first."""
         table = await self.get_recorded_table(namespace, name)  # its location is enough
         if table is None or not table.metadata_location:
             raise InvalidRequest(f"table {namespace}.{name} does not exist")
-
-        def listed() -> list[Snapshot]:
-            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
-            loaded = _iceberg_table(table)
-            return [_snapshot(found) for found in iceberg.snapshots_newest_first(loaded)]
-
-        return await asyncio.to_thread(listed)
+        return await asyncio.to_thread(table_files.snapshots, table)
 
     async def live_among(self, namespace: str, table: str, paths: list[str]) -> set[str]:
         """Those of these files (paths in the table's folder) that a snapshot the table keeps
@@ -621,15 +479,7 @@ class Catalog:
         found = await self.get_recorded_table(namespace, table)
         if found is None or not found.metadata_location:
             return set()
-
-        def referenced() -> set[str]:
-            from procbus.lakehouse import iceberg  # pyiceberg: only where files are read
-
-            folder = Path(found.location)
-            kept = iceberg.kept_files(_iceberg_table(found))
-            return {warehouse.path_in(folder, uri) for uri in kept}
-
-        return await asyncio.to_thread(referenced)
+        return await asyncio.to_thread(table_files.listed_files, found)
 
     async def set_key_columns(
         self, connection: asyncpg.Connection, namespace: str, table: str, keys: list[str]
@@ -677,14 +527,13 @@ class Catalog:
         other commit lands meanwhile, and adding files never conflicts). SnapshotConflict if a
         file to remove is no longer live, or if rows of one were deleted after `based_on` (the
         snapshot a compaction planned on); the new snapshot's ID."""
-        folder = Path(table.location)
         return await self.iceberg.commit_files(
             connection,
             table.namespace,
             table.name,
-            folder,
-            [warehouse.uri_in(folder, file.path) for file in adds],
-            [warehouse.uri_in(folder, file.path) for file in removes],
+            Path(table.location),
+            table_files.file_uris(table, adds),
+            table_files.file_uris(table, removes),
             _snapshot_properties(operation, job_key, procedure_id),
             based_on,
         )
@@ -704,13 +553,12 @@ class Catalog:
         changes: the live rows of `changed_keys` deleted (by position, in a delete file named
         with `file_prefix`), the rows of `adds` added, the `added_columns` added to its Iceberg
         schema; its ID."""
-        folder = Path(table.location)
         return await self.iceberg.apply_rows(
             connection,
             table.namespace,
             table.name,
-            folder,
-            [warehouse.uri_in(folder, file.path) for file in adds],
+            Path(table.location),
+            table_files.file_uris(table, adds),
             changed_keys,
             _snapshot_properties(SnapshotOperation.APPLY, job_key, procedure_id),
             added_columns,
