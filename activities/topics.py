@@ -111,13 +111,13 @@ class TopicActivities:
                     except InvalidRequest as refused:
                         # Retrying cannot help (the allowlist changed, or the URL is no longer
                         # accepted): stop with the reason, keep the queue, wait to be enabled.
-                        await self.topics.disable(topic.name, endpoint_refused(topic.name, refused))
+                        await topics.disable(topic.name, endpoint_refused(topic.name, refused))
                         refresh_due = loop.time()
                         continue
                     client = self._client(topic, endpoint, secrets)
                     client_made_for = (topic.endpoint, secrets)
                 began = time.time_ns()
-                done = await deliver_round(self.topics, topic, client, round_seconds=ROUND_SECONDS)
+                done = await deliver_round(topics, topic, client, round_seconds=ROUND_SECONDS)
                 if done.claimed and tracer_configured():
                     round_span(topic, done, began)
                 progress.rounds += 1
