@@ -11,8 +11,9 @@ after the round's deadline: whatever is left stays in the queue as it was.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -27,8 +28,7 @@ from procbus.delivery.clients import (
 )
 from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS
 from procbus.topics.consuming import stops_instead_of_dead_lettering
-from procbus.topics.models import Entry, Failure, Topic
-from procbus.topics.queue import Topics
+from procbus.topics.models import Claim, Entry, Failure, Settled, Topic
 
 # Sends of one topic in flight at once (different keys).
 SEND_CONCURRENCY = 16
@@ -47,12 +47,41 @@ def idle_waits(poll_max_seconds: float) -> Iterator[float]:
         wait = min(wait * 2, poll_max_seconds)
 
 
+class RoundQueue(Protocol):
+    """What a round needs of a topic's queue (procbus.topics.Topics, an attempt's own)."""
+
+    async def claim(self, topic: str, limit: int) -> Claim: ...
+
+    async def claim_encoded(self, topic: str, batch_size: int, count: int = ...) -> Claim: ...
+
+    async def claim_batches(
+        self, topic: Topic, count: int = ..., *, encoded: bool = ...
+    ) -> Claim: ...
+
+    async def settle(
+        self, claim: Claim, delivered: Sequence[int], failed: Sequence[Failure] = ...
+    ) -> Settled: ...
+
+    async def disable(self, name: str, reason: str) -> None: ...
+
+
 class Round(BaseModel):
     claimed: int = 0
     delivered: int = 0
     failed: int = 0
     dead_lettered: int = 0
     gone: str | None = None  # why the topic was just disabled: a 410, or a batch it stopped at
+
+    @classmethod
+    def settled(cls, claim: Claim, settled: Settled, gone: str | None = None) -> Round:
+        """The round that claimed `claim` and settled it so."""
+        return cls(
+            claimed=claim.size,
+            delivered=settled.delivered,
+            failed=settled.failed,
+            dead_lettered=len(settled.dead_lettered),
+            gone=gone,
+        )
 
 
 def _groups(entries: list[Entry]) -> list[list[Entry]]:
@@ -152,7 +181,7 @@ async def dispatch(
 
 
 async def deliver_round(
-    topics: Topics, topic: Topic, client: EndpointClient, *, round_seconds: float
+    topics: RoundQueue, topic: Topic, client: EndpointClient, *, round_seconds: float
 ) -> Round:
     """Claim due entries (up to ROUND_BATCHES batches for a batching endpoint, one batch
     otherwise; a grouped topic's next batches), send them, settle the claim."""
@@ -197,13 +226,7 @@ async def deliver_round(
         )
     delivered = [entry_id for entry_id, sent in results.items() if sent.outcome is Outcome.ACK]
     if len(delivered) == len(results):  # the common round: no more passes over thousands
-        settled = await topics.settle(claim, delivered, [])
-        return Round(
-            claimed=claim.size,
-            delivered=settled.delivered,
-            failed=settled.failed,
-            dead_lettered=len(settled.dead_lettered),
-        )
+        return Round.settled(claim, await topics.settle(claim, delivered, []))
     attempts = {entry.id: entry.attempts for entry in claim.entries} | {
         entry_id: count
         for batch in claim.encoded
@@ -235,10 +258,4 @@ async def deliver_round(
     if rejected is not None and not stops_instead_of_dead_lettering(topic):
         gone = rejected
         await topics.disable(topic.name, f"stopped: {rejected}")
-    return Round(
-        claimed=claim.size,
-        delivered=settled.delivered,
-        failed=settled.failed,
-        dead_lettered=len(settled.dead_lettered),
-        gone=gone,
-    )
+    return Round.settled(claim, settled, gone)
