@@ -27,7 +27,7 @@ from procbus.delivery.clients import (
     message,
 )
 from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS
-from procbus.topics.consuming import stops_instead_of_dead_lettering
+from procbus.topics.decisions import stops_instead_of_dead_lettering
 from procbus.topics.models import Claim, Entry, Failure, Settled, Topic
 
 # Sends of one topic in flight at once (different keys).
