@@ -7,6 +7,7 @@ randomness but the jitter handed in (procbus.topics.consuming applies what these
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,10 @@ def retry_delay(topic: TopicSettings, failure: Failure, spread: float) -> float:
     `spread` (a `jitter()`)."""
     if failure.retry_after_seconds is not None:
         return min(max(failure.retry_after_seconds, 0.0), MAX_BACKOFF_SECONDS)
-    doubled = topic.retry_sleep_seconds * 2.0 ** max(failure.attempts, 0)
+    try:
+        doubled = math.ldexp(topic.retry_sleep_seconds, max(failure.attempts, 0))
+    except OverflowError:  # past 2**1023 (1024 attempts and more): far past the cap
+        doubled = math.inf
     return min(doubled, MAX_BACKOFF_SECONDS) * spread
 
 

@@ -27,13 +27,13 @@ from procbus.topics.decisions import (
     retry_delays,
     waits_for_more,
 )
-from procbus.topics.models import MAX_BATCH_SIZE, ClaimedBatch, Failure, Topic
+from procbus.topics.models import MAX_BATCH_SIZE, MAX_RETRIES, ClaimedBatch, Failure, Topic
 
 WEBHOOK = "https://hooks.example.com/orders"
 PIPELINE = "table://lake"
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
-attempts = st.integers(min_value=0, max_value=1000)
+attempts = st.integers(min_value=0, max_value=MAX_RETRIES)
 spreads = st.floats(min_value=1 - JITTER, max_value=1 + JITTER)
 retry_afters = st.none() | st.floats(min_value=-1e9, max_value=1e12, allow_nan=False)
 
