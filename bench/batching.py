@@ -35,7 +35,7 @@ from procbus.activities.topics import TopicActivities
 from procbus.batching import Event, assemble_batches, whole_transaction_batches
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
-from procbus.delivery.dispatch import ROUND_BATCHES  # the batches a delivery round claims
+from procbus.delivery.decisions import ROUND_BATCHES  # the batches a delivery round claims
 from procbus.delivery.owner import ensure_delivery
 from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal.client import connect_client

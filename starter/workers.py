@@ -70,11 +70,12 @@ def workers_inspect(json_output: bool = JSON_OPTION) -> None:
     async def run() -> int:
         from procbus.bus.models import BroadcastInput, ReportState
         from procbus.core.outcomes import BroadcastResult
+        from procbus.core.workflow_types import BROADCAST
         from procbus.starter.scripts import connect
 
         client, services = await connect()
         result: BroadcastResult = await client.execute_workflow(
-            "Broadcast",
+            BROADCAST,
             BroadcastInput(operation=ReportState()),
             id=f"procbus-inspect-{uuid.uuid4().hex[:12]}",
             task_queue=services.task_queue,

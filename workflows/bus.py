@@ -11,10 +11,11 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from procbus.bus.models import BroadcastInput, BusMessage
     from procbus.core.outcomes import BroadcastResult
+    from procbus.core.workflow_types import BROADCAST
     from procbus.engine.broadcast import Broadcaster, BroadcastFailed, broadcast_failure
 
 
-@workflow.defn(name="Broadcast")
+@workflow.defn(name=BROADCAST)
 class Broadcast:
     """One operation to every live member, one phase or two; the result names each member's
     outcome. Its progress is the `broadcast_status` query and the UI's current details."""

@@ -7,19 +7,19 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from procbus.activities.outbox import OutboxActivities
+    from procbus.core.workflow_types import OUTBOX_SWEEP
     from procbus.hooks.outbox import SweepRequest, SweepResult
 
 
-@workflow.defn(name="OutboxSweep")
+@workflow.defn(name=OUTBOX_SWEEP)
 class OutboxSweep:
     @workflow.run
     async def run(self, request: SweepRequest) -> SweepResult:
-        result: SweepResult = await workflow.execute_activity(
-            "sweep_outbox",
+        return await workflow.execute_activity_method(
+            OutboxActivities.sweep_outbox,
             request,
-            result_type=SweepResult,
             start_to_close_timeout=timedelta(minutes=5),
             heartbeat_timeout=timedelta(seconds=60),
             summary=f"perform up to {request.limit} committed outbox rows left behind",
         )
-        return result

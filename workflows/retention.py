@@ -12,6 +12,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities.retention import RetentionActivities
+    from procbus.core.workflow_types import RETENTION
     from procbus.retention.models import KindResult, RetentionRequest, RetentionResult
     from procbus.temporal.errors import failure_text
 
@@ -24,7 +25,7 @@ KINDS = (
 )
 
 
-@workflow.defn(name="Retention")
+@workflow.defn(name=RETENTION)
 class Retention:
     @workflow.run
     async def run(self, request: RetentionRequest) -> RetentionResult:

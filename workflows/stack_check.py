@@ -6,22 +6,22 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from procbus.activities.stack_check import StackCheckActivities
+    from procbus.core.workflow_types import STACK_CHECK
     from procbus.stack.check import StackCheckInput, StackCheckResult
 
 
-@workflow.defn(name="StackCheck")
+@workflow.defn(name=STACK_CHECK)
 class StackCheck:
     """Proves the stack works end to end: a worker writes to PostgreSQL and reads it back."""
 
     @workflow.run
     async def run(self, request: StackCheckInput) -> StackCheckResult:
-        result: StackCheckResult = await workflow.execute_activity(
-            "record_stack_check",
+        return await workflow.execute_activity_method(
+            StackCheckActivities.record_stack_check,
             request,
-            result_type=StackCheckResult,
             start_to_close_timeout=timedelta(seconds=30),
             # A broken stack should fail the check visibly, not retry forever.
             retry_policy=RetryPolicy(maximum_attempts=5),
             summary=f"write check {request.check_id} to PostgreSQL and read it back",
         )
-        return result

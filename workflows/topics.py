@@ -10,12 +10,14 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from procbus.activities.topics import TopicActivities
+    from procbus.core.workflow_types import TOPIC_DELIVERY
     from procbus.delivery.models import DeliveryInput, DeliveryRequest, DeliveryResult
 
 RUN_SECONDS = 300.0
 
 
-@workflow.defn(name="TopicDelivery")
+@workflow.defn(name=TOPIC_DELIVERY)
 class TopicDelivery:
     def __init__(self) -> None:
         self.totals: DeliveryResult | None = None
@@ -24,10 +26,9 @@ class TopicDelivery:
     async def run(self, request: DeliveryInput) -> DeliveryResult:
         totals = self.totals = DeliveryResult(topic=request.topic, state="delivering")
         for _ in range(request.rounds_per_run):
-            done: DeliveryResult = await workflow.execute_activity(
-                "deliver_topic",
+            done = await workflow.execute_activity_method(
+                TopicActivities.deliver_topic,
                 DeliveryRequest(topic=request.topic, max_seconds=RUN_SECONDS),
-                result_type=DeliveryResult,
                 start_to_close_timeout=timedelta(seconds=RUN_SECONDS + 120),
                 # Its heartbeats come every few seconds: a dead worker's run moves on quickly.
                 heartbeat_timeout=timedelta(seconds=15),
@@ -36,10 +37,7 @@ class TopicDelivery:
                 ),
                 summary=f"deliver topic {request.topic}",
             )
-            totals.rounds += done.rounds
-            totals.delivered += done.delivered
-            totals.failed += done.failed
-            totals.dead_lettered += done.dead_lettered
+            totals.add(done, rounds=done.rounds)
             totals.state = done.state
             workflow.set_current_details(
                 f"**{done.state}** — {totals.delivered} delivered, {totals.failed} failed "

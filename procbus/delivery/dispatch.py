@@ -11,8 +11,9 @@ after the round's deadline: whatever is left stays in the queue as it was.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -25,17 +26,12 @@ from procbus.delivery.clients import (
     encoded_message,
     message,
 )
+from procbus.delivery.decisions import claim_plan, delivered, failures, topic_stops
 from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS
-from procbus.topics.consuming import stops_instead_of_dead_lettering
-from procbus.topics.models import Entry, Failure, Topic
-from procbus.topics.queue import Topics
+from procbus.topics.models import Claim, Entry, Failure, Settled, Topic
 
 # Sends of one topic in flight at once (different keys).
 SEND_CONCURRENCY = 16
-# A batching endpoint gets up to this many batches per claim, one after the other: the claim's
-# and the settlement's round trips are shared by them (8 against 4: 17-20% more events/s in
-# batches of 100, 5% in batches of 500).
-ROUND_BATCHES = 8
 
 
 def idle_waits(poll_max_seconds: float) -> Iterator[float]:
@@ -47,12 +43,41 @@ def idle_waits(poll_max_seconds: float) -> Iterator[float]:
         wait = min(wait * 2, poll_max_seconds)
 
 
+class RoundQueue(Protocol):
+    """What a round needs of a topic's queue (procbus.topics.Topics, an attempt's own)."""
+
+    async def claim(self, topic: str, limit: int) -> Claim: ...
+
+    async def claim_encoded(self, topic: str, batch_size: int, count: int = ...) -> Claim: ...
+
+    async def claim_batches(
+        self, topic: Topic, count: int = ..., *, encoded: bool = ...
+    ) -> Claim: ...
+
+    async def settle(
+        self, claim: Claim, delivered: Sequence[int], failed: Sequence[Failure] = ...
+    ) -> Settled: ...
+
+    async def disable(self, name: str, reason: str) -> None: ...
+
+
 class Round(BaseModel):
     claimed: int = 0
     delivered: int = 0
     failed: int = 0
     dead_lettered: int = 0
     gone: str | None = None  # why the topic was just disabled: a 410, or a batch it stopped at
+
+    @classmethod
+    def settled(cls, claim: Claim, settled: Settled, gone: str | None = None) -> Round:
+        """The round that claimed `claim` and settled it so."""
+        return cls(
+            claimed=claim.size,
+            delivered=settled.delivered,
+            failed=settled.failed,
+            dead_lettered=len(settled.dead_lettered),
+            gone=gone,
+        )
 
 
 def _groups(entries: list[Entry]) -> list[list[Entry]]:
@@ -152,25 +177,40 @@ async def dispatch(
 
 
 async def deliver_round(
-    topics: Topics, topic: Topic, client: EndpointClient, *, round_seconds: float
+    topics: RoundQueue, topic: Topic, client: EndpointClient, *, round_seconds: float
 ) -> Round:
     """Claim due entries (up to ROUND_BATCHES batches for a batching endpoint, one batch
-    otherwise; a grouped topic's next batches), send them, settle the claim."""
-    rounds = ROUND_BATCHES if client.batch else 1
-    bodies_only = client.batch and not client.takes_entries
-    if topic.group_transactions:
-        claim = await topics.claim_batches(topic, rounds, encoded=bodies_only)
-    elif bodies_only:
-        claim = await topics.claim_encoded(topic.name, topic.batch_size, rounds)
+    otherwise; a grouped topic's next batches), send them, settle the claim; what becomes of
+    them and of the topic is procbus.delivery.decisions'."""
+    plan = claim_plan(topic, batching=client.batch, takes_entries=client.takes_entries)
+    if plan.grouped:
+        claim = await topics.claim_batches(topic, plan.batches, encoded=plan.encoded)
+    elif plan.encoded:
+        claim = await topics.claim_encoded(topic.name, plan.batch_size, plan.batches)
     else:
-        claim = await topics.claim(topic.name, topic.batch_size * rounds)
+        claim = await topics.claim(topic.name, plan.limit)
     if claim.empty:
         return Round()
+    results = await _send(client, topic, claim, round_seconds)
+    acknowledged = delivered(results)
+    if len(acknowledged) == len(results):  # the common round: no more passes over thousands
+        return Round.settled(claim, await topics.settle(claim, acknowledged, []))
+    settled = await topics.settle(claim, acknowledged, failures(claim, results))
+    stop = topic_stops(topic, results, settled.stopped)
+    for reason in stop.disable:
+        await topics.disable(topic.name, reason)
+    return Round.settled(claim, settled, stop.why)
+
+
+async def _send(
+    client: EndpointClient, topic: Topic, claim: Claim, round_seconds: float
+) -> dict[int, Sent]:
+    """Send what `claim` holds, for up to `round_seconds`: as its bodies, or its entries."""
     loop = asyncio.get_running_loop()
     stop_at = loop.time() + round_seconds
     claim_id = str(claim.id)
     if claim.encoded:
-        results = await _send_in_turn(
+        return await _send_in_turn(
             client,
             (
                 (batch.entry_ids, encoded_message(batch, datetime.now(UTC), claim_id))
@@ -179,66 +219,17 @@ async def deliver_round(
             stop_at=stop_at,
             clock=loop.time,
         )
-    else:
-        by_id = {entry.id: entry for entry in claim.entries}
-        results = await dispatch(
-            client,
-            topic.name,
-            claim.entries,
-            stop_at=stop_at,
-            clock=loop.time,
-            batches=[
-                (batch.id, [by_id[entry_id] for entry_id in batch.entry_ids])
-                for batch in claim.batches
-            ]
-            or None,
-            batch_size=topic.batch_size,
-            claim_id=claim_id,
-        )
-    delivered = [entry_id for entry_id, sent in results.items() if sent.outcome is Outcome.ACK]
-    if len(delivered) == len(results):  # the common round: no more passes over thousands
-        settled = await topics.settle(claim, delivered, [])
-        return Round(
-            claimed=claim.size,
-            delivered=settled.delivered,
-            failed=settled.failed,
-            dead_lettered=len(settled.dead_lettered),
-        )
-    attempts = {entry.id: entry.attempts for entry in claim.entries} | {
-        entry_id: count
-        for batch in claim.encoded
-        for entry_id, count in zip(batch.entry_ids, batch.attempts, strict=True)
-    }
-    # A 410 is no failure of the entry: it waits, untouched, until the topic is enabled again.
-    failed = [
-        Failure(
-            id=entry_id,
-            error=sent.error or "failed",
-            attempts=attempts[entry_id],
-            retry_after_seconds=sent.retry_after_seconds,
-            permanent=sent.outcome is Outcome.REJECTED,
-        )
-        for entry_id, sent in results.items()
-        if sent.outcome in (Outcome.FAILED, Outcome.REJECTED)
-    ]
-    settled = await topics.settle(claim, delivered, failed)
-    gone = next((sent.error for sent in results.values() if sent.outcome is Outcome.GONE), None)
-    if gone is not None:
-        await topics.disable(topic.name, f"the endpoint answered {gone}")
-    # A table:// topic's batch refused, or past its retries or TTL, stopped the topic with the
-    # batch kept (settle disabled it); elsewhere a refused entry is dead-lettered, and the topic
-    # stops so that nothing behind it goes first.
-    gone = settled.stopped or gone
-    rejected = next(
-        (sent.error for sent in results.values() if sent.outcome is Outcome.REJECTED), None
-    )
-    if rejected is not None and not stops_instead_of_dead_lettering(topic):
-        gone = rejected
-        await topics.disable(topic.name, f"stopped: {rejected}")
-    return Round(
-        claimed=claim.size,
-        delivered=settled.delivered,
-        failed=settled.failed,
-        dead_lettered=len(settled.dead_lettered),
-        gone=gone,
+    by_id = {entry.id: entry for entry in claim.entries}
+    return await dispatch(
+        client,
+        topic.name,
+        claim.entries,
+        stop_at=stop_at,
+        clock=loop.time,
+        batches=[
+            (batch.id, [by_id[entry_id] for entry_id in batch.entry_ids]) for batch in claim.batches
+        ]
+        or None,
+        batch_size=topic.batch_size,
+        claim_id=claim_id,
     )

@@ -3,6 +3,8 @@ secrets (they stay in PostgreSQL; the activity reads them)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import BaseModel, Field
 
 from procbus.core.inputs import WorkflowInput
@@ -29,6 +31,14 @@ class DeliveryRequest(BaseModel):
     )
 
 
+class DeliveryCounts(Protocol):
+    """What became of the entries a round (or a run of rounds) claimed."""
+
+    delivered: int
+    failed: int
+    dead_lettered: int
+
+
 class DeliveryProgress(BaseModel):
     """The delivery activity's heartbeat details: what a person sees in the Temporal UI."""
 
@@ -38,6 +48,13 @@ class DeliveryProgress(BaseModel):
     failed: int = 0
     dead_lettered: int = 0
     state: str = "starting"
+
+    def add(self, done: DeliveryCounts, rounds: int = 1) -> None:
+        """Count what `rounds` rounds (one, or a whole run's) did into these totals."""
+        self.rounds += rounds
+        self.delivered += done.delivered
+        self.failed += done.failed
+        self.dead_lettered += done.dead_lettered
 
 
 class DeliveryResult(DeliveryProgress):

@@ -12,12 +12,12 @@ from collections.abc import Awaitable, Callable
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
+from procbus.core.workflow_types import TOPIC_DELIVERY
 from procbus.delivery.models import DeliveryInput
 from procbus.topics.models import Topic
 
 log = logging.getLogger(__name__)
 
-DELIVERY_WORKFLOW = "TopicDelivery"
 # How soon a topic created without a Temporal client (from Python) gets its delivery.
 OWNER_CHECK_SECONDS = 15.0
 
@@ -29,7 +29,7 @@ def delivery_workflow_id(topic: str) -> str:
 async def ensure_delivery(client: Client, topic: str, task_queue: str) -> None:
     """Start the topic's delivery workflow unless it runs already (idempotent)."""
     await client.start_workflow(
-        DELIVERY_WORKFLOW,
+        TOPIC_DELIVERY,
         DeliveryInput(topic=topic),
         id=delivery_workflow_id(topic),
         task_queue=task_queue,

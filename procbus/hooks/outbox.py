@@ -38,6 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from procbus.core.inputs import WorkflowInput
 from procbus.core.metrics import OutboxMetrics
+from procbus.core.workflow_types import BROADCAST, OUTBOX_SWEEP, RETENTION, TOPIC_DELIVERY
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest
 from procbus.procedures.models import ENGINE_ONLY_FIELDS
@@ -57,7 +58,7 @@ SWEEP_EVERY = timedelta(hours=1)
 
 
 # procbus's own machinery, started only by procbus itself: a row may never name them.
-INTERNAL_WORKFLOW_TYPES = frozenset({"Broadcast", "OutboxSweep", "Retention", "TopicDelivery"})
+INTERNAL_WORKFLOW_TYPES = frozenset({BROADCAST, OUTBOX_SWEEP, RETENTION, TOPIC_DELIVERY})
 # The engine's signals (a child's undo stack, lock wake-ups) carry engine state.
 ENGINE_SIGNAL_PREFIX = "procbus_"
 
@@ -287,7 +288,7 @@ async def ensure_sweep_schedule(
     spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
-            "OutboxSweep",
+            OUTBOX_SWEEP,
             SweepRequest(limit=1000),
             id="procbus-outbox-sweep-run",
             task_queue=task_queue,

@@ -18,6 +18,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
+from procbus.core.workflow_types import RETENTION
 from procbus.retention.models import RetentionRequest
 
 RETENTION_SCHEDULE_ID = "procbus-retention"
@@ -31,7 +32,7 @@ async def ensure_retention_schedule(
     retention settings (the worker started last wins: give every worker the same settings)."""
     spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
     action = ScheduleActionStartWorkflow(
-        "Retention",
+        RETENTION,
         request,
         id=RETENTION_WORKFLOW_ID,
         task_queue=task_queue,

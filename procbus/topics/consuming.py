@@ -5,10 +5,8 @@ the batch a stopped pipeline holds. A claim carries its delivery owner's epoch (
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import operator
-import random
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import fields, replace
@@ -16,11 +14,22 @@ from datetime import datetime
 
 import asyncpg
 
-from procbus.batching import Event as BatchEvent
 from procbus.batching import assemble_batches, whole_transaction_batches
 from procbus.core.collector import collector_paused
-from procbus.core.endpoints import EndpointKind
 from procbus.errors import InvalidRequest
+from procbus.topics.decisions import (
+    AfterFailures,
+    Tried,
+    after_failures,
+    batches_to_keep,
+    first_look,
+    grouped_batch_id,
+    next_look,
+    read_look,
+    retry_delays,
+    stops_instead_of_dead_lettering,
+    waits_for_more,
+)
 from procbus.topics.models import (
     DEAD_LETTER,
     Claim,
@@ -33,7 +42,6 @@ from procbus.topics.models import (
     Settled,
     SkippedBatch,
     Topic,
-    TopicSettings,
     batch_id_of,
 )
 from procbus.topics.publishing import publish_in_transaction
@@ -41,41 +49,6 @@ from procbus.topics.refusals import TopicNotFound, topic_error
 from procbus.topics.store import TopicStore, topic_of
 
 log = logging.getLogger(__name__)
-
-# A grouped topic reads its batches' worth of events and this many more at first.
-WINDOW_SLACK = 100
-# Retries wait at most this long between attempts, jitter aside.
-MAX_BACKOFF_SECONDS = 3600.0
-JITTER = 0.2
-
-
-def stops_instead_of_dead_lettering(topic: TopicSettings) -> bool:
-    """A table:// topic (a change pipeline) applies its batches in order: one it refuses, or
-    one past its retries or TTL, stops the topic instead, for no later batch to apply over the
-    gap it would leave. Only an operator gives such a batch up (Topics.skip_stopped_batch)."""
-    return topic.endpoint.startswith(f"{EndpointKind.TABLE.value}://")
-
-
-def stopped_reason(topic: str, why: str, error: str, batch_id: str | None) -> str:
-    """Why a table:// topic stopped at a batch, and the operator's two ways on."""
-    give_up = (
-        f", or give the batch up: `procbus pipeline skip {topic} --batch {batch_id} --reason TEXT`"
-        if batch_id is not None
-        else ""
-    )
-    return (
-        f"a batch {why}, kept first in the queue with the batches behind it: {error}; fix the "
-        f"cause, then `procbus topic enable {topic}`{give_up}"
-    )
-
-
-def backoff(topic: TopicSettings, failure: Failure) -> float:
-    """Seconds until an entry's next attempt: the endpoint's Retry-After when it gave one, else
-    retry_sleep doubled per attempt made (capped), with jitter so retries do not arrive in step."""
-    if failure.retry_after_seconds is not None:
-        return min(max(failure.retry_after_seconds, 0.0), MAX_BACKOFF_SECONDS)
-    doubled = topic.retry_sleep_seconds * 2.0 ** max(failure.attempts, 0)
-    return min(doubled, MAX_BACKOFF_SECONDS) * random.uniform(1 - JITTER, 1 + JITTER)
 
 
 _ENTRY_COLUMNS = tuple(field.name for field in fields(Entry))
@@ -93,41 +66,6 @@ def _entries(rows: Iterable[asyncpg.Record]) -> list[Entry]:
         values = operator.itemgetter(*_ENTRY_COLUMNS)
         return [Entry(*values(row)) for row in rows]
     return [Entry(**{name: row[name] for name in present}) for row in rows]
-
-
-def _read_look(
-    view: Sequence[asyncpg.Record], now: datetime, wait_seconds: float
-) -> tuple[list[BatchEvent], set[str], int]:
-    """A grouped look's rows in one pass (each field read of a row costs): the events as the
-    assembly sees them; the overdue transactions, incomplete (their last event, or one of their
-    counted events, is not among the rows) with an event older than `wait_seconds`; and how
-    many rows lie in the look's window."""
-    window: list[BatchEvent] = []
-    seen: dict[str, int] = {}
-    size: dict[str, int | None] = {}
-    oldest: dict[str, datetime] = {}
-    in_window = 0
-    for row in view:
-        txn_id, last, txn_size = row["txn_id"], row["txn_last"], row["txn_size"]
-        # Positional: a third of the keyword call's time, once per event.
-        window.append(
-            BatchEvent(str(row["id"]), row["key"], txn_id, last, txn_size, not row["blocked"])
-        )
-        in_window += row["in_window"]
-        if txn_id is not None:
-            seen[txn_id] = seen.get(txn_id, 0) + 1
-            if last:
-                size[txn_id] = txn_size
-            created_at: datetime = row["created_at"]
-            if txn_id not in oldest or created_at < oldest[txn_id]:
-                oldest[txn_id] = created_at
-    complete = {txn_id for txn_id, count in size.items() if count is None or seen[txn_id] >= count}
-    overdue = {
-        txn_id
-        for txn_id, created_at in oldest.items()
-        if txn_id not in complete and (now - created_at).total_seconds() >= wait_seconds
-    }
-    return window, overdue, in_window
 
 
 class Consuming(TopicStore):
@@ -177,7 +115,7 @@ class Consuming(TopicStore):
         again by PostgreSQL (the same bytes)."""
         claim_id = uuid.uuid4()
         empty = Claim(topic=topic.name, id=claim_id, entries=[])
-        limit = topic.batch_size * count + WINDOW_SLACK
+        limit = first_look(topic, count)
         kept_tried = False
         look = self.queries["grouped_view_for_bodies" if encoded else "grouped_view"]
         overdue: set[str] = set()
@@ -196,9 +134,8 @@ class Consuming(TopicStore):
             if not view:
                 return empty
             now: datetime = view[0]["now"]
-            oldest_age = (now - view[0]["created_at"]).total_seconds()
-            if len(view) < topic.batch_size and oldest_age < topic.batch_seconds:
-                return empty  # a short batch waits for more, up to the batch time
+            if waits_for_more(topic, len(view), (now - view[0]["created_at"]).total_seconds()):
+                return empty
             with collector_paused():
                 # Nearly always every transaction in the look is whole and side by side: its
                 # batches are then cut in one pass, and the rows go in the order they came.
@@ -214,26 +151,25 @@ class Consuming(TopicStore):
                     rows = view[: cut[-1].stop]
                     batches = [[row["id"] for row in view[part.start : part.stop]] for part in cut]
                     break
-                window, overdue, in_window = _read_look(view, now, topic.incomplete_wait_seconds)
-                whole_queue = in_window < limit
+                window, overdue, in_window = read_look(view, now, topic.incomplete_wait_seconds)
                 batches = [
                     [int(event.id) for event in batch]
                     for batch in assemble_batches(window, topic.batch_size, count, overdue=overdue)
                     if batch
                 ]
-            if batches or whole_queue:
+            further = next_look(limit, in_window, found=bool(batches))
+            if further is None:
                 by_id = {row["id"]: row for row in view}
                 rows = [by_id[entry_id] for batch in batches for entry_id in batch]
                 break
-            limit *= 4  # everything read waits on what lies beyond it: read further
+            limit = further
         if not batches:
             return empty
         txn_of = {row["id"]: row["txn_id"] for row in view} if overdue else {}
         claimed: list[ClaimedBatch] = []
         incomplete: dict[str, list[str]] = {}
         for ids in batches:
-            digest = hashlib.sha256(f"{topic.name}:{ids}".encode()).hexdigest()
-            claimed.append(ClaimedBatch(id=f"batch_{digest[:32]}", entry_ids=ids))
+            claimed.append(ClaimedBatch(id=grouped_batch_id(topic.name, ids), entry_ids=ids))
             short = {txn_of[i] for i in ids if txn_of.get(i) in overdue}
             if short:
                 incomplete[claimed[-1].id] = sorted(str(txn) for txn in short)
@@ -342,12 +278,9 @@ class Consuming(TopicStore):
         """Record a delivery attempt: remove what the endpoint acknowledged, count the failures
         with the entries (backoff with jitter, or the endpoint's Retry-After), move entries past
         max_retries or their TTL to the dead letters (on a table:// topic: they stay, and the
-        topic stops, see stops_instead_of_dead_lettering); what was not sent stays as it was. An
+        topic stops), as procbus.topics.decisions decides; what was not sent stays as it was. An
         older, overlapping claim, or one of an older owner epoch, settles nothing."""
-        # Batches assembled for this claim: one that failed is kept, to be resent exactly; one
-        # never sent is no batch (its entries are assembled again with what blocks them then).
-        fresh = [batch for batch in claim.batches if batch.fresh]
-        failed_ids = {failure.id for failure in failed}
+        assembled, kept = batches_to_keep(claim.batches, failed)
         async with (
             self.pool.acquire() as connection,
             # Without failures the settlement is one statement, atomic by itself.
@@ -358,75 +291,59 @@ class Consuming(TopicStore):
                 claim.topic,
                 claim.id,
                 list(delivered),
-                [batch.id for batch in fresh],
-                [batch.id for batch in fresh if batch.entry_ids[0] in failed_ids],
+                assembled,
+                kept,
             )
             if not settled["held"]:
                 return Settled(delivered=0, failed=0, dead_lettered=[])
-            removed: int = settled["removed"]
+            after = AfterFailures()
             dead: list[int] = []
-            stopped: str | None = None
             if failed:
-                # The claim's row was there: so is its topic (deleting it deletes the claim).
-                topic = topic_of(await connection.fetchrow(self.queries["get_topic"], claim.topic))
-                # A kept batch is retried whole: one backoff for all of it.
-                shared_backoff = backoff(topic, failed[0]) if claim.batches else None
-                rows = await connection.fetch(
-                    self.queries["record_failures"],
-                    claim.topic,
-                    [failure.id for failure in failed],
-                    [failure.error for failure in failed],
-                    [shared_backoff or backoff(topic, failure) for failure in failed],
-                )
-                await connection.execute(self.queries["count_retried"], claim.topic, len(rows))
-                now = await connection.fetchval(self.queries["database_time"])
-                refused = [failure for failure in failed if failure.permanent]
-                refused_ids = {failure.id for failure in refused}
-                exhausted = [
-                    row["id"]
-                    for row in rows
-                    if row["attempts"] > topic.max_retries and row["id"] not in refused_ids
-                ]
-                too_old = [
-                    row["id"]
-                    for row in rows
-                    if (now - row["created_at"]).total_seconds() > topic.ttl_seconds
-                    and row["id"] not in exhausted
-                    and row["id"] not in refused_ids
-                ]
-                if (refused or exhausted or too_old) and stops_instead_of_dead_lettering(topic):
-                    # Kept in the queue, due again as soon as an operator enables the topic.
-                    if refused:
-                        why = "cannot be applied as it is"
-                    elif exhausted:
-                        why = f"failed {topic.max_retries + 1} times (max_retries)"
-                    else:
-                        why = f"is older than the topic's TTL of {topic.ttl_seconds:g} s"
-                    batch_id = next(
-                        (batch.id for batch in claim.batches if batch.entry_ids[0] in failed_ids),
-                        None,
-                    )
-                    stopped = stopped_reason(claim.topic, why, failed[0].error, batch_id)
-                    await connection.execute(self.queries["set_disabled"], claim.topic, stopped)
-                    await connection.execute(
-                        self.queries["retry_now"], claim.topic, sorted(failed_ids)
-                    )
-                    refused, refused_ids, exhausted, too_old = [], set(), [], []
-                for ids, reason in (
-                    (sorted(refused_ids), refused[0].error if refused else ""),
-                    (exhausted, f"failed {topic.max_retries + 1} times (max_retries)"),
-                    (too_old, f"older than the topic's TTL of {topic.ttl_seconds:g} s"),
-                ):
-                    if ids:
-                        dead += (
-                            await connection.fetchval(
-                                self.queries["dead_letter_ids"], claim.topic, ids, reason
-                            )
-                            or []
-                        )
+                after = await self._record_failures(connection, claim, failed)
+                dead = await self._apply_failures(connection, claim.topic, after)
         return Settled(
-            delivered=removed, failed=len(failed), dead_lettered=sorted(dead), stopped=stopped
+            delivered=settled["removed"],
+            failed=len(failed),
+            dead_lettered=sorted(dead),
+            stopped=after.stopped,
         )
+
+    async def _record_failures(
+        self, connection: asyncpg.Connection, claim: Claim, failed: Sequence[Failure]
+    ) -> AfterFailures:
+        """Count the failed attempts with their entries, each due again after its retry delay;
+        what is to become of those given up (after_failures)."""
+        # The claim's row was there: so is its topic (deleting it deletes the claim).
+        topic = topic_of(await connection.fetchrow(self.queries["get_topic"], claim.topic))
+        rows = await connection.fetch(
+            self.queries["record_failures"],
+            claim.topic,
+            [failure.id for failure in failed],
+            [failure.error for failure in failed],
+            retry_delays(topic, failed, whole_batch=bool(claim.batches)),
+        )
+        await connection.execute(self.queries["count_retried"], claim.topic, len(rows))
+        now = await connection.fetchval(self.queries["database_time"])
+        tried = [
+            Tried(row["id"], row["attempts"], (now - row["created_at"]).total_seconds())
+            for row in rows
+        ]
+        return after_failures(topic, failed, tried, claim.batches)
+
+    async def _apply_failures(
+        self, connection: asyncpg.Connection, topic: str, after: AfterFailures
+    ) -> list[int]:
+        """Stop the topic, or move entries to the dead letters, as decided; the dead letters."""
+        if after.stopped is not None:
+            # Kept in the queue, due again as soon as an operator enables the topic.
+            await connection.execute(self.queries["set_disabled"], topic, after.stopped)
+            await connection.execute(self.queries["retry_now"], topic, after.retry_now)
+        dead: list[int] = []
+        for ids, reason in after.dead_letters:
+            dead += (
+                await connection.fetchval(self.queries["dead_letter_ids"], topic, ids, reason) or []
+            )
+        return dead
 
     async def expire(self, topic: str, limit: int = 1000) -> list[int]:
         """Move entries past the topic's TTL to the dead letters, sent or not; their IDs. Ends
