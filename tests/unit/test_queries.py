@@ -61,7 +61,7 @@ def test_every_query_the_code_names_exists_in_its_package() -> None:
     for package in packages_with_queries():
         folder = PROJECT.joinpath(*package.split("."))
         used: set[str] = set()
-        for source in folder.glob("*.py"):
+        for source in folder.rglob("*.py"):  # subpackages too (procbus.testing.nemesis)
             used |= set(re.findall(r'queries(?:\([^)]*\))?\["([a-z_0-9]+)"\]', source.read_text()))
         named += len(used)
         assert used <= set(load_queries(package)), package
