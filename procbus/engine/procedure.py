@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, get_type_hints
 
 from pydantic import TypeAdapter
-from temporalio import activity, workflow
+from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.core.ids import StepActivityId, check_step_name
     from procbus.core.metrics import PROCEDURE_STATES
     from procbus.core.outcomes import BroadcastResult
+    from procbus.core.sdk_private import defined_activity_name
     from procbus.core.search_attributes import (
         PROCEDURE_STATE,
         PROCEDURE_TARGET,
@@ -129,7 +130,7 @@ def lost_its_locks(error: BaseException) -> bool:
 def activity_name(action: Callable[..., Any] | str) -> str:
     if isinstance(action, str):
         return action
-    name = activity._Definition.must_from_callable(action).name
+    name = defined_activity_name(action)
     if name is None:
         raise ValueError(f"{action!r} is a dynamic activity; name the activity instead")
     return name
