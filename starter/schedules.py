@@ -457,12 +457,11 @@ def built_in_input_model(workflow_type: str) -> type[BaseModel] | None:
     """The input model of a built-in procedure's workflow type; None for any other type."""
     from typing import get_type_hints
 
-    from temporalio import workflow
-
+    from procbus.core.sdk_private import workflow_definition
     from procbus.worker.main import WORKFLOWS
 
     for cls in WORKFLOWS:
-        definition = workflow._Definition.from_class(cls)
+        definition = workflow_definition(cls)
         if definition is not None and definition.name == workflow_type:
             hints = get_type_hints(definition.run_fn)
             model = next((value for key, value in hints.items() if key != "return"), None)

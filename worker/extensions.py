@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from temporalio import activity, workflow
-
+from procbus.core.sdk_private import is_activity, workflow_definition
 from procbus.errors import ConfigError
 
 ENTRY_POINT_GROUP = "procbus.workflows"
@@ -35,7 +34,7 @@ class UserProcedures:
 
 
 def workflow_name(cls: type) -> str | None:
-    definition = workflow._Definition.from_class(cls)
+    definition = workflow_definition(cls)
     return definition.name if definition is not None else None
 
 
@@ -90,9 +89,7 @@ def load_user_procedures(names: Sequence[str], built_in: Sequence[type]) -> User
         functions = [
             value
             for value in _defined_here(module)
-            if callable(value)
-            and not inspect.isclass(value)
-            and activity._Definition.from_callable(value) is not None
+            if callable(value) and not inspect.isclass(value) and is_activity(value)
         ]
         listed = list(getattr(module, "ACTIVITIES", []))
         found.modules.append(name)

@@ -8,29 +8,24 @@ changes what the workflow does, so its determinism is untouched.
 
 from __future__ import annotations
 
-import sys
-
 from temporalio import workflow
 
-_CONTRIB = "temporalio.contrib.opentelemetry"
+with workflow.unsafe.imports_passed_through():
+    from procbus.core.sdk_private import workflow_span_recorder
 
 
 def record_span(name: str, error: BaseException | None = None, **attributes: str | int) -> None:
     """A completed span `name` with the procedure's ID and `attributes`, when traced."""
-    # Loaded by whoever installed the interceptor; not loaded: no interceptor, nothing to do.
-    contrib = sys.modules.get(_CONTRIB)
-    if contrib is None:
-        return
-    interceptor = contrib.TracingWorkflowInboundInterceptor._from_context()
-    if interceptor is None:
+    record = workflow_span_recorder()
+    if record is None:
         return
     info = workflow.info()
-    interceptor._completed_span(
+    record(
         name,
-        additional_attributes={
+        {
             "procbus.procedure_id": info.workflow_id,
             "procbus.procedure_type": info.workflow_type,
             **attributes,
         },
-        exception=error if isinstance(error, Exception) else None,
+        error if isinstance(error, Exception) else None,
     )

@@ -28,8 +28,8 @@ from typing import Any, Literal, TypeVar, overload
 
 import asyncpg
 from pydantic_core import to_jsonable_python
-from temporalio import workflow as temporal_workflow
 
+from procbus.core.sdk_private import workflow_definition
 from procbus.db.queries import load_queries
 from procbus.errors import InvalidRequest, ProcbusError
 from procbus.hooks.outbox import QUERIES, OutboxRelay, outbox_refusal
@@ -95,10 +95,7 @@ def _settle(future: asyncio.Future[Any], error: BaseException) -> None:
 def _workflow_name(workflow: Any) -> str:
     if isinstance(workflow, str):
         return workflow
-    if isinstance(workflow, type):
-        definition = temporal_workflow._Definition.from_class(workflow)
-    else:
-        definition = temporal_workflow._Definition.from_run_fn(workflow)
+    definition = workflow_definition(workflow)
     if definition is None or definition.name is None:
         raise ValueError(f"{workflow!r} is not a workflow class, run method or workflow name")
     return definition.name

@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from procbus.core.sdk_private import workflow_definition
 from procbus.core.search_attributes import PROCEDURE_STATE
 from procbus.errors import InvalidRequest
 from procbus.hooks import transaction
@@ -30,7 +31,9 @@ from procbus.worker.main import WORKFLOWS
 from tests.services import run_command, subprocess_environment
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
-WORKFLOW_TYPES = sorted(workflow.__temporal_workflow_definition.name for workflow in WORKFLOWS)  # type: ignore[attr-defined]
+WORKFLOW_TYPES = sorted(
+    str(definition.name) for definition in map(workflow_definition, WORKFLOWS) if definition
+)
 # The shapes a person gets wrong: a misspelled field, and JSON of the wrong type.
 BAD_INPUTS = {
     "misspelled field": (
