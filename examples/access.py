@@ -4,11 +4,11 @@ tests/integration/test_doc_examples.py and by the demo's bus scene."""
 
 from __future__ import annotations
 
+# --8<-- [start:grant]
 from typing import Literal
 
 from temporalio.client import Client
 
-# --8<-- [start:grant]
 from procbus.core.outcomes import MemberOutcome
 from procbus.lakehouse.models import ChangeAccessInput
 from procbus.workflows.access import ChangeAccess
