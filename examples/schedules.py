@@ -1,5 +1,5 @@
 """A procedure on a Temporal Schedule from Python: the hourly compaction that `procbus schedule
-create` makes. Run by tests/integration/test_doc_examples.py."""
+create` makes. Run by tests/integration/test_doc_examples.py and by the demo's table data scene."""
 
 from __future__ import annotations
 
@@ -14,24 +14,31 @@ from procbus.temporal.auth import Signer
 
 
 async def compact_every_hour(
-    client: Client, signer: Signer, task_queue: str = "procbus"
+    client: Client,
+    signer: Signer | None,
+    task_queue: str = "procbus",
+    *,
+    request: CompactTableInput | None = None,  # default: sales.orders' partition region=eu
+    schedule_id: str = "orders-eu",
+    note: str | None = None,  # shown with its state (`procbus schedule describe`, the UI)
 ) -> ScheduleHandle:
     """`signer`: whom the runs start as (procbus.temporal.auth.client_signer(settings) gives
     the CLI's: PROCBUS_PRINCIPAL with PROCBUS_AUTH_KEY); a production worker refuses unsigned
-    runs, and checks the principal's grants at every run."""
-    request = CompactTableInput(table="sales.orders", partitions=["region=eu"])
+    runs (no signer), and checks the principal's grants at every run."""
+    request = request or CompactTableInput(table="sales.orders", partitions=["region=eu"])
     request.check()  # what the CLI checks first: a bad name raises InvalidRequest here
-    runs_id = "compact-sales.orders-orders-eu"  # Temporal appends each run's time
+    runs_id = f"compact-{request.table}-{schedule_id}"  # Temporal appends each run's time
     return await client.create_schedule(
-        "orders-eu",
+        schedule_id,
         procedure_schedule(
             "CompactTable",
             request,
-            target="sales.orders",
+            target=request.table,
             workflow_id=runs_id,
             task_queue=task_queue,
             every=timedelta(hours=1),  # or: cron="0 3 * * *"
-            headers=signer.schedule_headers(runs_id, "CompactTable", request),
+            note=note,
+            headers=signer.schedule_headers(runs_id, "CompactTable", request) if signer else None,
         ),
     )
 

@@ -13,11 +13,11 @@ from typer.exceptions import TyperException
 
 from procbus.errors import ConfigError, ProcbusError
 from procbus.starter.access import acl_app
-from procbus.starter.demo_scenes import DEMO_STEPS
 from procbus.starter.locks import lock_app
 from procbus.starter.output import console, print_error, print_json, styled
 from procbus.starter.pipelines import capture_app, pipeline_app
 from procbus.starter.procedures import proc_app
+from procbus.starter.scenes import DEMO_STEPS
 from procbus.starter.schedules import schedule_app
 from procbus.starter.tables import namespace_app, table_app
 from procbus.starter.topics import topic_app

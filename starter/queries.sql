@@ -1,6 +1,11 @@
--- The demo's application: a bank whose accounts table procbus captures (`procbus demo`, step 11).
+-- The demo's own statements (`procbus demo`, starter/scenes/).
+
+-- name: outbox_rows_of
+-- The hooks scene: a rolled-back transaction leaves no outbox row for its workflow.
+SELECT count(*) FROM "procbus_outbox" WHERE "workflow_id" = $1;
 
 -- name: create_accounts
+-- The pipeline scene's application: a bank whose accounts table procbus captures.
 DROP TABLE IF EXISTS "procbus_demo_accounts";
 CREATE TABLE "procbus_demo_accounts" (
     "id" bigint PRIMARY KEY,

@@ -12,7 +12,7 @@ import pytest
 
 from procbus.stack.processes import free_port
 from procbus.stack.temporal_server import temporal_binary
-from procbus.starter.demo_scenes import DEMO_STEPS
+from procbus.starter.scenes import DEMO_STEPS
 from tests.e2e.conftest import PROCBUS, DevStack, procbus, wait_until_dead
 from tests.services import subprocess_environment
 

@@ -13,9 +13,9 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
-from examples.access import grant_write
+from examples.access import change_write
 from examples.grant_access import AccessActivities, GrantAccess, GrantAccessInput
-from examples.iceberg_read import read_eu_orders
+from examples.iceberg_read import read_rows
 from examples.locks import Jobs, RewriteInput, RewritePartition, nightly_compaction
 from examples.orders import place_order, receipts
 from examples.pipeline import capture_accounts
@@ -221,8 +221,10 @@ async def test_the_access_example_commits_on_every_worker(
 ) -> None:
     await make_table(pool, warehouse)
     async with start_worker():
-        outcomes = await grant_write(client, task_queue)
+        outcomes = await change_write(client, new_id("grant"), task_queue=task_queue)
+        revoked = await change_write(client, new_id("revoke"), "revoke", task_queue=task_queue)
     assert outcomes and set(outcomes.values()) == {MemberOutcome.COMMITTED}
+    assert revoked.keys() == outcomes.keys() and set(revoked.values()) == {MemberOutcome.COMMITTED}
 
 
 @pytest.mark.spark
@@ -246,7 +248,7 @@ async def test_the_table_data_examples_load_compact_and_read(
     assert len(rows) == 10
     assert list(rows[0]) == ["id", "region", "amount"]
     # pyiceberg alone reads the same table: its eu rows are procbus's.
-    eu = (await asyncio.to_thread(read_eu_orders, database_url)).to_pylist()
+    eu = (await asyncio.to_thread(read_rows, database_url)).to_pylist()
     expected = read_snapshot(await Catalog(pool).table_files("sales", "orders"))
     assert sorted(eu, key=lambda row: row["id"]) == sorted(
         (row for row in expected if row["region"] == "eu"), key=lambda row: row["id"]

@@ -21,7 +21,7 @@ from procbus.config import setting_names
 from procbus.core.metrics import PROCBUS_METRICS
 from procbus.errors import ErrorType, ProcbusError
 from procbus.starter.cli import app
-from procbus.starter.demo_scenes import DEMO_STEPS
+from procbus.starter.scenes import DEMO_STEPS, SCENES, load_scene, scene_number
 
 PROJECT = Path(__file__).resolve().parents[2]
 DOCS = PROJECT / "docs"
@@ -106,13 +106,18 @@ def test_the_settings_reference_lists_every_setting(site: Path) -> None:
 
 
 def test_getting_started_lists_every_demo_scene_and_its_name() -> None:
-    """The numbered scenes (the stack check first), and `--only`'s names in the demo's order."""
+    """The numbered scenes (the stack check first) with their titles, `--only`'s names, and the
+    scenes that bring create-table along: as the registry (starter/scenes/) has them."""
     page = (DOCS / "getting-started.md").read_text()
     section = page[page.index("## The demo") :]
     numbered = re.findall(r"^(\d+)\. \*\*", section, flags=re.MULTILINE)
     assert numbered == [str(n) for n in range(1, len(DEMO_STEPS) + 2)]
+    titles = re.findall(r"^\d+\. \*\*(.+?)\*\*", section, flags=re.MULTILINE)
+    assert titles == [load_scene(name).title for name in SCENES]
     only = section[section.index("`procbus demo --only") :].split(")", 1)[0]
     assert re.findall(r"`([a-z-]+)`", only) == list(DEMO_STEPS)
+    needing = [str(scene_number(name)) for name in DEMO_STEPS if load_scene(name).needs]
+    assert f"namespace ({', '.join(needing)}) brings scene 2 along" in " ".join(section.split())
     count = {12: "twelve", 13: "thirteen", 14: "fourteen"}[len(DEMO_STEPS) + 1]
     for said in (PROJECT / "README.md", DOCS / "index.md"):
         assert f"the demo's {count} scenes" in said.read_text(), said
