@@ -72,6 +72,7 @@ BATCH_CHANGES = sized(10000, 2, "BENCH_BATCH_CHANGES")
 # The batches after a table's first, each timed: their median is the table's next batch (one
 # batch's time varies by a few tenths of a second with when the delivery wakes up).
 NEXT_BATCHES = sized(3, 1)
+WARM_UPS = sized(1, 0)  # the JVM's first jobs: a small table's batches, not counted
 ROWS_PER_FILE = sized(1_000_000, 10)  # the fill's files: as a load of that table would write them
 COLUMNS = "id:bigint,owner:string,balance:bigint"
 SOURCE = (
@@ -309,7 +310,8 @@ async def cost_follows_the_batch() -> dict[str, Any]:
                 plugin=plugin,
             ):
                 measure = (pool, client, queue, spark, root, database_url)
-                await apply_seconds(*measure, SMALL_ROWS, rng)  # warm-up: the JVM's first jobs
+                for _ in range(WARM_UPS):
+                    await apply_seconds(*measure, SMALL_ROWS, rng)
                 small = await apply_seconds(*measure, SMALL_ROWS, rng)
                 big = await apply_seconds(*measure, BIG_ROWS, rng)
                 again = await apply_seconds(*measure, SMALL_ROWS, rng)
