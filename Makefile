@@ -155,11 +155,11 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-# The benchmarks, each run once (bench/ holds their helpers too). The cluster ones build hosts
-# in network namespaces: only as root.
-BENCHMARKS := batching bus hooks kafka lake locks pipeline plugin procedure_overhead spark \
-	stack_check topics
-CLUSTER_BENCHMARKS := nemesis scaleout
+# The benchmarks, each run once: those of bench/benchmarks.txt (the suite smoke-runs the same
+# list). The cluster ones (marked root) build hosts in network namespaces: only as root.
+BENCHMARKS := $(shell awk '{sub(/\#.*/, "")} NF == 1 {print $$1}' bench/benchmarks.txt)
+CLUSTER_BENCHMARKS := $(shell awk '{sub(/\#.*/, "")} NF == 2 && $$2 == "root" {print $$1}' \
+	bench/benchmarks.txt)
 
 bench: install check-java
 	@failed=""; \

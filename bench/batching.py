@@ -27,6 +27,7 @@ import uuid
 
 import asyncpg
 from drained import until_empty  # bench/, beside this script
+from harness import bench_services, emit, sized
 from pydantic_core import to_json
 from temporalio.worker import Worker
 from webhook_sink import running_sink
@@ -37,19 +38,45 @@ from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.delivery.decisions import ROUND_BATCHES  # the batches a delivery round claims
 from procbus.delivery.owner import ensure_delivery
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal.client import connect_client
 from procbus.temporal.interceptors import ProcbusErrorInterceptor
 from procbus.topics import Topics, TopicSettings
 from procbus.workflows.topics import TopicDelivery
 
-EVENTS = int(os.environ.get("BENCH_EVENTS", "100000"))
-BATCH = int(os.environ.get("BENCH_BATCH", "100"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-DELIVERY_ROUNDS = int(os.environ.get("BENCH_DELIVERY_ROUNDS", "3"))
+EVENTS = sized(100000, 300, "BENCH_EVENTS")
+BATCH = sized(100, 10, "BENCH_BATCH")
+ROUNDS = sized(3, 1, "BENCH_ROUNDS")
+DELIVERY_ROUNDS = sized(3, 1, "BENCH_DELIVERY_ROUNDS")
 KEYS = 1000
 OPEN_AT_ONCE = 8  # transactions being written at the same time
 BIG = 100_000_000
+ASSEMBLY_FIGURES = (
+    "events",
+    "batch_size",
+    "encoded_plain_events_per_s",
+    "encoded_grouped_events_per_s",
+    "encoded_grouped_batches",
+    "encoded_plain_batches",
+    "assembly_only_plain_events_per_s",
+    "assembly_only_grouped_events_per_s",
+    "assembly_only_grouped_batches",
+    "assembly_only_plain_batches",
+    "ratio_assembly_only",
+    "ratio_grouped_to_plain",
+    "floor_one_pass_events_per_s",
+    "ratio_floor_to_plain",
+)
+DELIVERY_FIGURES = (
+    "delivery_plain_events_per_s",
+    "delivery_grouped_events_per_s",
+    "delivery_grouped_incomplete_batches",
+    "ratio_grouped_delivery_to_plain",
+)
+GOALS = (
+    "goal_ratio_grouped_to_plain_at_least",
+    "goal_ratio_grouped_delivery_to_plain_at_least",
+)
+FIGURES = (*ASSEMBLY_FIGURES, *DELIVERY_FIGURES, *GOALS)
 FILL = (
     "SELECT count(*) FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[], "
     '$6::integer[]) AS p("payload", "key", "txn", "last", "size"), '
@@ -215,13 +242,13 @@ async def delivery() -> dict[str, float | int]:
     queue = make_queue(EVENTS)
     async with running_sink() as base:
         sink = f"{base}/hooks?batch=1"
-        with ephemeral_services("procbus-bench-") as services:
-            setup = await connect(services.postgres.url())
+        async with bench_services() as services:
+            setup = await connect(services.database_url)
             await migrate(setup)
             await setup.close()
-            pool = await create_pool(services.postgres.url(), min_size=4, max_size=8)
+            pool = await create_pool(services.database_url, min_size=4, max_size=8)
             topics = Topics(pool)
-            client = await connect_client(services.temporal.address, "default")
+            client = await connect_client(services.temporal_address, "default")
             task_queue = f"bench-{uuid.uuid4().hex[:6]}"
             rates: dict[str, float] = {}
             async with Worker(
@@ -265,13 +292,14 @@ async def delivery() -> dict[str, float | int]:
 def main() -> None:
     figures = assembly()
     print(f"assembly: {figures}", file=sys.stderr)
-    if os.environ.get("BENCH_ASSEMBLY_ONLY") != "1":
+    assembly_only = os.environ.get("BENCH_ASSEMBLY_ONLY") == "1"
+    if not assembly_only:
         figures |= asyncio.run(delivery())
     figures |= {
         "goal_ratio_grouped_to_plain_at_least": 0.8,
         "goal_ratio_grouped_delivery_to_plain_at_least": 0.8,
     }
-    print(json.dumps(figures))
+    emit(figures, (*ASSEMBLY_FIGURES, *GOALS) if assembly_only else FIGURES)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import statistics
 import sys
@@ -22,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 from bus_workflows import SingleSend, SingleSendInput
+from harness import bench_services, emit, sized  # bench/, beside this script
 from temporalio.worker import Worker
 
 from procbus.auth.policy import BENCH_AUTH
@@ -30,14 +30,24 @@ from procbus.bus.models import BroadcastInput, BusMessage, ReportState
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.worker import build_worker
 from procbus.worker.main import bus_member
 from procbus.workflows.bus import Broadcast
 
-COUNT = int(os.environ.get("BENCH_COUNT", "60"))
+COUNT = sized(60, 2, "BENCH_COUNT")
+WARM_UP = sized(10, 1)  # of each side, not counted
 MEMBERS = 3
+FIGURES = (
+    "count",
+    "members",
+    "single_median_ms",
+    "single_p95_ms",
+    "broadcast_median_ms",
+    "broadcast_p95_ms",
+    "ratio_broadcast_to_single",
+    "goal_ratio_at_most",
+)
 
 
 async def latencies(count: int, run_one: Callable[[int], Awaitable[object]]) -> list[float]:
@@ -55,12 +65,12 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 async def main() -> dict[str, float | int]:
-    with ephemeral_services("procbus-bench-") as services:
-        setup = await connect(services.postgres.url())
+    async with bench_services() as services:
+        setup = await connect(services.database_url)
         await migrate(setup)
         await setup.close()
-        pool = await create_pool(services.postgres.url())
-        client = await connect_client(services.temporal.address, "default")
+        pool = await create_pool(services.database_url)
+        client = await connect_client(services.temporal_address, "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         member_ids = [f"m{n}" for n in range(1, MEMBERS + 1)]
         async with contextlib.AsyncExitStack() as running:
@@ -104,8 +114,8 @@ async def main() -> dict[str, float | int]:
                     task_queue=queue,
                 )
 
-            await latencies(10, lambda i: single(i, -1))  # warm-up, not counted
-            await latencies(10, lambda i: broadcast(i, -1))
+            await latencies(WARM_UP, lambda i: single(i, -1))
+            await latencies(WARM_UP, lambda i: broadcast(i, -1))
             single_times: list[float] = []
             broadcast_times: list[float] = []
             # Alternate the two sides so warm-up and server state favour neither.
@@ -135,6 +145,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main())
     print(f"one activity on one worker: median {figures['single_median_ms']} ms")
     print(f"broadcast to {MEMBERS} members:    median {figures['broadcast_median_ms']} ms")
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

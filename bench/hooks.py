@@ -29,18 +29,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import asyncpg
+from harness import bench_services, emit, sized  # bench/, beside this script
 
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.hooks import transaction
 from procbus.hooks.outbox import BATCH, OutboxRelay
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal.client import connect_client
 
 WRITERS = 8
-SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-RELAY_ROWS = int(os.environ.get("BENCH_RELAY_ROWS", "2000"))
+SECONDS = sized(5.0, 0.2, "BENCH_SECONDS")
+ROUNDS = sized(3, 1, "BENCH_ROUNDS")
+RELAY_ROWS = sized(2000, 4, "BENCH_RELAY_ROWS")
 RELAY_LOOPS = 4
 ITEMS = 'CREATE TABLE "bench_items" ("id" bigserial PRIMARY KEY, "name" text NOT NULL)'
 INSERT = 'INSERT INTO "bench_items" ("name") VALUES ($1)'
@@ -50,6 +50,32 @@ SECOND_ROW = (
     'INSERT INTO "bench_second_row" ("kind", "workflow_id", "workflow_type", "signal_name", '
     '"task_queue", "payload", "request_id") VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7) '
     'RETURNING "id"'
+)
+
+
+FIGURES = (
+    "writers",
+    "seconds_per_mode",
+    "rounds",
+    "plain_commits_per_s",
+    "hook_commits_per_s",
+    "durable_commits_per_s",
+    "second_row_commits_per_s",
+    "relay_rows",
+    "relay_starts_per_s",
+    "raw_starts_per_s",
+    "relay_starts_per_s_by_round",
+    "raw_starts_per_s_by_round",
+    "start_concurrency",
+    "durable_with_relay_commits_per_s",
+    "outbox_backlog_max_with_relay",
+    "ratio_hook_to_plain",
+    "goal_ratio_hook_to_plain_at_least",
+    "ratio_durable_to_second_row",
+    "goal_ratio_durable_to_second_row_at_least",
+    "ratio_relay_to_raw_starts",
+    "goal_ratio_relay_to_raw_starts_at_least",
+    "ratio_durable_to_plain",
 )
 
 
@@ -76,16 +102,14 @@ async def run_writers(
 
 
 async def main() -> dict[str, float | int | list[float]]:
-    with ephemeral_services("procbus-bench-") as services:
-        setup = await connect(services.postgres.url())
+    async with bench_services() as services:
+        setup = await connect(services.database_url)
         await migrate(setup)
         await setup.execute(ITEMS)
         await setup.execute(SECOND_TABLE)
         await setup.close()
-        pool = await create_pool(
-            services.postgres.url(), min_size=WRITERS + 4, max_size=WRITERS + 4
-        )
-        client = await connect_client(services.temporal.address, "default")
+        pool = await create_pool(services.database_url, min_size=WRITERS + 4, max_size=WRITERS + 4)
+        client = await connect_client(services.temporal_address, "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         relay = OutboxRelay(client, pool, queue)
 
@@ -219,6 +243,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main())
     for key, value in figures.items():
         print(f"{key:<40} {value}")
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

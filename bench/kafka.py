@@ -29,6 +29,7 @@ from pathlib import Path
 import asyncpg
 from confluent_kafka import Producer
 from drained import until_empty  # bench/, beside this script
+from harness import bench_services, emit, sized
 from pydantic_core import to_json
 from temporalio.worker import Worker
 
@@ -40,7 +41,6 @@ from procbus.delivery.clients import event_body
 from procbus.delivery.factory import endpoint_check
 from procbus.delivery.kafka import producer_config
 from procbus.delivery.owner import ensure_delivery
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.stack.kafka import KafkaBroker
 from procbus.temporal.client import connect_client
 from procbus.temporal.interceptors import ProcbusErrorInterceptor
@@ -48,12 +48,24 @@ from procbus.topics import Topics, TopicSettings
 from procbus.topics.models import Entry
 from procbus.workflows.topics import TopicDelivery
 
-EVENTS = int(os.environ.get("BENCH_EVENTS", "100000"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-BATCH = 500
+EVENTS = sized(100000, 20, "BENCH_EVENTS")
+ROUNDS = sized(3, 1, "BENCH_ROUNDS")
+BATCH = sized(500, 10)
 KEYS = 50
 TXN_SIZE = 10
 BIG = 100_000_000
+FIGURES = (
+    "events",
+    "batch_size",
+    "txn_size",
+    "kafka_delivery_events_per_s",
+    "grouped_kafka_delivery_events_per_s",
+    "floor_events_per_s",
+    "floor_queue_rows_per_s",
+    "floor_producer_messages_per_s",
+    "ratio_kafka_delivery_to_floor",
+    "ratio_grouped_to_plain_kafka",
+)
 FLOOR = 'CREATE TABLE "bench_event_rows" (LIKE "procbus_topic_entries" INCLUDING ALL)'
 FILL = (
     "SELECT count(*) FROM unnest($2::text[], $3::text[], $4::text[], $5::boolean[], "
@@ -149,64 +161,64 @@ async def main() -> dict[str, float | int]:
     with (
         tempfile.TemporaryDirectory(prefix="procbus-bench-kafka-") as folder,
         KafkaBroker(Path(folder)) as broker,
-        ephemeral_services("procbus-bench-") as services,
     ):
-        setup = await connect(services.postgres.url())
-        await migrate(setup)
-        await setup.execute(FLOOR)
-        await setup.close()
-        pool = await create_pool(services.postgres.url(), min_size=4, max_size=8)
-        topics = Topics(pool, check_endpoint=endpoint_check())
-        client = await connect_client(services.temporal.address, "default")
-        queue = f"bench-{uuid.uuid4().hex[:6]}"
-        rates: dict[str, float] = {"plain": 0.0, "grouped": 0.0}
-        queue_seconds = producer_seconds = float("inf")
-        async with Worker(
-            client,
-            task_queue=queue,
-            workflows=[TopicDelivery],
-            activities=TopicActivities(pool).all(),
-            interceptors=[ProcbusErrorInterceptor()],
-        ):
-            for round_number in range(ROUNDS):
-                for mode in ("plain", "grouped"):
-                    name = f"{mode}-{round_number}"
-                    await pool.execute('VACUUM "procbus_topic_entries"')
-                    await topics.create(
-                        name,
-                        TopicSettings(
-                            endpoint=f"kafka://{broker.bootstrap}/{name}?create=1&partitions=3",
-                            batch_size=BATCH,
-                            group_transactions=mode == "grouped",
-                            max_entries=BIG,
-                            max_bytes=BIG,
+        async with bench_services() as services:
+            setup = await connect(services.database_url)
+            await migrate(setup)
+            await setup.execute(FLOOR)
+            await setup.close()
+            pool = await create_pool(services.database_url, min_size=4, max_size=8)
+            topics = Topics(pool, check_endpoint=endpoint_check())
+            client = await connect_client(services.temporal_address, "default")
+            queue = f"bench-{uuid.uuid4().hex[:6]}"
+            rates: dict[str, float] = {"plain": 0.0, "grouped": 0.0}
+            queue_seconds = producer_seconds = float("inf")
+            async with Worker(
+                client,
+                task_queue=queue,
+                workflows=[TopicDelivery],
+                activities=TopicActivities(pool).all(),
+                interceptors=[ProcbusErrorInterceptor()],
+            ):
+                for round_number in range(ROUNDS):
+                    for mode in ("plain", "grouped"):
+                        name = f"{mode}-{round_number}-{queue}"  # its delivery workflow's ID
+                        await pool.execute('VACUUM "procbus_topic_entries"')
+                        await topics.create(
+                            name,
+                            TopicSettings(
+                                endpoint=f"kafka://{broker.bootstrap}/{name}?create=1&partitions=3",
+                                batch_size=BATCH,
+                                group_transactions=mode == "grouped",
+                                max_entries=BIG,
+                                max_bytes=BIG,
+                            ),
+                        )
+                        await fill(pool, name, grouped=mode == "grouped")
+                        await ensure_delivery(client, name, queue)
+                        rate = EVENTS / await until_empty(pool, name)
+                        print(f"round {round_number} {mode}: {rate:,.0f} events/s", flush=True)
+                        rates[mode] = max(rates[mode], rate)
+                        await topics.delete(name, force=True)
+                    floor_topic = f"floor-{round_number}"
+                    await endpoint_check()(
+                        parse_endpoint(
+                            f"kafka://{broker.bootstrap}/{floor_topic}?create=1&partitions=3"
+                        )
+                    )
+                    queue_seconds = min(queue_seconds, await queue_floor(pool))
+                    producer_seconds = min(
+                        producer_seconds,
+                        await asyncio.to_thread(
+                            producer_floor, f"kafka://{broker.bootstrap}/{floor_topic}"
                         ),
                     )
-                    await fill(pool, name, grouped=mode == "grouped")
-                    await ensure_delivery(client, name, queue)
-                    rate = EVENTS / await until_empty(pool, name)
-                    print(f"round {round_number} {mode}: {rate:,.0f} events/s", flush=True)
-                    rates[mode] = max(rates[mode], rate)
-                    await topics.delete(name, force=True)
-                floor_topic = f"floor-{round_number}"
-                await endpoint_check()(
-                    parse_endpoint(
-                        f"kafka://{broker.bootstrap}/{floor_topic}?create=1&partitions=3"
+                    print(
+                        f"round {round_number} floor: queue {EVENTS / queue_seconds:,.0f} rows/s, "
+                        f"producer {EVENTS / producer_seconds:,.0f} messages/s",
+                        flush=True,
                     )
-                )
-                queue_seconds = min(queue_seconds, await queue_floor(pool))
-                producer_seconds = min(
-                    producer_seconds,
-                    await asyncio.to_thread(
-                        producer_floor, f"kafka://{broker.bootstrap}/{floor_topic}"
-                    ),
-                )
-                print(
-                    f"round {round_number} floor: queue {EVENTS / queue_seconds:,.0f} rows/s, "
-                    f"producer {EVENTS / producer_seconds:,.0f} messages/s",
-                    flush=True,
-                )
-        await pool.close()
+            await pool.close()
     floor_rate = EVENTS / (queue_seconds + producer_seconds)
     return {
         "events": EVENTS,
@@ -231,6 +243,6 @@ if __name__ == "__main__":
     for key, value in result.items():
         print(f"{key:<40} {value}")
     print(f"goals {'met' if goals else 'NOT met'}: delivery/floor >= 0.4, grouped/plain >= 0.7")
-    print(json.dumps(result), flush=True)
+    emit(result, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

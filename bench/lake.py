@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from harness import bench_services, emit, sized  # bench/, beside this script
 
 from procbus import ProcbusPlugin
 from procbus.auth.policy import BENCH_AUTH
@@ -61,18 +62,18 @@ from procbus.pipeline import Pipelines
 from procbus.spark import spark_session, staging
 from procbus.spark.backends import LocalBackend
 from procbus.spark.frames import partitioned_writer
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.topics import Topics, TopicSettings
 from procbus.worker import build_worker
 
-BIG_ROWS = int(os.environ.get("BENCH_BIG_ROWS", "10000000"))
-SMALL_ROWS = int(os.environ.get("BENCH_SMALL_ROWS", "100000"))
-BATCH_CHANGES = int(os.environ.get("BENCH_BATCH_CHANGES", "10000"))
+BIG_ROWS = sized(10000000, 40, "BENCH_BIG_ROWS")
+SMALL_ROWS = sized(100000, 20, "BENCH_SMALL_ROWS")
+BATCH_CHANGES = sized(10000, 2, "BENCH_BATCH_CHANGES")
 # The batches after a table's first, each timed: their median is the table's next batch (one
 # batch's time varies by a few tenths of a second with when the delivery wakes up).
-NEXT_BATCHES = 3
-ROWS_PER_FILE = 1_000_000  # the fill's files: as a load of that table would write them
+NEXT_BATCHES = sized(3, 1)
+WARM_UPS = sized(1, 0)  # the JVM's first jobs: a small table's batches, not counted
+ROWS_PER_FILE = sized(1_000_000, 10)  # the fill's files: as a load of that table would write them
 COLUMNS = "id:bigint,owner:string,balance:bigint"
 SOURCE = (
     'CREATE TABLE "{name}" ("id" bigint PRIMARY KEY, "owner" text NOT NULL, '
@@ -81,6 +82,50 @@ SOURCE = (
 # One source transaction: the batch's keys, each with a new row image.
 CHANGE = "INSERT INTO \"{name}\" SELECT k, 'changed-' || k, -1 FROM unnest($1::bigint[]) AS k"
 BENCHES = ("spark.py", "pipeline.py")
+# Taken from bench/spark.py's and bench/pipeline.py's figures (unless BENCH_LAKE_ONLY_BATCH=1).
+OTHER_FIGURES = (
+    "ratio_load_to_direct",
+    "ratio_compaction_to_direct",
+    "goal_ratio_load_and_compaction_to_direct_at_most",
+    "ratio_load_function_to_direct",
+    "spark_load_procedure_s",
+    "spark_load_procedure_s_by_round",
+    "spark_load_direct_s",
+    "spark_load_direct_s_by_round",
+    "spark_load_function_s",
+    "spark_load_function_s_by_round",
+    "spark_compaction_procedure_s",
+    "spark_compaction_procedure_s_by_round",
+    "spark_compaction_direct_s",
+    "spark_compaction_direct_s_by_round",
+    "ratio_apply_to_floor",
+    "goal_ratio_apply_to_floor_at_least",
+    "pipeline_apply_seconds_by_round",
+    "pipeline_floor_queue_drain_seconds_by_round",
+    "pipeline_plain_write_seconds_by_round",
+    "p99_commit_to_visible_s",
+    "goal_p99_commit_to_visible_s_at_most",
+)
+BATCH_FIGURES = (
+    "big_table_rows",
+    "small_table_rows",
+    "batch_changes",
+    "apply_first_batch_big_table_s",
+    "apply_first_batch_small_table_s",
+    "ratio_first_batch_big_to_small_table",
+    "key_column_read_big_table_s",
+    "key_column_read_small_table_s",
+    "ratio_floor_first_batch_big_to_small_table",
+    "key_lookup_big_table_s",
+    "key_lookup_small_table_s",
+    "ratio_lookup_floor_first_batch_big_to_small_table",
+    "apply_next_batch_big_table_s",
+    "apply_next_batch_small_table_s",
+    "ratio_apply_big_to_small_table",
+    "goal_ratio_apply_big_to_small_table_at_most",
+)
+FIGURES = (*OTHER_FIGURES, *BATCH_FIGURES)
+ONLY_BATCH = os.environ.get("BENCH_LAKE_ONLY_BATCH") == "1"
 
 
 async def filled_table(pool: asyncpg.Pool, spark: Any, root: Path, name: str, rows: int) -> None:
@@ -232,8 +277,8 @@ async def apply_seconds(
 
 
 async def cost_follows_the_batch() -> dict[str, Any]:
-    with ephemeral_services("procbus-bench-") as services:
-        database_url = services.postgres.url()
+    async with bench_services() as services:
+        database_url = services.database_url
         setup = await connect(database_url)
         await migrate(setup)
         await setup.close()
@@ -241,7 +286,7 @@ async def cost_follows_the_batch() -> dict[str, Any]:
         root = services.root / "warehouse"
         root.mkdir(parents=True, exist_ok=True)
         spark = spark_session("local[*]", root, "procbus-bench")
-        client = await connect_client(services.temporal.address, "default")
+        client = await connect_client(services.temporal_address, "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         rng = random.Random(38)
         try:
@@ -265,7 +310,8 @@ async def cost_follows_the_batch() -> dict[str, Any]:
                 plugin=plugin,
             ):
                 measure = (pool, client, queue, spark, root, database_url)
-                await apply_seconds(*measure, SMALL_ROWS, rng)  # warm-up: the JVM's first jobs
+                for _ in range(WARM_UPS):
+                    await apply_seconds(*measure, SMALL_ROWS, rng)
                 small = await apply_seconds(*measure, SMALL_ROWS, rng)
                 big = await apply_seconds(*measure, BIG_ROWS, rng)
                 again = await apply_seconds(*measure, SMALL_ROWS, rng)
@@ -305,21 +351,20 @@ async def cost_follows_the_batch() -> dict[str, Any]:
 
 
 def last_json_line(bench: str) -> dict[str, Any]:
-    """Run another benchmark of this folder whole; its figures (its last line)."""
+    """Run another benchmark of this folder whole; its figures (its last line). What it says
+    on stderr goes to this one's, so a smoke run of this one checks theirs too."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name(bench))],
-        capture_output=True,
-        text=True,
+        [sys.executable, str(Path(__file__).with_name(bench))], stdout=subprocess.PIPE, text=True
     )
     if done.returncode != 0:
-        raise RuntimeError(f"bench/{bench} failed: {done.stderr[-3000:]}")
+        raise RuntimeError(f"bench/{bench} failed (its stderr above): {done.stdout[-3000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
 
 
 def main() -> dict[str, Any]:
     figures: dict[str, Any] = {}
-    if os.environ.get("BENCH_LAKE_ONLY_BATCH") != "1":
+    if not ONLY_BATCH:
         spark_figures, pipeline_figures = (last_json_line(bench) for bench in BENCHES)
         figures |= {
             "ratio_load_to_direct": spark_figures.get("ratio_load_to_direct"),
@@ -354,4 +399,4 @@ if __name__ == "__main__":
     results = main()
     for key, value in results.items():
         print(f"{key:<48} {value}")
-    print(json.dumps(results), flush=True)
+    emit(results, BATCH_FIGURES if ONLY_BATCH else FIGURES)

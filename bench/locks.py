@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 
 import asyncpg
+from harness import bench_services, emit, sized  # bench/, beside this script
 from lanes import timed
 from overhead_workflows import LockedFiveSteps, LockedInput, UnlockedFiveSteps, noop, undo_noop
 from temporalio.worker import Worker
@@ -32,14 +32,29 @@ from procbus.db.migrate import migrate
 from procbus.engine.runner import workflow_runner
 from procbus.locks import LockTable, lock_set
 from procbus.plugin.locks import LockActivities
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 
 CLIENTS = 8
-SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-PROCEDURES = int(os.environ.get("BENCH_COUNT", "100"))
-CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "20"))
+SECONDS = sized(5.0, 0.2, "BENCH_SECONDS")
+ROUNDS = sized(3, 1, "BENCH_ROUNDS")
+PROCEDURES = sized(100, 2, "BENCH_COUNT")
+CONCURRENCY = sized(20, 2, "BENCH_CONCURRENCY")
+FIGURES = (
+    "clients",
+    "advisory_lock_sets_per_s",
+    "procbus_lock_sets_per_s",
+    "row_writes_only_sets_per_s",
+    "ratio_locks_to_row_writes",
+    "goal_ratio_locks_to_row_writes_at_least",
+    "ratio_locks_to_advisory",
+    "ratio_row_writes_only_to_advisory",
+    "procedures",
+    "concurrency",
+    "unlocked_seconds",
+    "locked_seconds",
+    "ratio_locked_to_unlocked",
+    "goal_ratio_procedure_at_most",
+)
 
 
 def lock_path(client: int) -> str:
@@ -116,14 +131,14 @@ async def lock_rates(pool: asyncpg.Pool) -> tuple[float, float, float]:
 
 
 async def main() -> dict[str, float | int]:
-    with ephemeral_services("procbus-bench-") as services:
-        setup = await connect(services.postgres.url())
+    async with bench_services() as services:
+        setup = await connect(services.database_url)
         await migrate(setup)
         await setup.close()
-        pool = await create_pool(services.postgres.url(), min_size=CLIENTS, max_size=CLIENTS + 4)
+        pool = await create_pool(services.database_url, min_size=CLIENTS, max_size=CLIENTS + 4)
         advisory_rate, lock_rate, floor_rate = await lock_rates(pool)
 
-        client = await connect_client(services.temporal.address, "default")
+        client = await connect_client(services.temporal_address, "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         async with Worker(
             client,
@@ -186,6 +201,6 @@ if __name__ == "__main__":
         f"5-step procedures: {figures['locked_seconds']} s with locks, "
         f"{figures['unlocked_seconds']} s without, for {PROCEDURES}"
     )
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

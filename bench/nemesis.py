@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import emit, sized  # bench/, beside this script
 
 from procbus.testing.nemesis import (
     OPERATIONS_PER_SECOND,
@@ -31,12 +32,51 @@ from procbus.testing.nemesis import (
 )
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
+# The checkers' names (procbus.testing.nemesis.verdicts), each with its count of violations.
+CHECKERS = (
+    "procedures",
+    "deadlines",
+    "catalog",
+    "caches",
+    "topics",
+    "locks",
+    "fencing",
+    "access",
+    "notes",
+)
+FIGURES = (
+    "seed",
+    "minutes",
+    "seconds",
+    "faults",
+    "operations",
+    "ended",
+    "transactions",
+    "sink_requests",
+    "kafka_records",
+    "amqp_messages",
+    "lock_changes",
+    "catalog_writes",
+    "violations",
+    *CHECKERS,
+)
+# With --spark: the lake's figures, and its two checkers.
+SPARK_FIGURES = (
+    "transfers",
+    "lake_reads",
+    "lake_snapshots_read",
+    "lake_reads_failed",
+    "snapshots_committed",
+    "drivers_killed",
+    "lake",
+    "spark",
+)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--minutes", type=float, default=sized(2.0, 0.5))
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--history", type=Path, help="write the run's history here (JSON lines)")
     parser.add_argument(
@@ -131,26 +171,25 @@ def main() -> int:
         for violation in violations:
             print(f"  {violation}")
     total = sum(len(violations) for violations in found.values())
-    print(
-        json.dumps(
-            {
-                "seed": options.seed,
-                "minutes": options.minutes,
-                "seconds": round(time.monotonic() - began, 1),
-                "faults": len(history.of("fault")),
-                "operations": len(outcomes),
-                "ended": dict(ended),
-                "transactions": dict(transactions),
-                "sink_requests": webhooks,
-                "kafka_records": kafka_records,
-                "amqp_messages": amqp_messages,
-                "lock_changes": lock_changes,
-                "catalog_writes": catalog_writes,
-                **lake,
-                "violations": total,
-                **{checker: len(violations) for checker, violations in found.items()},
-            }
-        )
+    emit(
+        {
+            "seed": options.seed,
+            "minutes": options.minutes,
+            "seconds": round(time.monotonic() - began, 1),
+            "faults": len(history.of("fault")),
+            "operations": len(outcomes),
+            "ended": dict(ended),
+            "transactions": dict(transactions),
+            "sink_requests": webhooks,
+            "kafka_records": kafka_records,
+            "amqp_messages": amqp_messages,
+            "lock_changes": lock_changes,
+            "catalog_writes": catalog_writes,
+            **lake,
+            "violations": total,
+            **{checker: len(violations) for checker, violations in found.items()},
+        },
+        (*FIGURES, *SPARK_FIGURES) if options.spark else FIGURES,
     )
     return 1 if total else 0
 

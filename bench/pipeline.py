@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+from harness import bench_services, emit, sized  # bench/, beside this script
 
 from procbus.auth.policy import BENCH_AUTH
 from procbus.capture import Captures
@@ -47,18 +48,44 @@ from procbus.pipeline.rows import ChangeColumns, reduce_changes, write_rows
 from procbus.spark import spark_session
 from procbus.spark.backends import LocalBackend
 from procbus.spark.frames import schema_ddl
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.topics import Topics, TopicSettings
 from procbus.worker import build_worker
 
-CHANGES = int(os.environ.get("BENCH_CHANGES", "200000"))
-TXN_ROWS = 100
-BATCH = int(os.environ.get("BENCH_BATCH", "10000"))  # the most a topic batches
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))  # of the apply, its floor and the plain write
-STEADY_RATE = float(os.environ.get("BENCH_STEADY_RATE", "50"))  # transactions per second
-STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "30"))
+CHANGES = sized(200000, 20, "BENCH_CHANGES")
+TXN_ROWS = sized(100, 5)  # CHANGES is a multiple of it
+BATCH = sized(10000, 10, "BENCH_BATCH")  # the most a topic batches
+ROUNDS = sized(3, 1, "BENCH_ROUNDS")  # of the apply, its floor and the plain write
+STEADY_RATE = sized(50.0, 20.0, "BENCH_STEADY_RATE")  # transactions per second
+STEADY_SECONDS = sized(30.0, 0.5, "BENCH_STEADY_SECONDS")
 STEADY_BATCH = 200
+FIGURES = (
+    "changes",
+    "transaction_rows",
+    "batch_size",
+    "rounds",
+    "apply_seconds_by_round",
+    "floor_queue_drain_seconds_by_round",
+    "plain_write_seconds_by_round",
+    "apply_seconds",  # the median round's three
+    "apply_rows_per_s",
+    "apply_batches",
+    "plain_write_seconds",
+    "plain_write_rows_per_s",
+    "apply_function_alone_seconds",
+    "ratio_apply_to_plain_write",
+    "goal_ratio_apply_to_plain_write_at_least",
+    "floor_queue_drain_seconds",
+    "ratio_floor_to_plain_write",
+    "ratio_apply_to_floor",
+    "steady_transactions_per_s",  # the latency's
+    "steady_seconds",
+    "steady_rows",
+    "median_commit_to_visible_s",
+    "p99_commit_to_visible_s",
+    "max_commit_to_visible_s",
+    "goal_p99_commit_to_visible_s_at_most",
+)
 COLUMNS = "id:bigint,owner:string,balance:bigint,note:string"
 SOURCE = (
     'CREATE TABLE "{name}" ("id" bigint PRIMARY KEY, "owner" text NOT NULL, '
@@ -196,10 +223,11 @@ async def lake_rows(pool: asyncpg.Pool, name: str) -> list[dict[str, Any]]:
     return await asyncio.to_thread(read_snapshot, await Catalog(pool).table_files("bench", name))
 
 
-async def latency(pool: asyncpg.Pool, client: Any, queue: str, root: Path) -> dict[str, Any]:
+async def latency(
+    pool: asyncpg.Pool, client: Any, queue: str, root: Path, name: str
+) -> dict[str, Any]:
     import pyarrow.parquet as parquet
 
-    name = "steady"
     table = await lake_table(pool, root, name)
     await pipeline(pool, name, STEADY_BATCH)
     await ensure_delivery(client, name, queue)
@@ -256,17 +284,18 @@ async def latency(pool: asyncpg.Pool, client: Any, queue: str, root: Path) -> di
 
 
 async def main() -> dict[str, Any]:
-    with ephemeral_services("procbus-bench-") as services:
-        setup = await connect(services.postgres.url())
+    async with bench_services() as services:
+        setup = await connect(services.database_url)
         await migrate(setup)
         await setup.close()
-        pool = await create_pool(services.postgres.url(), min_size=4, max_size=12)
+        pool = await create_pool(services.database_url, min_size=4, max_size=12)
         root = services.root / "warehouse"
         root.mkdir(parents=True, exist_ok=True)
         spark = spark_session("local[*]", root, "procbus-bench")
         backend = LocalBackend(spark)
-        client = await connect_client(services.temporal.address, "default")
-        queue = f"bench-{uuid.uuid4().hex[:6]}"
+        client = await connect_client(services.temporal_address, "default")
+        run = uuid.uuid4().hex[:6]
+        queue = f"bench-{run}"
         try:
             async with build_worker(
                 client, pool, queue, warehouse_root=root, spark_backend=backend, auth=BENCH_AUTH
@@ -288,9 +317,10 @@ async def main() -> dict[str, Any]:
                     plain_times.append(plain_write(spark, table, rows, output))
                     drain_times.append(await floor_drain(pool))
                     rounds.append(
-                        await apply_rate(pool, client, queue, root, f"applied{round_number}")
+                        await apply_rate(pool, client, queue, root, f"applied{round_number}_{run}")
                     )
-                steady = await latency(pool, client, queue, root)
+                # A delivered topic's name is its delivery workflow's ID: this run's own.
+                steady = await latency(pool, client, queue, root, f"steady_{run}")
         finally:
             await pool.close()
     plain_seconds = statistics.median(plain_times)
@@ -326,6 +356,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main())
     for key, value in figures.items():
         print(f"{key:<40} {value}")
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

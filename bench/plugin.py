@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import sys
 import time
 import uuid
 from collections.abc import Awaitable
 
+from harness import bench_services, emit, sized  # bench/, beside this script
 from lanes import timed
 from overhead_workflows import LockedFiveSteps, LockedInput, Plain, PlainInput, noop, undo_noop
 from pydantic import SecretStr
@@ -35,12 +35,29 @@ from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.engine.runner import workflow_runner
 from procbus.plugin.locks import LockActivities
-from procbus.stack.ephemeral import ephemeral_services
 
-COUNT = int(os.environ.get("BENCH_COUNT", "200"))
-CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "4"))  # best of: one round swings by 20%
-STARTS = int(os.environ.get("BENCH_STARTS", "15"))  # best of: a start is tens of ms
+COUNT = sized(200, 2, "BENCH_COUNT")
+CONCURRENCY = sized(50, 2, "BENCH_CONCURRENCY")
+ROUNDS = sized(4, 1, "BENCH_ROUNDS")  # best of: one round swings by 20%
+STARTS = sized(15, 1, "BENCH_STARTS")  # best of: a start is tens of ms
+FIGURES = (
+    "count",
+    "concurrency",
+    "steps",
+    "plain_seconds",
+    "user_procedure_seconds",
+    "plain_workflows_per_s",
+    "user_procedures_per_s",
+    "ratio_user_procedure_to_plain",
+    "goal_ratio_user_procedure_at_most",
+    "engine_worker_seconds",
+    "ratio_engine_worker_to_plain",
+    "ratio_user_procedure_to_engine_worker",
+    "plain_worker_start_seconds",
+    "plugin_worker_start_seconds",
+    "ratio_worker_start_to_plain",
+    "goal_ratio_worker_start_at_most",
+)
 
 
 async def plain_start(address: str) -> float:
@@ -74,18 +91,18 @@ async def plugin_start(address: str, settings: Settings) -> float:
 
 
 async def main() -> dict[str, float | int | str]:
-    with ephemeral_services("procbus-bench-") as services:
-        setup = await connect(services.postgres.url())
+    async with bench_services() as services:
+        setup = await connect(services.database_url)
         await migrate(setup)
         await setup.close()
-        address = services.temporal.address
+        address = services.temporal_address
         settings = Settings(
             temporal_address=address,
-            database_url=SecretStr(services.postgres.url()),
+            database_url=SecretStr(services.database_url),
             worker_id=f"bench-{uuid.uuid4().hex[:6]}",
         )
         plain_client = await Client.connect(address, data_converter=pydantic_data_converter)
-        pool = await create_pool(services.postgres.url())
+        pool = await create_pool(services.database_url)
         plugin = ProcbusPlugin(settings, outbox_relay=False)
         user_client = await Client.connect(address, plugins=[plugin])
         plain_queue, user_queue = f"plain-{uuid.uuid4().hex[:6]}", f"user-{uuid.uuid4().hex[:6]}"
@@ -127,14 +144,14 @@ async def main() -> dict[str, float | int | str]:
 
         def start_plain(i: int, r: int) -> Awaitable[object]:
             return plain_client.execute_workflow(
-                Plain.run, PlainInput(), id=f"plain-{r}-{i}", task_queue=plain_queue
+                Plain.run, PlainInput(), id=f"{plain_queue}-{r}-{i}", task_queue=plain_queue
             )
 
         def start_engine(i: int, r: int) -> Awaitable[object]:
             return plain_client.execute_workflow(
                 LockedFiveSteps.run,
                 LockedInput(table=f"e{r}-{i}"),
-                id=f"engine-{r}-{i}",
+                id=f"{engine_queue}-{r}-{i}",
                 task_queue=engine_queue,
             )
 
@@ -142,7 +159,7 @@ async def main() -> dict[str, float | int | str]:
             return user_client.execute_workflow(
                 LockedFiveSteps.run,
                 LockedInput(table=f"t{r}-{i}"),
-                id=f"user-{r}-{i}",
+                id=f"{user_queue}-{r}-{i}",
                 task_queue=user_queue,
             )
 
@@ -203,6 +220,6 @@ if __name__ == "__main__":
         f"worker start:     plain {figures['plain_worker_start_seconds']} s, "
         f"with the plugin {figures['plugin_worker_start_seconds']} s"
     )
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

@@ -9,29 +9,39 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import sys
 import uuid
 from collections.abc import Awaitable
 
+from harness import bench_services, emit, sized  # bench/, beside this script
 from lanes import timed
 from overhead_workflows import FiveSteps, Plain, PlainInput, noop, undo_noop
 from temporalio.worker import Worker
 
 from procbus.engine.runner import workflow_runner
 from procbus.procedures import ProcedureInput
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 
-COUNT = int(os.environ.get("BENCH_COUNT", "200"))
-CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "50"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+COUNT = sized(200, 2, "BENCH_COUNT")
+CONCURRENCY = sized(50, 2, "BENCH_CONCURRENCY")
+ROUNDS = sized(2, 1, "BENCH_ROUNDS")
+FIGURES = (
+    "count",
+    "concurrency",
+    "steps",
+    "plain_seconds",
+    "procedure_seconds",
+    "plain_workflows_per_s",
+    "procedures_per_s",
+    "ratio_procedure_to_plain",
+    "goal_ratio_at_most",
+)
 
 
 async def main() -> dict[str, float | int]:
-    with ephemeral_services("procbus-bench-") as services:
-        client = await connect_client(services.temporal.address, "default")
+    async with bench_services() as services:
+        client = await connect_client(services.temporal_address, "default")
         queue = f"bench-{uuid.uuid4().hex[:6]}"
         async with Worker(
             client,
@@ -87,6 +97,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main())
     print(f"plain workflows:  {figures['plain_seconds']} s for {COUNT}")
     print(f"procedures:       {figures['procedure_seconds']} s for {COUNT}")
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
 import signal
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
+from harness import emit, sized  # bench/, beside this script
 from temporalio.client import Client
 
 from procbus.delivery.owner import delivery_workflow_id
@@ -35,6 +35,18 @@ from procbus.testing.cluster import Cluster, running_cluster, wait_until
 from procbus.topics import Event, Topics
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
+FIGURES = (
+    "topics",
+    "workers",
+    "owned_per_worker",
+    "max_owned",
+    "heartbeat_timeout_s",
+    "kill_takeover_p50_s",
+    "kill_takeover_p99_s",
+    "takeover_p50_s",
+    "takeover_p99_s",
+    "ratio_partition_over_kill_p99",
+)
 
 
 async def owners(cluster: Cluster, topics: list[str]) -> dict[str, str | None]:
@@ -112,8 +124,8 @@ def lose_busiest(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--topics", type=int, default=24)
-    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--topics", type=int, default=sized(24, 2))
+    parser.add_argument("--workers", type=int, default=sized(3, 2))
     options = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with running_cluster(options.workers, member_timeout_seconds=5.0, sink=True) as cluster:
@@ -151,21 +163,20 @@ def main() -> int:
         print(f"cut {cut} from db and temporal: its topics resumed after {after_cut} s")
         cluster.network.heal(cut)
     kill_p99, cut_p99 = percentile(after_kill, 0.99), percentile(after_cut, 0.99)
-    print(
-        json.dumps(
-            {
-                "topics": len(topics),
-                "workers": options.workers,
-                "owned_per_worker": per_worker,
-                "max_owned": max(per_worker.values()),
-                "heartbeat_timeout_s": heartbeat_timeout,
-                "kill_takeover_p50_s": percentile(after_kill, 0.5),
-                "kill_takeover_p99_s": kill_p99,
-                "takeover_p50_s": percentile(after_cut, 0.5),
-                "takeover_p99_s": cut_p99,
-                "ratio_partition_over_kill_p99": round(cut_p99 / kill_p99, 2),
-            }
-        )
+    emit(
+        {
+            "topics": len(topics),
+            "workers": options.workers,
+            "owned_per_worker": per_worker,
+            "max_owned": max(per_worker.values()),
+            "heartbeat_timeout_s": heartbeat_timeout,
+            "kill_takeover_p50_s": percentile(after_kill, 0.5),
+            "kill_takeover_p99_s": kill_p99,
+            "takeover_p50_s": percentile(after_cut, 0.5),
+            "takeover_p99_s": cut_p99,
+            "ratio_partition_over_kill_p99": round(cut_p99 / kill_p99, 2),
+        },
+        FIGURES,
     )
     return 0
 

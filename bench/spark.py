@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import json
-import os
 import shutil
 import statistics
 import sys
@@ -27,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from harness import bench_services, emit, sized  # bench/, beside this script
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
@@ -48,20 +47,44 @@ from procbus.spark import jobs, spark_session, staging
 from procbus.spark.backends import LocalBackend
 from procbus.spark.frames import partitioned_writer
 from procbus.spark.ledger import Attempt, JobLedger, JobState
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.worker import build_worker
 from procbus.workflows.data import CompactTable, LoadTable
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "5"))
+ROUNDS = sized(5, 1, "BENCH_ROUNDS")
 # Rounds run and not counted: the JVM's compiler is still speeding both sides up through the
 # first few (on a quiet host a 1,000,000-row load fell from 1.47 to 1.11 s over four rounds).
-WARM_ROUNDS = int(os.environ.get("BENCH_WARM_ROUNDS", "3"))
-LOAD_ROWS = int(os.environ.get("BENCH_LOAD_ROWS", "1000000"))
-SMALL_FILES = int(os.environ.get("BENCH_SMALL_FILES", "24"))  # per region
-SMALL_FILE_ROWS = int(os.environ.get("BENCH_SMALL_FILE_ROWS", "1000000"))  # in all
+WARM_ROUNDS = sized(3, 0, "BENCH_WARM_ROUNDS")
+WARM_WRITES = sized(1, 0)  # a plain write before them: Spark's first job
+LOAD_ROWS = sized(1000000, 30, "BENCH_LOAD_ROWS")
+SMALL_FILES = sized(24, 2, "BENCH_SMALL_FILES")  # per region
+SMALL_FILE_ROWS = sized(1000000, 30, "BENCH_SMALL_FILE_ROWS")  # in all
 COLUMNS = "id:bigint,region:string,amount:double,note:string"
 REGIONS = ("eu", "us", "asia")
+FIGURES = (
+    "rounds",
+    "warm_rounds",
+    "load_rows",
+    "compaction_input_files",
+    "compaction_input_rows",
+    # Each side's median, then its rounds' times.
+    "load_procedure_s",
+    "load_direct_s",
+    "load_function_s",
+    "compaction_procedure_s",
+    "compaction_direct_s",
+    "load_procedure_s_by_round",
+    "load_direct_s_by_round",
+    "load_function_s_by_round",
+    "compaction_procedure_s_by_round",
+    "compaction_direct_s_by_round",
+    "end_seen_after_s_max",
+    "end_seen_after_s",
+    "ratio_load_to_direct",
+    "ratio_load_function_to_direct",
+    "ratio_load_to_function",
+    "ratio_compaction_to_direct",
+)
 
 
 class TimedBackend(LocalBackend):
@@ -171,12 +194,12 @@ async def fill_with_small_files(
 
 
 async def main() -> dict[str, Any]:
-    with ephemeral_services("procbus-bench-") as services:
-        setup = await connect(services.postgres.url())
+    async with bench_services() as services:
+        setup = await connect(services.database_url)
         await migrate(setup)
         await setup.close()
-        pool = await create_pool(services.postgres.url())
-        client = await connect_client(services.temporal.address, "default")
+        pool = await create_pool(services.database_url)
+        client = await connect_client(services.temporal_address, "default")
         root = services.root / "warehouse"
         root.mkdir(parents=True, exist_ok=True)
         scratch = services.root / "scratch"
@@ -202,8 +225,9 @@ async def main() -> dict[str, Any]:
             auth=BENCH_AUTH,
         ):
             # Warm-up, not counted: Spark's first jobs compile and cache much.
-            warm = await make_table(catalog, root, "warm")
-            await asyncio.to_thread(plain_write, spark, warm, source, scratch / "warm")
+            for _ in range(WARM_WRITES):
+                warm = await make_table(catalog, root, "warm")
+                await asyncio.to_thread(plain_write, spark, warm, source, scratch / "warm")
             for round_number in range(WARM_ROUNDS + ROUNDS):
                 counted = round_number >= WARM_ROUNDS
                 # ---- load ----
@@ -329,4 +353,4 @@ if __name__ == "__main__":
         f"{figures['compaction_direct_s']}s",
         file=sys.stderr,
     )
-    print(json.dumps(figures))
+    emit(figures, FIGURES)

@@ -8,23 +8,30 @@ database, from 8 concurrent callers, in the same run. Last line: JSON.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
 import uuid
 
+from harness import bench_services, emit, sized  # bench/, beside this script
+
 from procbus.auth.policy import BENCH_AUTH
 from procbus.db import connect, create_pool
 from procbus.db.migrate import migrate
 from procbus.stack.check import StackCheckInput, record_stack_check
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.temporal import connect_client
 from procbus.worker import build_worker
 from procbus.workflows.stack_check import StackCheck
 
-COUNT = int(os.environ.get("BENCH_COUNT", "400"))
+COUNT = sized(400, 2, "BENCH_COUNT")
 CONCURRENCY = 8
+FIGURES = (
+    "count",
+    "concurrency",
+    "direct_calls_per_s",
+    "workflows_per_s",
+    "ratio_workflow_to_direct",
+)
 
 
 async def _in_batches(count: int, run_one) -> float:  # type: ignore[no-untyped-def]
@@ -40,12 +47,12 @@ async def _in_batches(count: int, run_one) -> float:  # type: ignore[no-untyped-
 
 
 async def main() -> dict[str, float | int]:
-    with ephemeral_services("procbus-bench-") as services:
-        connection = await connect(services.postgres.url())
+    async with bench_services() as services:
+        connection = await connect(services.database_url)
         await migrate(connection)
         await connection.close()
-        pool = await create_pool(services.postgres.url(), max_size=CONCURRENCY + 2)
-        client = await connect_client(services.temporal.address, "default")
+        pool = await create_pool(services.database_url, max_size=CONCURRENCY + 2)
+        client = await connect_client(services.temporal_address, "default")
         run = uuid.uuid4().hex[:6]
 
         async def direct(index: int) -> None:
@@ -84,6 +91,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main())
     print(f"direct PostgreSQL calls: {figures['direct_calls_per_s']}/s")
     print(f"StackCheck workflows:    {figures['workflows_per_s']}/s")
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

@@ -48,6 +48,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 from drained import until_empty  # bench/, beside this script
+from harness import bench_services, emit, sized
 from temporalio.worker import Worker
 from webhook_sink import running_sink
 
@@ -58,7 +59,6 @@ from procbus.db.queries import load_queries
 from procbus.delivery.dispatch import SEND_CONCURRENCY
 from procbus.delivery.owner import ensure_delivery
 from procbus.hooks import transaction
-from procbus.stack.ephemeral import ephemeral_services
 from procbus.stack.postgres import POSTGRES_BIN_PATH
 from procbus.temporal.client import connect_client
 from procbus.temporal.interceptors import ProcbusErrorInterceptor
@@ -74,17 +74,18 @@ from procbus.topics.publishing import (
 from procbus.workflows.topics import TopicDelivery
 
 WRITERS = 8
-SECONDS = float(os.environ.get("BENCH_SECONDS", "5"))
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
+SECONDS = sized(5.0, 0.2, "BENCH_SECONDS")
+ROUNDS = sized(3, 1, "BENCH_ROUNDS")
 # Publishing modes run in rounds, each mode once a round in a rotated order: each mode's best,
 # and the median of the rounds' own publish-to-floor ratios (a round's modes are seconds apart,
 # so the machine's drift over minutes cancels out of each ratio).
-PUBLISH_ROUNDS = int(os.environ.get("BENCH_PUBLISH_ROUNDS", "6"))
-DRAIN_EVENTS = int(os.environ.get("BENCH_DRAIN_EVENTS", "100000"))
-SINGLE_EVENTS = int(os.environ.get("BENCH_SINGLE_EVENTS", "20000"))
-STEADY_SECONDS = float(os.environ.get("BENCH_STEADY_SECONDS", "60"))
+PUBLISH_ROUNDS = sized(6, 1, "BENCH_PUBLISH_ROUNDS")
+DRAIN_EVENTS = sized(100000, 10, "BENCH_DRAIN_EVENTS")
+SINGLE_EVENTS = sized(20000, 4, "BENCH_SINGLE_EVENTS")
+STEADY_SECONDS = sized(60.0, 1.0, "BENCH_STEADY_SECONDS")
 DRAIN_BATCH = 500
-WINDOW_SECONDS = 10.0
+# A smoke run's one window is the whole steady run: both hold deliveries, never none.
+WINDOW_SECONDS = sized(10.0, STEADY_SECONDS)
 BIG = 100_000_000  # bounds that a benchmark never reaches
 PGBENCH_FIRST_ID = 10**12  # pgbench's entries, above any the queue hands out in a run
 LEASE_SETTING = LEASE_SETTING_PREFIX + "bench"  # arms the leased statement's leases
@@ -109,6 +110,65 @@ FILL = (
     'SELECT count(*) FROM unnest($2::text[]) AS p("payload"), '
     'LATERAL "procbus_topic_publish"($1, 0, NULL, \'bench\', p."payload", '
     "'msg_' || md5(random()::text), NULL, false, NULL) AS e"
+)
+
+
+FIGURES = (
+    "writers",
+    "row_floor_tx_per_s",
+    "publish_one_topic_tx_per_s",
+    "publish_eight_topics_tx_per_s",
+    "ratio_publish_to_row_floor",
+    "publish_rounds",
+    "ratio_publish_to_row_floor_median_of_rounds",
+    "ratio_publish_to_row_floor_rounds",
+    "counted_floor_tx_per_s",
+    "ratio_publish_to_counted_floor",
+    "ratio_counted_floor_to_row_floor",
+    "tx_publish_tx_per_s",
+    "ratio_tx_publish_to_row_floor",
+    "leased_sql_tx_per_s",
+    "ratio_leased_sql_to_row_floor",
+    "ratio_publish_to_leased_sql",
+    "pgbench_row_floor_tx_per_s",
+    "pgbench_leased_tx_per_s",
+    "ratio_pgbench_leased_to_row_floor",
+    "ratio_pgbench_leased_to_row_floor_rounds",
+    "goal_ratio_publish_to_row_floor_at_least",
+    # The client's CPU a transaction of each publishing mode took.
+    "client_cpu_us_per_tx_floor",
+    "client_cpu_us_per_tx_counted_floor",
+    "client_cpu_us_per_tx_leased_sql",
+    "client_cpu_us_per_tx_one_topic",
+    "client_cpu_us_per_tx_own_topics",
+    "client_cpu_us_per_tx_tx_publish",
+    "ratio_one_topic_to_eight",
+    "goal_ratio_one_topic_to_eight_at_least",
+    "drain_events",
+    "drain_batch",
+    "drain_events_per_s",
+    "raw_select_delete_rows_per_s",
+    "ratio_drain_to_raw",
+    "goal_ratio_drain_to_raw_at_least",
+    "single_post_events",
+    "single_post_events_per_s",
+    "raw_http_posts_per_s",
+    "ratio_single_post_to_raw_http",
+    "goal_ratio_single_post_to_raw_http_at_least",
+    "steady_target_per_s",
+    "steady_produced",
+    "steady_produced_per_s",
+    "steady_event_loop_busy_share",
+    "steady_seconds",
+    "steady_delivered",
+    "p99_commit_to_ack_s",
+    "p99_first_window_s",
+    "p99_last_window_s",
+    "delivered_first_window",
+    "delivered_last_window",
+    "ratio_last_to_first_window_delivered",
+    "goal_p99_commit_to_ack_s_at_most",
+    "max_backlog",
 )
 
 
@@ -406,8 +466,8 @@ async def raw_http(url: str, count: int) -> float:
 async def main() -> dict[str, float | int | list[float]]:
     async with running_sink() as base:
         sink = f"{base}/hooks"
-        with ephemeral_services("procbus-bench-") as services:
-            setup = await connect(services.postgres.url())
+        async with bench_services() as services:
+            setup = await connect(services.database_url)
             await migrate(setup)
             await setup.execute(BUSINESS)
             await setup.execute(FLOOR)
@@ -417,18 +477,20 @@ async def main() -> dict[str, float | int | list[float]]:
                 WRITERS,
             )
             await setup.close()
-            pool = await create_pool(services.postgres.url(), min_size=12, max_size=16)
+            pool = await create_pool(services.database_url, min_size=12, max_size=16)
             topics = Topics(pool)
             async with aiohttp.ClientSession() as http:
                 best, client_cpu_us, paired = await publishing(pool, topics, sink)
                 pgbench_floor, pgbench_leased, pgbench_paired = await by_pgbench(
-                    pool, services.postgres.url(), load_queries(QUERIES)["publish_leased"]
+                    pool, services.database_url, load_queries(QUERIES)["publish_leased"]
                 )
                 for name in ["one", *(f"own-{lane}" for lane in range(WRITERS))]:
                     await topics.delete(name, force=True)
 
-                client = await connect_client(services.temporal.address, "default")
+                client = await connect_client(services.temporal_address, "default")
                 queue = f"bench-{uuid.uuid4().hex[:6]}"
+                # Delivered topics' names are their delivery workflows' IDs: this run's own.
+                single, steady = f"single-{queue}", f"steady-{queue}"
                 async with Worker(
                     client,
                     task_queue=queue,
@@ -445,7 +507,7 @@ async def main() -> dict[str, float | int | list[float]]:
                     )
                     drain_rate = raw_rate = 0.0
                     for round_number in range(ROUNDS):
-                        name = f"drain-{round_number}"
+                        name = f"drain-{round_number}-{queue}"
                         # Both loops start from tables that hold only their own rows: the raw
                         # one's is truncated, and the queue's dead rows (the topics deleted
                         # above, the round before) are vacuumed away, as autovacuum would.
@@ -459,17 +521,17 @@ async def main() -> dict[str, float | int | list[float]]:
                         drain_rate, raw_rate = max(drain_rate, drained), max(raw_rate, raw)
                     # (2) drain, one event per POST
                     await topics.create(
-                        "single",
+                        single,
                         TopicSettings(endpoint=sink, max_entries=BIG, max_bytes=BIG),
                     )
-                    await fill(pool, "single", SINGLE_EVENTS, lambda n: json.dumps({"n": n}))
-                    await ensure_delivery(client, "single", queue)
-                    single_rate = SINGLE_EVENTS / await until_empty(pool, "single")
+                    await fill(pool, single, SINGLE_EVENTS, lambda n: json.dumps({"n": n}))
+                    await ensure_delivery(client, single, queue)
+                    single_rate = SINGLE_EVENTS / await until_empty(pool, single)
                     raw_http_rate = await raw_http(sink, SINGLE_EVENTS)
                     # (3) steady state at half the publishing rate
                     await (await http.post(f"{base}/reset")).read()
                     await topics.create(
-                        "steady",
+                        steady,
                         TopicSettings(
                             endpoint=sink + "?batch=1",
                             batch_size=DRAIN_BATCH,
@@ -477,7 +539,7 @@ async def main() -> dict[str, float | int | list[float]]:
                             max_bytes=BIG,
                         ),
                     )
-                    await ensure_delivery(client, "steady", queue)
+                    await ensure_delivery(client, steady, queue)
                     target = best["one_topic"] / 2
                     backlog: list[int] = []
                     produced = 0
@@ -491,7 +553,7 @@ async def main() -> dict[str, float | int | list[float]]:
                             while time.perf_counter() < stop_at:
                                 async with connection.transaction():
                                     await publish_in_transaction(
-                                        connection, "steady", {"t": time.time()}
+                                        connection, steady, {"t": time.time()}
                                     )
                                 produced += 1
                                 next_at += interval
@@ -499,7 +561,7 @@ async def main() -> dict[str, float | int | list[float]]:
 
                     async def sampler() -> None:
                         while time.perf_counter() < stop_at:
-                            backlog.append((await topics.stats("steady")).depth)
+                            backlog.append((await topics.stats(steady)).depth)
                             await asyncio.sleep(0.5)
 
                     # The one event loop runs the producers, the delivery activity and the
@@ -510,7 +572,7 @@ async def main() -> dict[str, float | int | list[float]]:
                     loop_busy = (time.thread_time() - loop_cpu) / (
                         time.perf_counter() - steady_started
                     )
-                    await until_empty(pool, "steady")
+                    await until_empty(pool, steady)
                     stats = await (await http.get(f"{base}/stats")).json()
                 await pool.close()
     p99 = percentile([latency for _, latency in stats["latencies"]], 0.99)
@@ -577,6 +639,6 @@ if __name__ == "__main__":
     figures = asyncio.run(main())
     for key, value in figures.items():
         print(f"{key:<44} {value}")
-    print(json.dumps(figures), flush=True)
+    emit(figures, FIGURES)
     sys.stderr.flush()
     os._exit(0)  # temporalio sdk-python #300

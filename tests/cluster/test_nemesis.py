@@ -3,7 +3,8 @@ its own, a fixed seed, two minutes of faults (kills, pauses, cuts, slowed links,
 Temporal restarts) beside table procedures, grants, a user's own procedure started with the
 `temporal` CLI and application transactions publishing to topics (webhooks and Kafka), then
 every checker (docs/internals/testing.md). The same run again:
-`python bench/nemesis.py --seed 3 --minutes 2 --operations-per-second 0.35 --no-amqp`."""
+`python bench/nemesis.py --seed 3 --minutes 2 --operations-per-second 0.35 --no-amqp`. Its
+history then goes through `bench/nemesis.py --recheck`: the benchmark's own summary, smoke-run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from examples.cluster import PROCBUS
 from procbus.testing.nemesis import run_on_a_new_cluster
+from tests.bench_runs import BENCH, bench_module, run_smoke, smoke_env
 
 SEED, SECONDS = 3, 120
 # Lighter than bench/nemesis.py's runs, for the two cores the whole suite shares: half the
@@ -52,3 +54,7 @@ def test_a_short_nemesis_run_ends_with_no_violations(tmp_path: Path) -> None:
     assert paths == {"/hooks", "/grouped", "/kafka"}, paths
     refreshed = [p for p, status in report.outcomes.items() if p.endswith("-refresh")]
     assert refreshed and report.end["notes"], "the user's procedure never ran"
+    # The benchmark reads the saved run back and says what the checkers found: the same.
+    summary = run_smoke([str(BENCH / "nemesis.py"), "--recheck", str(history)], smoke_env(), 120)
+    assert sorted(summary) == sorted(bench_module("nemesis").FIGURES)
+    assert (summary["seed"], summary["faults"], summary["violations"]) == (SEED, len(faults), 0)
