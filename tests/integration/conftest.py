@@ -10,6 +10,9 @@ import pytest
 from procbus.topics import Topics
 from tests.integration.webhook_receiver import WebhookReceiver
 
+# The helpers' asserts explain their failures as the tests' own do.
+pytest.register_assert_rewrite("tests.integration.principals_helpers")
+
 
 @pytest.fixture
 async def receiver() -> AsyncIterator[WebhookReceiver]:

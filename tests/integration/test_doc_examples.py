@@ -34,7 +34,7 @@ from procbus.plugin.locks import LockActivities
 from procbus.temporal.auth import Signer
 from procbus.temporal.faults import FaultInterceptor
 from procbus.topics import Topics, TopicSettings
-from tests.integration.test_table_data import make_table, spark_worker, write_csv
+from tests.integration.table_data_helpers import make_table, spark_worker, write_csv
 from tests.integration.test_table_procedures import new_id
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_KEY

@@ -40,8 +40,8 @@ from procbus.pipeline import Pipelines
 from procbus.procedures import ProcedureState
 from procbus.testing.iceberg_spark import SparkRead, read_all_with_spark_iceberg
 from procbus.workflows.data import CompactTable, LoadTable
-from tests.integration.test_pipeline import applied, bank, delivering, lake, pipeline, source
-from tests.integration.test_table_data import load, make_table, spark_worker
+from tests.integration.pipeline_helpers import applied, bank, delivering, lake, pipeline, source
+from tests.integration.table_data_helpers import load, make_table, spark_worker
 from tests.integration.test_table_procedures import new_id, status_of
 
 pytestmark = pytest.mark.spark

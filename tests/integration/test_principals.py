@@ -5,9 +5,7 @@ grants need admin, on the table or on its namespace (docs/security.md)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,144 +18,40 @@ from temporalio.client import (
     ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleHandle,
-    WorkflowExecutionStatus,
     WorkflowFailureError,
 )
 from temporalio.exceptions import ApplicationError
 
 from procbus.auth.policy import WorkerAuth
 from procbus.auth.tokens import TOKEN_HEADER, sign
-from procbus.core.names import ALL_TABLES
-from procbus.core.outcomes import MemberOutcome
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import CompactTableInput, LoadTableInput
 from procbus.lakehouse.models import (
-    AccessEntry,
     ChangeAccessInput,
-    CreateTableInput,
-    DeleteNamespaceInput,
     DeleteTableInput,
-    NamespaceDescriptor,
     Permission,
 )
-from procbus.procedures import ProcedureState, ProcedureStatus
+from procbus.procedures import ProcedureState
 from procbus.procedures.schedules import procedure_schedule
-from procbus.stack.temporal_server import temporal_binary
-from procbus.temporal import connect_client
 from procbus.temporal.auth import Signer
 from procbus.worker import build_worker
-from procbus.worker.main import bus_member
 from procbus.workflows.access import ChangeAccess
 from procbus.workflows.data import CompactTable, LoadTable
-from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
-from procbus.workflows.tables import CreateTable, DeleteTable
-from tests.integration.test_table_procedures import create_namespace, new_id, status_of
-from tests.services import TEST_KEY, history_without_patches, run_command, signed_as
+from procbus.workflows.namespaces import CreateNamespace
+from procbus.workflows.tables import DeleteTable
+from tests.integration.principals_helpers import (
+    TABLE,
+    entry,
+    production_worker,
+    refused_before_any_step,
+    run_as,
+    start_with_cli,
+)
+from tests.integration.test_table_procedures import new_id, status_of
+from tests.services import TEST_KEY
 
-# A production worker: it verifies tokens, names an operator, runs no unauthenticated start.
-PRODUCTION = WorkerAuth(key=TEST_KEY, operator_principal="root")
-TABLE = "sales.orders"
-
-
-# What these tests run: a worker checks each workflow it registers in the sandbox as it starts.
-PRINCIPAL_WORKFLOWS = [
-    ChangeAccess,
-    CompactTable,
-    CreateNamespace,
-    CreateTable,
-    DeleteNamespace,
-    DeleteTable,
-    LoadTable,
-]
-
-
-@pytest.fixture
-async def production_worker(
-    client: Client, pool: asyncpg.Pool, task_queue: str, warehouse: Path
-) -> AsyncIterator[AccessCache]:
-    """A worker with PRODUCTION's settings and its bus member; sales.orders, made by `owner`."""
-    access = AccessCache()
-    async with (
-        build_worker(
-            client,
-            pool,
-            task_queue,
-            warehouse_root=warehouse,
-            access=access,
-            auth=PRODUCTION,
-            workflows=PRINCIPAL_WORKFLOWS,
-        ),
-        bus_member(
-            client, pool, task_queue, tables=DescriptorCache(), access=access, timeout_seconds=3
-        ),
-    ):
-        # The operator's: it gets no grants of its own (it may do everything already).
-        await create_namespace(signed_as(client, "root"), task_queue)
-        await signed_as(client, "owner").execute_workflow(
-            CreateTable.run,
-            CreateTableInput(table=TABLE, columns="id:bigint,amount:double"),
-            id=new_id("create"),
-            task_queue=task_queue,
-        )
-        yield access
-
-
-def entry(principal: str, permission: Permission) -> AccessEntry:
-    return AccessEntry(
-        principal=principal, namespace="sales", table="orders", permission=permission
-    )
-
-
-async def start_with_cli(
-    temporal_address: str,
-    task_queue: str,
-    workflow_type: str,
-    payload: dict[str, Any],
-    workflow_id: str,
-    header: str | None = None,
-    fails: bool = True,
-    extra: Sequence[str] = (),
-) -> None:
-    """`temporal workflow execute`: it cannot sign, but it can send any header it is given."""
-    headers = ["--headers", f"{TOKEN_HEADER}={header}"] if header is not None else []
-    headers += extra
-    returncode, stdout, stderr = await run_command(
-        str(temporal_binary()),
-        "workflow",
-        "execute",
-        "--address",
-        temporal_address,
-        "--task-queue",
-        task_queue,
-        "--type",
-        workflow_type,
-        "--workflow-id",
-        workflow_id,
-        "--input",
-        json.dumps(payload),
-        *headers,
-        timeout=60,
-    )
-    assert (returncode != 0) == fails, stdout + stderr
-
-
-async def refused_before_any_step(client: Client, workflow_id: str, says: str) -> None:
-    """Failed AccessDenied, with nothing run but the verification (no lock, no step)."""
-    handle = client.get_workflow_handle(workflow_id)
-    assert (await handle.describe()).status is WorkflowExecutionStatus.FAILED
-    with pytest.raises(WorkflowFailureError) as failure:
-        await handle.result()
-    cause = failure.value.cause
-    assert isinstance(cause, ApplicationError)
-    assert cause.type == "AccessDenied" and cause.non_retryable
-    assert says in cause.message, cause.message
-    events = await history_without_patches(handle)
-    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in events, events
-    # One marker: the authenticate local activity's answer; the locks' would be more.
-    assert events.count(EventType.EVENT_TYPE_MARKER_RECORDED) == 1, events
-    status = await status_of(client, workflow_id)
-    assert status.state is ProcedureState.FAILED and status.steps_done == []
+__all__ = ["production_worker"]  # the fixture, used by name
 
 
 CHANGES = [
@@ -254,17 +148,6 @@ async def test_the_input_cannot_name_the_principal(
     cause = failure.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "InvalidProcedureInput"
     assert "principal: Extra inputs are not permitted" in cause.message
-
-
-async def run_as(
-    client: Client, principal: str, task_queue: str, workflow: Any, request: Any
-) -> str:
-    procedure_id = new_id(principal)
-    with contextlib.suppress(WorkflowFailureError):
-        await signed_as(client, principal).execute_workflow(
-            workflow, request, id=procedure_id, task_queue=task_queue
-        )
-    return procedure_id
 
 
 async def test_without_write_nobody_deletes_loads_or_compacts(
@@ -446,346 +329,6 @@ async def test_a_token_starts_one_run_and_a_copy_from_its_history_starts_nothing
     )
     await refused_before_any_step(client, procedure_id, "the principal token was used already")
     assert not await Catalog(pool).has_permission(entry("mallory", Permission.ADMIN))
-
-
-# ---- grants on a namespace: every table in it, now and later ----
-
-
-def on_namespace(principal: str, permission: Permission, namespace: str = "sales") -> AccessEntry:
-    return AccessEntry(
-        principal=principal, namespace=namespace, table=ALL_TABLES, permission=permission
-    )
-
-
-def on_table(principal: str, permission: Permission, table: str) -> AccessEntry:
-    namespace, name = table.split(".")
-    return AccessEntry(principal=principal, namespace=namespace, table=name, permission=permission)
-
-
-async def change(
-    client: Client,
-    task_queue: str,
-    who: str,
-    action: str,
-    principal: str,
-    target: str,
-    permission: str,
-) -> ProcedureStatus:
-    """ChangeAccess signed as `who`, to its end."""
-    request = ChangeAccessInput.model_validate(
-        {"action": action, "principal": principal, "table": target, "permission": permission}
-    )
-    return await status_of(client, await run_as(client, who, task_queue, ChangeAccess.run, request))
-
-
-async def create_table_as(client: Client, who: str, task_queue: str, table: str) -> None:
-    await signed_as(client, who).execute_workflow(
-        CreateTable.run,
-        CreateTableInput(table=table, columns="id:bigint"),
-        id=new_id("create"),
-        task_queue=task_queue,
-    )
-
-
-def needs_admin(who: str, target: str) -> str:
-    if target.endswith(".*"):
-        needs = "admin on the namespace (its creator has it) or the operator"
-    else:
-        needs = "admin on the table (its creator has it) or on its namespace, or the operator"
-    return f"AccessDenied: {who!r} may not grant or revoke on {target!r}: that needs {needs}"
-
-
-async def test_an_admin_of_the_namespace_grants_on_its_tables_an_admin_of_another_table_not(
-    client: Client, production_worker: AccessCache, pool: asyncpg.Pool, task_queue: str
-) -> None:
-    await create_table_as(client, "other", task_queue, "sales.items")  # admin of that one only
-    made_admin = await change(client, task_queue, "root", "grant", "lead", "sales.*", "admin")
-    lead_on_table = await change(client, task_queue, "lead", "grant", "etl", TABLE, "write")
-    lead_on_namespace = await change(client, task_queue, "lead", "grant", "ana", "sales.*", "read")
-    other_on_table = await change(client, task_queue, "other", "grant", "other", TABLE, "write")
-    other_on_namespace = await change(
-        client, task_queue, "other", "grant", "other", "sales.*", "write"
-    )
-    owner_on_namespace = await change(
-        client, task_queue, "owner", "grant", "owner", "sales.*", "write"
-    )
-    for status in (made_admin, lead_on_table, lead_on_namespace):
-        assert status.state is ProcedureState.SUCCEEDED, status
-    for status, who, target in (
-        (other_on_table, "other", TABLE),
-        (other_on_namespace, "other", "sales.*"),
-        (owner_on_namespace, "owner", "sales.*"),  # admin of a table, not of its namespace
-    ):
-        assert status.state is ProcedureState.ROLLED_BACK, status
-        assert (status.failed_step, status.error) == ("preflight", needs_admin(who, target))
-    assert await Catalog(pool).list_access() == [
-        on_namespace("ana", Permission.READ),
-        on_namespace("lead", Permission.ADMIN),
-        on_table("other", Permission.ADMIN, "sales.items"),
-        on_table("other", Permission.WRITE, "sales.items"),
-        entry("etl", Permission.WRITE),
-        entry("owner", Permission.ADMIN),
-        entry("owner", Permission.WRITE),
-    ]
-    # The worker's cache: ana's read on the namespace counts for its tables, not for others'.
-    assert production_worker.allows(entry("ana", Permission.READ))
-    assert production_worker.allows(on_table("ana", Permission.READ, "sales.items"))
-    assert not production_worker.allows(on_table("ana", Permission.READ, "other.items"))
-    assert not production_worker.allows(entry("ana", Permission.WRITE))
-
-
-async def test_write_on_the_namespace_deletes_its_tables_until_revoked_on_every_worker(
-    client: Client,
-    production_worker: AccessCache,
-    pool: asyncpg.Pool,
-    temporal_address: str,
-    task_queue: str,
-    warehouse: Path,
-) -> None:
-    # A second worker, with its own bus member and cache (and client: one worker per client
-    # and task queue).
-    second, second_client = AccessCache(), await connect_client(temporal_address, "default")
-    async with (
-        build_worker(
-            second_client,
-            pool,
-            task_queue,
-            warehouse_root=warehouse,
-            access=second,
-            auth=PRODUCTION,
-            workflows=PRINCIPAL_WORKFLOWS,
-        ),
-        bus_member(
-            second_client,
-            pool,
-            task_queue,
-            tables=DescriptorCache(),
-            access=second,
-            member_id="second",
-            timeout_seconds=3,
-        ),
-    ):
-        granted = await change(client, task_queue, "root", "grant", "etl", "sales.*", "write")
-        await create_table_as(client, "owner", task_queue, "sales.later")  # after the grant
-        caches = (production_worker, second)
-        tables = (TABLE, "sales.later")
-        before = [
-            cache.allows(on_table("etl", Permission.WRITE, t)) for cache in caches for t in tables
-        ]
-        deleted = await run_as(
-            client, "etl", task_queue, DeleteTable.run, DeleteTableInput(table=TABLE)
-        )
-        revoked = await change(client, task_queue, "root", "revoke", "etl", "sales.*", "write")
-        after = [
-            cache.allows(on_table("etl", Permission.WRITE, t)) for cache in caches for t in tables
-        ]
-        refused = await run_as(
-            client, "etl", task_queue, DeleteTable.run, DeleteTableInput(table="sales.later")
-        )
-    for status in (granted, revoked):
-        assert status.state is ProcedureState.SUCCEEDED, status
-        members = status.broadcasts["commit_on_workers"].members
-        assert len(members) == 2
-        assert {m.outcome for m in members} == {MemberOutcome.COMMITTED}
-    assert before == [True] * 4
-    assert after == [False] * 4
-    assert (await status_of(client, deleted)).state is ProcedureState.SUCCEEDED
-    refusal = await status_of(client, refused)
-    assert refusal.state is ProcedureState.ROLLED_BACK
-    assert refusal.error == "AccessDenied: 'etl' may not write 'sales.later'"
-    assert [t.qualified_name for t in await Catalog(pool).list_tables()] == ["sales.later"]
-
-
-async def test_the_creator_of_a_namespace_may_grant_on_it_and_its_grants_go_with_it(
-    client: Client,
-    production_worker: AccessCache,
-    pool: asyncpg.Pool,
-    temporal_address: str,
-    task_queue: str,
-) -> None:
-    catalog = Catalog(pool)
-    await create_namespace(signed_as(client, "lead"), task_queue, "ops")
-    creator_cached = production_worker.allows(on_namespace("lead", Permission.ADMIN, "ops"))
-    granted = await change(client, task_queue, "lead", "grant", "etl", "ops.*", "write")
-    listed = [e for e in await catalog.list_access() if e.namespace == "ops"]
-    # Only its admin deletes it: else anyone could delete it and make it again as its admin.
-    delete = DeleteNamespaceInput(namespace="ops")
-    by_etl = await run_as(client, "etl", task_queue, DeleteNamespace.run, delete)
-    refused = await status_of(client, by_etl)
-    unsigned = new_id("unsigned-delete-ns")
-    await start_with_cli(
-        temporal_address, task_queue, "DeleteNamespace", {"namespace": "ops"}, unsigned
-    )
-    await refused_before_any_step(client, unsigned, "this worker runs no unauthenticated starts")
-    by_lead = await run_as(client, "lead", task_queue, DeleteNamespace.run, delete)
-    after_delete = [e for e in await catalog.list_access() if e.namespace == "ops"]
-    cached_after_delete = [e for e in production_worker.entries() if e.namespace == "ops"]
-    await create_namespace(signed_as(client, "root"), task_queue, "ops")  # made again
-    cached_again = [e for e in production_worker.entries() if e.namespace == "ops"]
-    assert creator_cached
-    assert granted.state is ProcedureState.SUCCEEDED, granted
-    assert listed == [
-        on_namespace("etl", Permission.WRITE, "ops"),
-        on_namespace("lead", Permission.ADMIN, "ops"),
-    ]
-    assert refused.state is ProcedureState.ROLLED_BACK and refused.failed_step == "preflight"
-    assert refused.error == (
-        "AccessDenied: 'etl' may not delete namespace 'ops': that needs admin on the namespace "
-        "(its creator has it) or the operator"
-    )
-    assert (await status_of(client, by_lead)).state is ProcedureState.SUCCEEDED
-    assert after_delete == []
-    assert cached_after_delete == []  # every worker's cache dropped them with the namespace
-    assert cached_again == []  # a namespace made again has none of the old one's grants
-    # A CreateNamespace undone: removing the namespace it made removes its creator's grant too.
-    grant = on_namespace("lead", Permission.ADMIN, "tmp")
-    await catalog.create_namespace(NamespaceDescriptor(name="tmp", created_by="p"), grants=[grant])
-    assert await catalog.has_permission(grant)
-    await catalog.remove_namespace_created_by("tmp", "p", "")
-    assert not await catalog.has_permission(grant)
-
-
-async def test_a_grant_on_a_namespace_from_the_temporal_cli(
-    client: Client,
-    production_worker: AccessCache,
-    pool: asyncpg.Pool,
-    temporal_address: str,
-    task_queue: str,
-) -> None:
-    """Plain JSON: a bad target fails at once; a good one (with a token) locks the namespace."""
-    for target in ("sales", "*.orders"):
-        workflow_id = new_id("bad-target")
-        payload = {"action": "grant", "principal": "etl", "table": target, "permission": "write"}
-        await start_with_cli(temporal_address, task_queue, "ChangeAccess", payload, workflow_id)
-        with pytest.raises(WorkflowFailureError) as failure:
-            await client.get_workflow_handle(workflow_id).result()
-        cause = failure.value.cause
-        assert isinstance(cause, ApplicationError) and cause.type == "InvalidProcedureInput"
-        assert cause.message == (
-            "expected NAMESPACE.TABLE, or NAMESPACE.* for every table in the namespace, "
-            f"got {target!r}"
-        )
-    workflow_id = new_id("cli-grant")
-    expires_at = datetime.now(UTC) + timedelta(seconds=300)
-    header = sign(TEST_KEY, "root", workflow_id, "ChangeAccess", expires_at)
-    payload = {"action": "grant", "principal": "etl", "table": "sales.*", "permission": "write"}
-    await start_with_cli(
-        temporal_address, task_queue, "ChangeAccess", payload, workflow_id, header, fails=False
-    )
-    assert (await status_of(client, workflow_id)).state is ProcedureState.SUCCEEDED
-    assert await Catalog(pool).has_permission(entry("etl", Permission.WRITE))
-    assert production_worker.allows(entry("etl", Permission.WRITE))
-    # Its catalog write carried the fence of an X lock on the namespace, not on a table.
-    handle = client.get_workflow_handle(workflow_id)
-    fences = [
-        json.loads(event.activity_task_scheduled_event_attributes.input.payloads[0].data)["fence"]
-        async for event in handle.fetch_history_events()
-        if event.event_type is EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and event.activity_task_scheduled_event_attributes.activity_type.name
-        == "record_access_change"
-    ]
-    assert [fence["resource"] for fence in fences] == ["sales"]
-
-
-# ---- a workflow ID used again: the creator's is public, and Temporal starts it again once
-# closed; what its earlier procedure made stays that procedure's (docs/security.md) ----
-
-
-def own_token(principal: str, workflow_id: str, workflow_type: str, expires_in: int) -> str:
-    """A token the caller may rightly hold: signed for its own start (of a reused ID)."""
-    expires_at = datetime.now(UTC) + timedelta(seconds=expires_in)
-    return sign(TEST_KEY, principal, workflow_id, workflow_type, expires_at)
-
-
-REUSED_ID = "made by an earlier procedure under the workflow ID"
-
-
-async def test_a_start_reusing_a_table_creators_workflow_id_takes_nothing_of_the_table(
-    client: Client,
-    production_worker: AccessCache,
-    pool: asyncpg.Pool,
-    temporal_address: str,
-    task_queue: str,
-) -> None:
-    """Before: a failing input rolled back "its own" table (the owner's catalog rows, Iceberg
-    row and folder went), and a good one gave mallory admin and write on it."""
-    catalog = Catalog(pool)
-    table = await catalog.get_table("sales", "orders")
-    assert table is not None and table.created_run
-    committed = Path(table.location) / "data" / "part-0.parquet"
-    committed.write_bytes(b"committed data")
-    failing = {"table": TABLE, "columns": "id:bigint", "properties": {"x": "\u0000"}}
-    good = {"table": TABLE, "columns": "id:bigint"}
-    for expires_in, payload in ((300, failing), (301, good)):
-        header = own_token("mallory", table.created_by, "CreateTable", expires_in)
-        await start_with_cli(
-            temporal_address, task_queue, "CreateTable", payload, table.created_by, header
-        )
-        status = await status_of(client, table.created_by)
-        assert status.state is ProcedureState.ROLLED_BACK, status
-        assert REUSED_ID in (status.error or ""), status.error
-    assert await catalog.get_table("sales", "orders") == table
-    assert committed.read_bytes() == b"committed data"
-    assert await catalog.list_access() == [
-        entry("owner", Permission.ADMIN),
-        entry("owner", Permission.WRITE),
-    ]
-    assert not [e for e in production_worker.entries() if e.principal == "mallory"]
-
-
-async def test_a_start_reusing_a_namespace_creators_workflow_id_gets_no_admin_on_it(
-    client: Client,
-    production_worker: AccessCache,
-    pool: asyncpg.Pool,
-    temporal_address: str,
-    task_queue: str,
-) -> None:
-    catalog = Catalog(pool)
-    namespace = await catalog.get_namespace("sales")
-    assert namespace is not None and namespace.created_run
-    header = own_token("mallory", namespace.created_by, "CreateNamespace", 300)
-    await start_with_cli(
-        temporal_address,
-        task_queue,
-        "CreateNamespace",
-        {"namespace": "sales"},
-        namespace.created_by,
-        header,
-    )
-    status = await status_of(client, namespace.created_by)
-    assert status.state is ProcedureState.ROLLED_BACK, status
-    assert REUSED_ID in (status.error or ""), status.error
-    assert await catalog.get_namespace("sales") == namespace
-    assert not await catalog.has_permission(on_namespace("mallory", Permission.ADMIN))
-    assert [t.qualified_name for t in await catalog.list_tables()] == [TABLE]
-
-
-async def test_a_grant_under_a_reused_workflow_id_reaches_every_worker(
-    client: Client,
-    production_worker: AccessCache,
-    pool: asyncpg.Pool,
-    temporal_address: str,
-    task_queue: str,
-) -> None:
-    """Before: the members took the new run's broadcast for the earlier one (seen already) and
-    left it out, so the catalog granted what no worker's cache knew."""
-    grant = ChangeAccessInput(action="grant", principal="etl", table=TABLE, permission="read")
-    granted = await run_as(client, "owner", task_queue, ChangeAccess.run, grant)
-    revoke = grant.model_copy(update={"action": "revoke"})
-    await run_as(client, "owner", task_queue, ChangeAccess.run, revoke)
-    assert not production_worker.allows(entry("etl", Permission.READ))
-    header = own_token("owner", granted, "ChangeAccess", 400)  # not the first run's token
-    await start_with_cli(
-        temporal_address,
-        task_queue,
-        "ChangeAccess",
-        grant.model_dump(exclude_unset=True),
-        granted,
-        header,
-        fails=False,
-    )
-    assert await Catalog(pool).has_permission(entry("etl", Permission.READ))
-    assert production_worker.allows(entry("etl", Permission.READ))
 
 
 # ---- a start delayed past its token's expiry ----

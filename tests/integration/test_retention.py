@@ -38,7 +38,7 @@ from procbus.topics import Event, Topics
 from procbus.topics.models import TopicSettings
 from procbus.worker import build_worker
 from procbus.workflows.retention import Retention
-from tests.integration.test_principals import start_with_cli
+from tests.integration.principals_helpers import start_with_cli
 from tests.services import TEST_AUTH, run_command, subprocess_environment, worker_process
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")

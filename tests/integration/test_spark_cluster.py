@@ -27,7 +27,7 @@ from procbus.spark.specs import CompactJob, LoadJob
 from procbus.spark.standalone import StandaloneBackend
 from procbus.testing.spark import SparkCluster
 from procbus.worker import build_worker
-from tests.integration.test_table_data import (
+from tests.integration.table_data_helpers import (
     expected_rows,
     load_job_key,
     make_table,
