@@ -36,11 +36,16 @@ if TYPE_CHECKING:
         start_procedure,
         wait_for_procedure,
     )
+    from procbus.procedures.schedules import procedure_schedule
 
 
 # The client's names load with the client (temporalio's, ~0.4 s): a command that only reads the
 # catalog, or a module that only needs the models, does not pay for them.
 def __getattr__(name: str) -> Any:
+    if name == "procedure_schedule":
+        from procbus.procedures import schedules
+
+        return schedules.procedure_schedule
     if name in __all__:  # a name of __all__ not defined here is the client's
         from procbus.procedures import client
 
@@ -64,6 +69,7 @@ __all__ = [
     "abort_procedure",
     "list_procedures",
     "new_procedure_id",
+    "procedure_schedule",
     "procedure_status",
     "retry_procedure",
     "skip_compensation",
