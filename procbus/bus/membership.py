@@ -23,9 +23,9 @@ from datetime import datetime
 import asyncpg
 
 from procbus.bus.models import Member
-from procbus.core.names import check_member_id
+from procbus.core import check_member_id
+from procbus.db import load_queries
 from procbus.db.pool import UNREACHABLE, until_reachable
-from procbus.db.queries import load_queries
 
 log = logging.getLogger(__name__)
 QUERIES = "procbus.bus"

@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from procbus.core.workflow_types import TOPIC_DELIVERY
+from procbus.core import TOPIC_DELIVERY
 from procbus.delivery.models import DeliveryInput
-from procbus.topics.models import Topic
+from procbus.topics import Topic
 
 log = logging.getLogger(__name__)
 

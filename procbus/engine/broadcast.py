@@ -22,15 +22,14 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.bus.models import (
-        BusMessage,
-        ListMembers,
-        Member,
-        MemberList,
-        MemberReply,
+    from procbus.bus import BusMessage, ListMembers, Member, MemberList, MemberReply
+    from procbus.core import (
+        BroadcastResult,
+        MemberOutcome,
+        MemberResult,
+        StepActivityId,
+        member_activity_id,
     )
-    from procbus.core.ids import StepActivityId, member_activity_id
-    from procbus.core.outcomes import BroadcastResult, MemberOutcome, MemberResult
     from procbus.errors import ErrorType
     from procbus.temporal.errors import failure_text
 

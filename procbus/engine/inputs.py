@@ -11,17 +11,11 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.auth.tokens import TOKEN_HEADER, input_digest
-    from procbus.core.authentication import Authentication, AuthRequest
-    from procbus.core.search_attributes import SCHEDULED_BY
+    from procbus.auth import TOKEN_HEADER, input_digest
+    from procbus.core import SCHEDULED_BY, Authentication, AuthRequest
     from procbus.errors import ErrorType, InvalidRequest, LockError
-    from procbus.procedures.models import (
-        ProcedureCarry,
-        ProcedureInput,
-        ProcedureState,
-        ProcedureStatus,
-    )
-    from procbus.temporal.errors import application_error
+    from procbus.procedures import ProcedureCarry, ProcedureInput, ProcedureState, ProcedureStatus
+    from procbus.temporal import application_error
 
 from procbus.engine.base import CHILDREN_RESULT_PREFIX, InputT, ProcedureBase, ResultT
 from procbus.engine.local import run_local_activity

@@ -9,7 +9,7 @@ import re
 
 from pydantic import BaseModel
 
-from procbus.core.names import validate_name
+from procbus.core import validate_name
 from procbus.errors import InvalidRequest
 
 _DECIMAL = re.compile(r"^decimal\((?P<precision>\d{1,2}),(?P<scale>\d{1,2})\)$")

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from procbus.core.fences import LockMode
+from procbus.core import LockMode
 from procbus.errors import LockError
 
 MAX_DEPTH = 8

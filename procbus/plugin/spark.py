@@ -34,14 +34,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from procbus.procedures import step_key
-from procbus.spark.backends import (
-    JobPhase,
-    JobProgress,
-    LocalBackend,
-    reporting_while,
-    run_watched,
-)
-from procbus.spark.session import spark_session
+from procbus.spark import JobPhase, JobProgress, LocalBackend, run_watched, spark_session
+from procbus.spark.backends import reporting_while
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from procbus.core.ids import StepActivityId, step_key_of
+from procbus.core import StepActivityId, step_key_of
 from procbus.procedures.models import (
     AbortRequest,
     ChildCompensations,
