@@ -23,6 +23,7 @@ OWNER_CHECK_SECONDS = 15.0
 
 
 def delivery_workflow_id(topic: str) -> str:
+    """Return the workflow ID of `topic`'s delivery workflow (one per topic)."""
     return f"procbus-topic-{topic}"
 
 

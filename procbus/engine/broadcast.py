@@ -252,6 +252,12 @@ def _not_the_member(error: ActivityError) -> bool:
 
 
 def broadcast_failure(result: BroadcastResult, step: str) -> ApplicationError:
+    """Return the non-retryable error a failed broadcast fails its step with.
+
+    Args:
+        result: the broadcast's outcome on every member.
+        step: the step that broadcast.
+    """
     return ApplicationError(
         f"broadcast {step} failed: {result.error}",
         result,

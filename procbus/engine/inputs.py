@@ -42,12 +42,26 @@ AUTHENTICATE_ACTIVITY = "authenticate"
 
 
 def invalid_input(message: str) -> ApplicationError:
-    """Refuse a procedure's input before any step ran: it fails at once, nothing to undo."""
+    """Return the error that refuses a procedure's input before any step ran.
+
+    The procedure fails at once, with nothing to undo.
+
+    Args:
+        message: what was wrong with the input, for whoever started the procedure.
+    """
     return application_error(ErrorType.INVALID_PROCEDURE_INPUT, message)
 
 
 def checked(check: Callable[..., CheckedT], *args: Any) -> CheckedT:
-    """Run an input check; bad input (InvalidRequest) fails the procedure before any step."""
+    """Run an input check; bad input (InvalidRequest) fails the procedure before any step.
+
+    Args:
+        check: the check to run.
+        *args: its arguments.
+
+    Raises:
+        ApplicationError: the `invalid_input` error, when the check raises InvalidRequest.
+    """
     try:
         return check(*args)
     except InvalidRequest as error:

@@ -51,6 +51,11 @@ PLUGIN_NAME = "procbus.ProcbusPlugin"
 
 def worker_interceptors(faults: Sequence[Fault] = ()) -> list[Interceptor]:
     # The first is the outermost: procbus errors become typed ApplicationErrors last.
+    """Return the interceptors a procbus worker runs, outermost first.
+
+    Args:
+        faults: fault rules to inject (drills); none by default.
+    """
     interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
     if faults:
         interceptors.append(FaultInterceptor(list(faults)))

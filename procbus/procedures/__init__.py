@@ -81,10 +81,13 @@ __all__ = [
 
 
 def step_key() -> str:
-    """Inside a step's activity: its idempotency key, procedure ID + step name.
+    """Return the running step's idempotency key: procedure ID + step name.
 
     Stable across retries, roll-forward attempts and worker restarts, and the same in the
     step's undo, so an undo can tell its own step's work from anyone else's.
+
+    Raises:
+        RuntimeError: when called outside a step's activity.
     """
     from temporalio import activity  # loaded by the worker anyway; not by the CLI's imports
 

@@ -99,6 +99,11 @@ async def _check_temporal(
 
 
 async def check_status(settings: Settings) -> StackStatus:
+    """Return whether the services the settings name are up, and where they are.
+
+    Args:
+        settings: procbus's settings.
+    """
     try:
         services = resolve_addresses(settings)
     except ProcbusError as error:
