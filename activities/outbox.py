@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncpg
 from temporalio import activity
 
-from procbus.hooks.outbox import OutboxRelay, SweepRequest, SweepResult
+from procbus.hooks import OutboxRelay
+from procbus.hooks.outbox import SweepRequest, SweepResult
 
 
 class OutboxActivities:

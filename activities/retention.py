@@ -10,8 +10,7 @@ from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from procbus.retention.cleanup import Cleanup
-from procbus.retention.models import KindResult, RetentionRequest
+from procbus.retention import Cleanup, KindResult, RetentionRequest
 
 
 async def procedure_open(procedure_id: str) -> bool:

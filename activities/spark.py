@@ -18,38 +18,35 @@ from typing import TypeVar
 import asyncpg
 from temporalio import activity
 
-from procbus.auth.policy import WorkerAuth
-from procbus.bus.membership import default_member_id
-from procbus.core.names import LOAD_FOLDER
+from procbus.auth import WorkerAuth
+from procbus.bus import default_member_id
+from procbus.core import LOAD_FOLDER
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError
+from procbus.lakehouse import Catalog, DataResult, TableDescriptor
 from procbus.lakehouse.cache import AccessCache
-from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.data import (
     CommitStep,
     CompactStep,
     DataFile,
-    DataResult,
     LoadStep,
     SparkJobStep,
     StagedOutput,
     parse_partition,
     partition_matches,
 )
-from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.warehouse import owned_table_folder
-from procbus.spark import staging
-from procbus.spark.backends import (
+from procbus.spark import (
     JobHandle,
     JobPhase,
     JobProgress,
     LocalBackend,
     SparkBackend,
-    SparkJob,
-    reporting_while,
+    spark_session,
+    staging,
     watch,
 )
+from procbus.spark.backends import SparkJob, reporting_while
 from procbus.spark.ledger import JobLedger, JobRecord, JobState
-from procbus.spark.session import spark_session
 from procbus.spark.sources import allowed_source, stage_input
 from procbus.spark.specs import CompactJob, LoadJob
 

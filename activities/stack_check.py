@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncpg
 from temporalio import activity
 
-from procbus.stack.check import StackCheckInput, StackCheckResult, record_stack_check
+from procbus.stack import StackCheckInput, StackCheckResult, record_stack_check
 
 
 class StackCheckActivities:

@@ -14,21 +14,18 @@ from pathlib import Path
 import asyncpg
 from temporalio import activity
 
-from procbus.auth.policy import WorkerAuth
-from procbus.core.names import ALL_TABLES
+from procbus.auth import WorkerAuth
+from procbus.core import ALL_TABLES
 from procbus.errors import AccessDenied, InvalidRequest
-from procbus.lakehouse import warehouse
+from procbus.lakehouse import Catalog, NamespaceDescriptor, TableDescriptor, warehouse
 from procbus.lakehouse.cache import AccessCache
-from procbus.lakehouse.catalog import Catalog
 from procbus.lakehouse.models import (
     AccessEntry,
     AccessStep,
     EventStep,
-    NamespaceDescriptor,
     NamespaceRef,
     NamespaceStep,
     Permission,
-    TableDescriptor,
     TableStep,
 )
 

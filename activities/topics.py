@@ -15,15 +15,17 @@ from collections.abc import Callable, Mapping
 import asyncpg
 from temporalio import activity
 
-from procbus.core.endpoints import Endpoint, EndpointKind, KafkaCredentials
-from procbus.core.metrics import TopicMetrics
-from procbus.delivery.clients import EndpointClient
-from procbus.delivery.factory import client_for
-from procbus.delivery.models import DELIVERY_POLL_MAX_SECONDS, DeliveryRequest, DeliveryResult
-from procbus.delivery.rounds import DeliveryRounds
+from procbus.core import Endpoint, EndpointKind, KafkaCredentials, TopicMetrics
+from procbus.delivery import (
+    DELIVERY_POLL_MAX_SECONDS,
+    DeliveryRequest,
+    DeliveryResult,
+    DeliveryRounds,
+    EndpointClient,
+    client_for,
+)
 from procbus.pipeline import Pipelines, TableApplier
-from procbus.topics.models import Topic
-from procbus.topics.queue import Topics
+from procbus.topics import Topic, Topics
 
 HEARTBEAT_EVERY_SECONDS = 5.0
 

@@ -9,9 +9,9 @@ from typing import Literal
 
 from temporalio.client import Client
 
-from procbus.core.outcomes import MemberOutcome
-from procbus.lakehouse.models import ChangeAccessInput
-from procbus.workflows.access import ChangeAccess
+from procbus.core import MemberOutcome
+from procbus.lakehouse import ChangeAccessInput
+from procbus.workflows import ChangeAccess
 
 
 async def change_write(

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from procbus.testing.cluster import Cluster, running_cluster, wait_until
+from procbus.testing import Cluster, running_cluster, wait_until
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")  # the CLI installed beside Python
 

@@ -8,9 +8,8 @@ from collections.abc import Mapping
 
 import asyncpg
 
-from procbus.core.endpoints import KafkaCredentials
-from procbus.delivery.factory import endpoint_check
-from procbus.delivery.kafka import KafkaRecord, read_committed
+from procbus.core import KafkaCredentials
+from procbus.delivery import KafkaRecord, endpoint_check, read_committed
 from procbus.hooks import transaction
 from procbus.topics import Topics, TopicSettings
 

@@ -10,7 +10,7 @@ from temporalio import activity, workflow
 with workflow.unsafe.imports_passed_through():
     import asyncpg
 
-    from procbus.core.fences import Fence
+    from procbus.core import Fence
     from procbus.locks import check_fence
 
 from procbus import Procedure, ProcedureInput

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from temporalio.client import Client, ScheduleHandle
 
-from procbus.lakehouse.data import CompactTableInput
-from procbus.procedures.schedules import procedure_schedule
-from procbus.temporal.auth import Signer
+from procbus.lakehouse import CompactTableInput
+from procbus.procedures import procedure_schedule
+from procbus.temporal import Signer
 
 
 async def compact_every_hour(

@@ -9,8 +9,8 @@ import asyncpg
 from temporalio.client import Client
 
 # --8<-- [start:load]
-from procbus.lakehouse.data import CompactTableInput, DataResult, InputFormat, LoadTableInput
-from procbus.workflows.data import CompactTable, LoadTable
+from procbus.lakehouse import CompactTableInput, DataResult, InputFormat, LoadTableInput
+from procbus.workflows import CompactTable, LoadTable
 
 
 async def load_then_compact(
@@ -34,8 +34,7 @@ async def load_then_compact(
 # --8<-- [end:load]
 
 # --8<-- [start:read]
-from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.reader import read_snapshot, read_snapshot_rows
+from procbus.lakehouse import Catalog, read_snapshot, read_snapshot_rows
 
 
 async def first_rows(pool: asyncpg.Pool) -> list[dict[str, Any]]:

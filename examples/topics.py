@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from procbus.delivery.sync import send_now
+from procbus.delivery import send_now
 from procbus.hooks import transaction
 from procbus.topics import Event, Topics, TopicSettings, publish_in_transaction
 

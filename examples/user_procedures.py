@@ -21,7 +21,7 @@ from temporalio import activity, workflow
 from temporalio.exceptions import ApplicationError
 
 from procbus import Procedure, ProcedureInput, spark_job, step_key
-from procbus.bus.models import EvictDescriptor
+from procbus.bus import EvictDescriptor
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -124,7 +124,7 @@ async def run_my_worker(task_queue: str) -> None:
 
     from procbus import ProcbusPlugin
     from procbus.config import Settings
-    from procbus.stack.addresses import resolve_addresses
+    from procbus.stack import resolve_addresses
 
     settings = Settings()  # PROCBUS_TEMPORAL_ADDRESS, PROCBUS_DATABASE_URL, ... or `procbus dev`
     services = resolve_addresses(settings)

@@ -26,11 +26,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from procbus.engine.procedure import Procedure as Procedure
-    from procbus.engine.procedure import invalid_input as invalid_input
-    from procbus.engine.runner import workflow_runner as workflow_runner
-    from procbus.plugin.extension import ProcbusPlugin as ProcbusPlugin
-    from procbus.plugin.spark import spark_job as spark_job
+    from procbus.engine import Procedure as Procedure
+    from procbus.engine import invalid_input as invalid_input
+    from procbus.engine import workflow_runner as workflow_runner
+    from procbus.plugin import ProcbusPlugin as ProcbusPlugin
+    from procbus.plugin import spark_job as spark_job
     from procbus.procedures import ProcedureInput as ProcedureInput
     from procbus.procedures import step_key as step_key
 
@@ -45,7 +45,15 @@ _PUBLIC = {
     "ProcedureInput": "procbus.procedures",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = [
+    "ProcbusPlugin",
+    "Procedure",
+    "ProcedureInput",
+    "invalid_input",
+    "spark_job",
+    "step_key",
+    "workflow_runner",
+]
 
 
 def __getattr__(name: str) -> Any:

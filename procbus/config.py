@@ -9,10 +9,14 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from procbus.core.endpoints import KafkaCredentials, parse_allowlist
-from procbus.core.faults import parse_faults
-from procbus.core.names import check_member_id, check_principal
-from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS, DELIVERY_POLL_MAX_SECONDS
+from procbus.core import (
+    KafkaCredentials,
+    check_member_id,
+    check_principal,
+    parse_allowlist,
+    parse_faults,
+)
+from procbus.delivery import DELIVERY_POLL_FIRST_SECONDS, DELIVERY_POLL_MAX_SECONDS
 from procbus.errors import ConfigError, InvalidRequest
 from procbus.lakehouse.key_index import DEFAULT_KEY_INDEX_BYTES
 

@@ -49,8 +49,8 @@ def _change(
     as_principal: str | None,
     deadline: float | None,
 ) -> None:
-    from procbus.lakehouse.models import ChangeAccessInput
-    from procbus.procedures.client import new_procedure_id
+    from procbus.lakehouse import ChangeAccessInput
+    from procbus.procedures import new_procedure_id
 
     request = ChangeAccessInput.model_validate(
         {

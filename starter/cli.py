@@ -81,7 +81,7 @@ def status(json_output: bool = JSON_OPTION) -> None:
     """Whether Temporal, PostgreSQL and a worker are up; exits 0 only when all are."""
     from rich.table import Table
 
-    from procbus.stack.status import check_status
+    from procbus.stack import check_status
 
     result = _run(check_status(_settings()))
     if json_output:
@@ -117,7 +117,7 @@ def worker(
     ),
 ) -> None:
     """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
-    from procbus.stack.addresses import resolve_addresses
+    from procbus.stack import resolve_addresses
     from procbus.worker import run_worker
     from procbus.worker.extensions import entry_point_modules, load_user_procedures
     from procbus.worker.main import WORKFLOWS
@@ -163,7 +163,7 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
     """Apply the pending migrations, then the changed functions files; safe from two at once."""
     from procbus.db import connect
     from procbus.db.migrate import applied_migrations, migrate
-    from procbus.stack.addresses import resolve_addresses
+    from procbus.stack import resolve_addresses
 
     async def apply() -> tuple[list[str], list[str], int]:
         connection = await connect(resolve_addresses(_settings()).database_url)
@@ -212,7 +212,7 @@ def main() -> None:
             print_error(error.format_message())
         code = error.exit_code
     if "opentelemetry.trace" in sys.modules:  # traced: send what the exporter still holds
-        from procbus.core.tracing import flush_traces
+        from procbus.core import flush_traces
 
         flush_traces()
     sys.stdout.flush()

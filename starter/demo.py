@@ -12,16 +12,15 @@ from rich.text import Text
 from procbus.config import Settings
 from procbus.db import create_pool
 from procbus.errors import StackError
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.plugin.extension import dev_worker_auth
-from procbus.stack.addresses import ServiceAddresses, resolve_addresses
-from procbus.stack.embedded import EmbeddedServices
+from procbus.lakehouse import DescriptorCache
+from procbus.lakehouse.cache import AccessCache
+from procbus.plugin import dev_worker_auth
+from procbus.stack import EmbeddedServices, ServiceAddresses, resolve_addresses
 from procbus.starter.output import console, styled
 from procbus.starter.scenes import DEMO_STEPS, scene_number, selected_scenes
 from procbus.starter.scenes.context import Demo
 from procbus.starter.scenes.report import DemoReport
-from procbus.temporal import connect_client
-from procbus.temporal.auth import client_signer
+from procbus.temporal import client_signer, connect_client
 from procbus.worker import build_worker
 from procbus.worker.main import bus_member
 

@@ -7,8 +7,7 @@ import asyncio
 from rich.text import Text
 
 from procbus.config import Settings
-from procbus.stack.addresses import embedded_addresses, mask_password
-from procbus.stack.embedded import EmbeddedServices
+from procbus.stack import EmbeddedServices, embedded_addresses, mask_password
 from procbus.starter.output import console
 from procbus.worker import serve, stopped_by_signals
 from procbus.worker.main import dev_worker_auth

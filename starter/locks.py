@@ -16,8 +16,8 @@ import typer
 from procbus.starter.output import console, print_json, styled
 
 if TYPE_CHECKING:
-    from procbus.locks.models import LockAudit, LockEntry, LockRelease
-    from procbus.locks.table import LockTable
+    from procbus.locks import LockEntry, LockTable
+    from procbus.locks.models import LockAudit, LockRelease
 
 lock_app = typer.Typer(
     help="Hierarchical locks: holders, tokens, leases, waiters.", no_args_is_help=True
@@ -33,8 +33,8 @@ async def _entries(holder: str | None) -> list[LockEntry]:
 async def _lock_table() -> AsyncIterator[LockTable]:
     from procbus.config import load_settings
     from procbus.db import create_pool
-    from procbus.locks.table import LockTable
-    from procbus.stack.addresses import resolve_addresses
+    from procbus.locks import LockTable
+    from procbus.stack import resolve_addresses
 
     pool = await create_pool(
         resolve_addresses(load_settings()).database_url, min_size=1, max_size=1
@@ -56,7 +56,7 @@ def list_locks(
     json_output: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Every lock: resource, mode, holder (procedure ID), fencing token, lease; then waiters."""
-    from procbus.locks.models import by_resource
+    from procbus.locks import by_resource
 
     resources = by_resource(asyncio.run(_entries(holder)))
     if json_output:
@@ -101,7 +101,7 @@ def list_locks(
 async def _release(holder: str, reason: str, force: bool, released_by: str) -> LockRelease | str:
     """The release done, or why it was refused: a holder whose workflow runs keeps its locks
     unless forced (releasing them would let another procedure write beside it)."""
-    from procbus.plugin.locks import workflow_closed
+    from procbus.plugin import workflow_closed
     from procbus.starter.scripts import connect
 
     async with _lock_table() as locks:

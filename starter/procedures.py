@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from temporalio.client import Client
 
-    from procbus.procedures.models import ProcedureInput, ProcedureStatus
-    from procbus.stack.addresses import ServiceAddresses
+    from procbus.procedures import ProcedureInput, ProcedureStatus
+    from procbus.stack import ServiceAddresses
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 WAIT_OPTION = typer.Option(
@@ -61,7 +61,7 @@ def steps_table(status: ProcedureStatus) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    from procbus.procedures.models import ProcedureState
+    from procbus.procedures import ProcedureState
 
     colour = {
         ProcedureState.SUCCEEDED: "green",
@@ -107,7 +107,7 @@ def steps_table(status: ProcedureStatus) -> Table:
 
 
 def print_outcome(status: ProcedureStatus) -> None:
-    from procbus.procedures.models import ProcedureState
+    from procbus.procedures import ProcedureState
 
     if status.error:
         console.print(f"error: {status.error}", highlight=False)
@@ -134,8 +134,7 @@ async def follow(
     """Wait for the end (or STUCK), live on a terminal; 0 only when it SUCCEEDED."""
     from rich.live import Live
 
-    from procbus.procedures.client import wait_for_procedure
-    from procbus.procedures.models import ProcedureState
+    from procbus.procedures import ProcedureState, wait_for_procedure
 
     if json_output:
         # Notes go to stderr: stdout stays one JSON document.
@@ -183,7 +182,7 @@ async def show_job_progress(
     from rich.table import Table
 
     from procbus.procedures.client import pending_details
-    from procbus.spark.backends import JobProgress
+    from procbus.spark import JobProgress
 
     while True:
         await asyncio.sleep(0.5)
@@ -216,8 +215,8 @@ async def start(
 ) -> int:
     """Start a procedure, signed as `principal` (or the default one); print its ID, or with
     `wait` follow it to the end."""
-    from procbus.procedures.client import new_procedure_id, start_procedure
-    from procbus.temporal.client import workflow_ui_url
+    from procbus.procedures import new_procedure_id, start_procedure
+    from procbus.temporal import workflow_ui_url
 
     client, services = await _client(principal)
     procedure_id = procedure_id or new_procedure_id(procedure_type, target)
@@ -263,7 +262,7 @@ def proc_list(
     async def run() -> int:
         from rich.table import Table
 
-        from procbus.procedures.client import list_procedures
+        from procbus.procedures import list_procedures
 
         client, _ = await _client()
         found = await list_procedures(client, state=state, procedure_type=procedure_type)
@@ -287,7 +286,7 @@ def proc_status(procedure_id: str, json_output: bool = JSON_OPTION) -> None:
     """State, steps done, step running, compensations and error of one procedure."""
 
     async def run() -> int:
-        from procbus.procedures.client import procedure_status
+        from procbus.procedures import procedure_status
 
         client, _ = await _client()
         status = await procedure_status(client, procedure_id)
@@ -329,7 +328,7 @@ def proc_abort(
     """Roll a procedure back; refused once it passed its pivot."""
 
     async def run() -> int:
-        from procbus.procedures.client import abort_procedure
+        from procbus.procedures import abort_procedure
 
         client, _ = await _client()
         status = await abort_procedure(client, procedure_id, reason)
@@ -347,7 +346,7 @@ def proc_retry(procedure_id: str, json_output: bool = JSON_OPTION) -> None:
     """Run a STUCK procedure's failing compensation again."""
 
     async def run() -> int:
-        from procbus.procedures.client import retry_procedure
+        from procbus.procedures import retry_procedure
 
         client, _ = await _client()
         status = await retry_procedure(client, procedure_id)
@@ -369,7 +368,7 @@ def proc_skip(
     """Skip a STUCK procedure's failing compensation (recorded with your reason)."""
 
     async def run() -> int:
-        from procbus.procedures.client import skip_compensation
+        from procbus.procedures import skip_compensation
 
         client, _ = await _client()
         status = await skip_compensation(client, procedure_id, reason)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from procbus.stack.processes import LOOPBACK, free_port
+from procbus.stack import LOOPBACK, free_port
 
 
 @dataclass(frozen=True)

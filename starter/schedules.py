@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         ScheduleSpec,
     )
 
-    from procbus.procedures.models import ProcedureInput
+    from procbus.procedures import ProcedureInput
 
 # --procedure NAME -> the workflow type its schedule starts.
 PROCEDURES: dict[str, str] = {"compact": "CompactTable"}
@@ -189,7 +189,7 @@ async def _run_result(client: Client, workflow_id: str) -> str | None:
     """How a run went: its procedure state if it is a procedure, else Temporal's status."""
     from temporalio.service import RPCError
 
-    from procbus.core.search_attributes import PROCEDURE_STATE
+    from procbus.core import PROCEDURE_STATE
 
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
@@ -378,8 +378,8 @@ def create(
         from temporalio.service import RPCError, RPCStatusCode
 
         from procbus.config import load_settings
-        from procbus.procedures.schedules import procedure_schedule
-        from procbus.temporal.auth import client_signer
+        from procbus.procedures import procedure_schedule
+        from procbus.temporal import client_signer
 
         client, services = await _client()
         # Its runs start as this client's principal: a production worker refuses unsigned ones.
@@ -457,7 +457,7 @@ def built_in_input_model(workflow_type: str) -> type[BaseModel] | None:
     """The input model of a built-in procedure's workflow type; None for any other type."""
     from typing import get_type_hints
 
-    from procbus.core.sdk_private import workflow_definition
+    from procbus.core import workflow_definition
     from procbus.worker.main import WORKFLOWS
 
     for cls in WORKFLOWS:
@@ -473,7 +473,7 @@ def _compact_input(
     table: str, partitions: list[str], target_file_size: int | None
 ) -> ProcedureInput:
     """CompactTable's input, refused here by the check the procedure runs first."""
-    from procbus.lakehouse.data import CompactTableInput
+    from procbus.lakehouse import CompactTableInput
 
     fields: dict[str, object] = {"table": table, "partitions": partitions}
     if target_file_size is not None:  # else the model's default

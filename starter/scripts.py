@@ -6,9 +6,8 @@ from __future__ import annotations
 from temporalio.client import Client
 
 from procbus.config import load_settings
-from procbus.stack.addresses import ServiceAddresses, resolve_addresses
-from procbus.temporal.auth import client_signer
-from procbus.temporal.client import connect_client
+from procbus.stack import ServiceAddresses, resolve_addresses
+from procbus.temporal import client_signer, connect_client
 
 
 async def connect(principal: str | None = None) -> tuple[Client, ServiceAddresses]:

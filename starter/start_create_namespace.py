@@ -12,9 +12,9 @@ import uuid
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.lakehouse.models import CreateNamespaceInput, NamespaceResult
+from procbus.lakehouse import CreateNamespaceInput, NamespaceResult
 from procbus.starter.scripts import connect
-from procbus.workflows.namespaces import CreateNamespace
+from procbus.workflows import CreateNamespace
 
 
 async def main(target: str, procedure_id: str) -> NamespaceResult:

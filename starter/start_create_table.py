@@ -14,9 +14,9 @@ import uuid
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.lakehouse.models import CreateTableInput, TableResult
+from procbus.lakehouse import CreateTableInput, TableResult
 from procbus.starter.scripts import connect
-from procbus.workflows.tables import CreateTable
+from procbus.workflows import CreateTable
 
 
 async def main(request: CreateTableInput, procedure_id: str) -> TableResult:

@@ -12,9 +12,9 @@ import uuid
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.lakehouse.models import DeleteNamespaceInput, NamespaceResult
+from procbus.lakehouse import DeleteNamespaceInput, NamespaceResult
 from procbus.starter.scripts import connect
-from procbus.workflows.namespaces import DeleteNamespace
+from procbus.workflows import DeleteNamespace
 
 
 async def main(target: str, procedure_id: str) -> NamespaceResult:

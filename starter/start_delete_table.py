@@ -12,9 +12,9 @@ import uuid
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.lakehouse.models import DeleteTableInput, TableResult
+from procbus.lakehouse import DeleteTableInput, TableResult
 from procbus.starter.scripts import connect
-from procbus.workflows.tables import DeleteTable
+from procbus.workflows import DeleteTable
 
 
 async def main(target: str, procedure_id: str) -> TableResult:

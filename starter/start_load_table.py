@@ -13,9 +13,9 @@ from pathlib import Path
 
 from temporalio.common import WorkflowIDConflictPolicy
 
-from procbus.lakehouse.data import DataResult, InputFormat, LoadTableInput
+from procbus.lakehouse import DataResult, InputFormat, LoadTableInput
 from procbus.starter.scripts import connect
-from procbus.workflows.data import LoadTable
+from procbus.workflows import LoadTable
 
 
 async def main(target: str, source: str, input_format: str, procedure_id: str) -> DataResult:

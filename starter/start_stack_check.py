@@ -12,9 +12,9 @@ import os
 import sys
 import uuid
 
-from procbus.stack.check import StackCheckInput, StackCheckResult
+from procbus.stack import StackCheckInput, StackCheckResult
 from procbus.starter.scripts import connect
-from procbus.workflows.stack_check import StackCheck
+from procbus.workflows import StackCheck
 
 
 async def main(check_id: str) -> StackCheckResult:

@@ -27,13 +27,14 @@ from procbus.starter.procedures import (
 )
 
 if TYPE_CHECKING:
-    from procbus.lakehouse.catalog import Catalog
-    from procbus.lakehouse.data import CompactTableInput, LoadTableInput
-    from procbus.lakehouse.models import (
+    from procbus.lakehouse import (
+        Catalog,
+        CompactTableInput,
         CreateNamespaceInput,
         CreateTableInput,
         DeleteNamespaceInput,
         DeleteTableInput,
+        LoadTableInput,
     )
 
     CheckedInput = (
@@ -54,8 +55,8 @@ async def catalog() -> AsyncIterator[Catalog]:
     """The catalog on the configured (or running) stack's database; no Temporal needed."""
     from procbus.config import load_settings
     from procbus.db import create_pool
-    from procbus.lakehouse.catalog import Catalog
-    from procbus.stack.addresses import resolve_addresses
+    from procbus.lakehouse import Catalog
+    from procbus.stack import resolve_addresses
 
     pool = await create_pool(
         resolve_addresses(load_settings()).database_url, min_size=1, max_size=2
@@ -93,7 +94,7 @@ def namespace_create(
     deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a CreateNamespace procedure; its creator gets admin on the namespace."""
-    from procbus.lakehouse.models import CreateNamespaceInput
+    from procbus.lakehouse import CreateNamespaceInput
 
     request = CreateNamespaceInput(namespace=name, deadline_seconds=deadline)
     start_checked("CreateNamespace", name, request, procedure_id, wait, json_output, principal)
@@ -110,7 +111,7 @@ def namespace_delete(
 ) -> None:
     """Start a DeleteNamespace procedure: refused while the namespace holds tables, or unless
     the principal is an admin of the namespace."""
-    from procbus.lakehouse.models import DeleteNamespaceInput
+    from procbus.lakehouse import DeleteNamespaceInput
 
     request = DeleteNamespaceInput(namespace=name, deadline_seconds=deadline)
     start_checked("DeleteNamespace", name, request, procedure_id, wait, json_output, principal)
@@ -157,7 +158,7 @@ def table_create(
     deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a CreateTable procedure: layout, catalog, cache, event; undone if any step fails."""
-    from procbus.lakehouse.models import CreateTableInput
+    from procbus.lakehouse import CreateTableInput
 
     request = CreateTableInput(
         table=name, columns=schema, partition_by=partition_by, deadline_seconds=deadline
@@ -175,7 +176,7 @@ def table_delete(
     deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a DeleteTable procedure: the catalog removal is the point of no return."""
-    from procbus.lakehouse.models import DeleteTableInput
+    from procbus.lakehouse import DeleteTableInput
 
     request = DeleteTableInput(table=name, deadline_seconds=deadline)
     start_checked("DeleteTable", name, request, procedure_id, wait, json_output, principal)
@@ -191,7 +192,7 @@ def table_describe(
         from rich.table import Table
         from rich.text import Text
 
-        from procbus.core.names import parse_table_name
+        from procbus.core import parse_table_name
         from procbus.errors import ProcbusError
 
         namespace, table_name = parse_table_name(name)
@@ -267,7 +268,7 @@ def table_load(
 ) -> None:
     """Start a LoadTable procedure: Spark checks and writes the input; one commit shows it all."""
     from procbus.errors import InvalidRequest
-    from procbus.lakehouse.data import InputFormat, LoadTableInput
+    from procbus.lakehouse import InputFormat, LoadTableInput
 
     if input_format not in {kind.value for kind in InputFormat}:
         raise InvalidRequest(
@@ -298,7 +299,7 @@ def table_compact(
     deadline: float | None = DEADLINE_OPTION,
 ) -> None:
     """Start a CompactTable procedure: small files rewritten near the target size, rows kept."""
-    from procbus.lakehouse.data import CompactTableInput
+    from procbus.lakehouse import CompactTableInput
 
     sized = {} if target_file_size is None else {"target_file_size": target_file_size}
     request = CompactTableInput.model_validate(
@@ -326,8 +327,8 @@ def table_read(
     async def run() -> int:
         from rich.table import Table
 
-        from procbus.core.names import parse_table_name
-        from procbus.lakehouse.reader import read_snapshot_rows
+        from procbus.core import parse_table_name
+        from procbus.lakehouse import read_snapshot_rows
 
         namespace, table_name = parse_table_name(name)
         async with catalog() as tables:
@@ -366,7 +367,7 @@ def table_snapshots(
     async def run() -> int:
         from rich.table import Table
 
-        from procbus.core.names import parse_table_name
+        from procbus.core import parse_table_name
 
         namespace, table_name = parse_table_name(name)
         async with catalog() as tables:

@@ -14,9 +14,8 @@ import typer
 from procbus.starter.output import console, error_console, print_json
 
 if TYPE_CHECKING:
-    from procbus.core.endpoints import Endpoint, KafkaCredentials
-    from procbus.topics.models import Event, Published, Topic
-    from procbus.topics.queue import Topics
+    from procbus.core import Endpoint, KafkaCredentials
+    from procbus.topics import Event, Published, Topic, Topics
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 
@@ -34,10 +33,10 @@ def _run(coroutine: Coroutine[Any, Any, None]) -> None:
 async def _topics() -> AsyncIterator[Topics]:
     """Topics on the configured (or running) stack's database."""
     from procbus.config import load_settings
-    from procbus.core.endpoints import parse_allowlist
+    from procbus.core import parse_allowlist
     from procbus.db import create_pool
-    from procbus.stack.addresses import resolve_addresses
-    from procbus.topics.queue import Topics
+    from procbus.stack import resolve_addresses
+    from procbus.topics import Topics
 
     settings = load_settings()
     allowlist = parse_allowlist(settings.endpoint_allowlist)
@@ -64,7 +63,7 @@ async def _send_now(
     kafka_credentials: Mapping[str, KafkaCredentials],
 ) -> Published:
     # The HTTP client (aiohttp, ~0.3 s to import) loads only for a synchronous topic's publish.
-    from procbus.delivery.sync import send_now
+    from procbus.delivery import send_now
 
     return await send_now(
         topics, topic, event, timeout_seconds, kafka_credentials=kafka_credentials
@@ -75,7 +74,7 @@ async def _check_endpoint(
     endpoint: Endpoint, *, allowlist: list[str], kafka_credentials: Mapping[str, KafkaCredentials]
 ) -> None:
     # The Kafka client loads only for a kafka:// endpoint.
-    from procbus.delivery.factory import endpoint_check
+    from procbus.delivery import endpoint_check
 
     await endpoint_check(allowlist, kafka_credentials)(endpoint)
 
@@ -83,7 +82,7 @@ async def _check_endpoint(
 async def _start_delivery(topic: str) -> str | None:
     """Start the topic's delivery workflow now; why not, if it could not be (a worker starts
     it within 15 s anyway)."""
-    from procbus.delivery.owner import ensure_delivery
+    from procbus.delivery import ensure_delivery
     from procbus.starter.scripts import connect
 
     try:
@@ -96,7 +95,7 @@ async def _start_delivery(topic: str) -> str | None:
 
 def _masked(url: str) -> str:
     """The URL with its password replaced by ***."""
-    from procbus.core.endpoints import masked
+    from procbus.core import masked
 
     return masked(url)
 

@@ -25,10 +25,10 @@ def workers_list(
     """Registered workers: ID, host, pid, start, last heartbeat (from PostgreSQL)."""
 
     async def run() -> int:
-        from procbus.bus.membership import Membership
+        from procbus.bus import Membership
         from procbus.config import load_settings
         from procbus.db import create_pool
-        from procbus.stack.addresses import resolve_addresses
+        from procbus.stack import resolve_addresses
 
         pool = await create_pool(
             resolve_addresses(load_settings()).database_url, min_size=1, max_size=1
@@ -68,9 +68,8 @@ def workers_inspect(json_output: bool = JSON_OPTION) -> None:
     """Ask every live worker, through the bus, what its caches hold (tables, grants)."""
 
     async def run() -> int:
-        from procbus.bus.models import BroadcastInput, ReportState
-        from procbus.core.outcomes import BroadcastResult
-        from procbus.core.workflow_types import BROADCAST
+        from procbus.bus import BroadcastInput, ReportState
+        from procbus.core import BROADCAST, BroadcastResult
         from procbus.starter.scripts import connect
 
         client, services = await connect()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 
-from procbus.core.sdk_private import is_activity, workflow_definition
+from procbus.core import is_activity, workflow_definition
 from procbus.errors import ConfigError
 
 ENTRY_POINT_GROUP = "procbus.workflows"

@@ -18,49 +18,53 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from procbus.activities.outbox import OutboxActivities
-from procbus.activities.retention import RetentionActivities
-from procbus.activities.spark import INCOMING, SparkActivities
-from procbus.activities.stack_check import StackCheckActivities
-from procbus.activities.tables import TableActivities
-from procbus.activities.topics import TopicActivities
-from procbus.auth.policy import WorkerAuth
-from procbus.bus.member import BusMember
-from procbus.bus.membership import default_member_id, member_task_queue
+from procbus.activities import (
+    INCOMING,
+    OutboxActivities,
+    RetentionActivities,
+    SparkActivities,
+    StackCheckActivities,
+    TableActivities,
+    TopicActivities,
+)
+from procbus.auth import WorkerAuth
+from procbus.bus import BusMember, default_member_id, member_task_queue
 from procbus.config import Settings
-from procbus.core.endpoints import KafkaCredentials, parse_allowlist
-from procbus.core.faults import Fault
-from procbus.core.metrics import OutboxMetrics
+from procbus.core import Fault, KafkaCredentials, OutboxMetrics, parse_allowlist
 from procbus.db import create_pool
 from procbus.db.pool import until_reachable
-from procbus.delivery.models import DELIVERY_POLL_MAX_SECONDS
-from procbus.delivery.owner import keep_owners
-from procbus.hooks.outbox import ensure_sweep_schedule
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.plugin.extension import (
+from procbus.delivery import DELIVERY_POLL_MAX_SECONDS, keep_owners
+from procbus.hooks import ensure_sweep_schedule
+from procbus.lakehouse import DescriptorCache
+from procbus.lakehouse.cache import AccessCache
+from procbus.plugin import (
     ProcbusPlugin,
     dev_worker_auth,
+    stop_when_taken_over,
     worker_auth,
     worker_interceptors,
 )
-from procbus.plugin.member import bus_member as joined_bus
-from procbus.plugin.member import stop_when_taken_over
-from procbus.retention.models import RetentionRequest
-from procbus.retention.schedule import ensure_retention_schedule
-from procbus.spark.backends import SparkBackend
-from procbus.stack.addresses import ServiceAddresses, resolve_addresses
-from procbus.temporal.client import connect_client, procbus_runtime
-from procbus.topics.queue import Topics
+from procbus.plugin import bus_member as joined_bus
+from procbus.retention import RetentionRequest, ensure_retention_schedule
+from procbus.spark import SparkBackend
+from procbus.stack import ServiceAddresses, resolve_addresses
+from procbus.temporal import connect_client, procbus_runtime
+from procbus.topics import Topics
 from procbus.worker.extensions import UserProcedures
-from procbus.workflows.access import ChangeAccess
-from procbus.workflows.bus import Broadcast
-from procbus.workflows.data import CompactTable, LoadTable
-from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
-from procbus.workflows.outbox import OutboxSweep
-from procbus.workflows.retention import Retention
-from procbus.workflows.stack_check import StackCheck
-from procbus.workflows.tables import CreateTable, DeleteTable
-from procbus.workflows.topics import TopicDelivery
+from procbus.workflows import (
+    Broadcast,
+    ChangeAccess,
+    CompactTable,
+    CreateNamespace,
+    CreateTable,
+    DeleteNamespace,
+    DeleteTable,
+    LoadTable,
+    OutboxSweep,
+    Retention,
+    StackCheck,
+    TopicDelivery,
+)
 
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 

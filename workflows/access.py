@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.tables import TableActivities
-    from procbus.bus.models import ChangeAccessOperation
-    from procbus.core.names import grant_resource
-    from procbus.lakehouse.models import AccessResult, AccessStep, ChangeAccessInput
+    from procbus.activities import TableActivities
+    from procbus.bus import ChangeAccessOperation
+    from procbus.core import grant_resource
+    from procbus.lakehouse import ChangeAccessInput
+    from procbus.lakehouse.models import AccessResult, AccessStep
 
-from procbus.engine.procedure import Procedure, checked
+from procbus.engine import Procedure, checked
 
 
 @workflow.defn(name="ChangeAccess")

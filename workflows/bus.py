@@ -9,10 +9,9 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.bus.models import BroadcastInput, BusMessage
-    from procbus.core.outcomes import BroadcastResult
-    from procbus.core.workflow_types import BROADCAST
-    from procbus.engine.broadcast import Broadcaster, BroadcastFailed, broadcast_failure
+    from procbus.bus import BroadcastInput, BusMessage
+    from procbus.core import BROADCAST, BroadcastResult
+    from procbus.engine import Broadcaster, BroadcastFailed, broadcast_failure
 
 
 @workflow.defn(name=BROADCAST)

@@ -24,25 +24,21 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.spark import SparkActivities
-    from procbus.core.fences import Fence, LockMode
-    from procbus.core.names import table_resource
+    from procbus.activities import SparkActivities
+    from procbus.core import Fence, LockMode, table_resource
     from procbus.errors import ErrorType
+    from procbus.lakehouse import CompactTableInput, DataResult, LoadTableInput, TableDescriptor
     from procbus.lakehouse.data import (
         CommitStep,
         CompactionPlan,
         CompactStep,
-        CompactTableInput,
-        DataResult,
         LoadStep,
-        LoadTableInput,
         SnapshotOperation,
         partition_resource,
         split_partition,
     )
-    from procbus.lakehouse.models import TableDescriptor
 
-from procbus.engine.procedure import Procedure, checked
+from procbus.engine import Procedure, checked
 
 # A compaction whose commit finds the table changed since its plan plans again, this often.
 MAX_COMPACTION_PLANS = 5

@@ -17,21 +17,23 @@ from collections.abc import Sequence
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.tables import TableActivities
-    from procbus.bus.models import ResetNamespaceGrants
-    from procbus.core.names import namespace_resource
-    from procbus.lakehouse.models import (
+    from procbus.activities import TableActivities
+    from procbus.bus import ResetNamespaceGrants
+    from procbus.core import namespace_resource
+    from procbus.lakehouse import (
         CreateNamespaceInput,
         DeleteNamespaceInput,
-        EventStep,
         NamespaceDescriptor,
-        NamespaceRef,
         NamespaceResult,
+    )
+    from procbus.lakehouse.models import (
+        EventStep,
+        NamespaceRef,
         NamespaceStep,
         namespace_creator_grants,
     )
 
-from procbus.engine.procedure import Procedure, checked
+from procbus.engine import Procedure, checked
 
 # workflow.patched ID of CreateNamespace's reset_grants_after_undo (docs/how-to/upgrading.md).
 CREATE_NAMESPACE_RESETS_GRANTS_AFTER_UNDO = "procbus-create-namespace-resets-grants-after-undo"

@@ -7,8 +7,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.outbox import OutboxActivities
-    from procbus.core.workflow_types import OUTBOX_SWEEP
+    from procbus.activities import OutboxActivities
+    from procbus.core import OUTBOX_SWEEP
     from procbus.hooks.outbox import SweepRequest, SweepResult
 
 

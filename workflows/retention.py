@@ -11,9 +11,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.retention import RetentionActivities
-    from procbus.core.workflow_types import RETENTION
-    from procbus.retention.models import KindResult, RetentionRequest, RetentionResult
+    from procbus.activities import RetentionActivities
+    from procbus.core import RETENTION
+    from procbus.retention import KindResult, RetentionRequest, RetentionResult
     from procbus.temporal.errors import failure_text
 
 KINDS = (

@@ -6,9 +6,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.stack_check import StackCheckActivities
-    from procbus.core.workflow_types import STACK_CHECK
-    from procbus.stack.check import StackCheckInput, StackCheckResult
+    from procbus.activities import StackCheckActivities
+    from procbus.core import STACK_CHECK
+    from procbus.stack import StackCheckInput, StackCheckResult
 
 
 @workflow.defn(name=STACK_CHECK)

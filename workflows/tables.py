@@ -19,20 +19,13 @@ from collections.abc import Sequence
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.tables import TableActivities
-    from procbus.bus.models import EvictDescriptor, PutDescriptor
-    from procbus.core.names import table_resource
-    from procbus.lakehouse.models import (
-        CreateTableInput,
-        DeleteTableInput,
-        EventStep,
-        TableDescriptor,
-        TableResult,
-        TableStep,
-        creator_grants,
-    )
+    from procbus.activities import TableActivities
+    from procbus.bus import EvictDescriptor, PutDescriptor
+    from procbus.core import table_resource
+    from procbus.lakehouse import CreateTableInput, DeleteTableInput, TableDescriptor, TableResult
+    from procbus.lakehouse.models import EventStep, TableStep, creator_grants
 
-from procbus.engine.procedure import Procedure, checked
+from procbus.engine import Procedure, checked
 
 # workflow.patched ID of CreateTable's evict_cache_after_undo (docs/how-to/upgrading.md).
 CREATE_TABLE_EVICTS_AFTER_UNDO = "procbus-create-table-evicts-after-undo"

@@ -10,9 +10,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.activities.topics import TopicActivities
-    from procbus.core.workflow_types import TOPIC_DELIVERY
-    from procbus.delivery.models import DeliveryInput, DeliveryRequest, DeliveryResult
+    from procbus.activities import TopicActivities
+    from procbus.core import TOPIC_DELIVERY
+    from procbus.delivery import DeliveryInput, DeliveryRequest, DeliveryResult
 
 RUN_SECONDS = 300.0
 

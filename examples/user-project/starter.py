@@ -16,7 +16,7 @@ from workflows.daily_totals import DailyTotalsInput, PublishDailyTotals
 
 from procbus import ProcbusPlugin
 from procbus.config import Settings
-from procbus.stack.addresses import resolve_addresses
+from procbus.stack import resolve_addresses
 from worker import TASK_QUEUE
 
 

@@ -19,7 +19,7 @@ from workflows.daily_totals import PublishDailyTotals
 from procbus import ProcbusPlugin
 from procbus.config import Settings
 from procbus.db import create_pool
-from procbus.stack.addresses import resolve_addresses
+from procbus.stack import resolve_addresses
 
 TASK_QUEUE = os.environ.get("SALES_TASK_QUEUE", "sales-reports")
 

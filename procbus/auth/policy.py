@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 from procbus.auth.tokens import VerifiedToken, verify
 from procbus.auth.uses import KEPT_PAST_EXPIRY_SECONDS
-from procbus.core.authentication import Authentication, AuthRequest
+from procbus.core import Authentication, AuthRequest
 from procbus.errors import AccessDenied
+from procbus.lakehouse import TableDescriptor
 from procbus.lakehouse.cache import AccessCache
-from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
+from procbus.lakehouse.models import AccessEntry, Permission
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from procbus.core.names import check_principal
+from procbus.core import check_principal
 from procbus.errors import AccessDenied
 
 # The Temporal header that carries the token from the client to the workflow.

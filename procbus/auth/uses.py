@@ -8,7 +8,7 @@ from datetime import datetime
 
 import asyncpg
 
-from procbus.db.queries import load_queries
+from procbus.db import load_queries
 
 QUERIES = "procbus.auth"
 # Claims are kept this long past their token's expiry: a run started in time whose worker only

@@ -28,10 +28,10 @@ from procbus.bus.models import (
     ReportState,
     ResetNamespaceGrants,
 )
-from procbus.core.outcomes import MemberReport
+from procbus.core import MemberReport
 from procbus.errors import InvalidRequest, MemberNotCurrent
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse import Catalog, DescriptorCache
+from procbus.lakehouse.cache import AccessCache
 
 # Operations remembered per member (applied, decided): far more than can be in flight at once.
 REMEMBERED_OPERATIONS = 1000

@@ -23,9 +23,9 @@ from datetime import datetime
 import asyncpg
 
 from procbus.bus.models import Member
-from procbus.core.names import check_member_id
+from procbus.core import check_member_id
+from procbus.db import load_queries
 from procbus.db.pool import UNREACHABLE, until_reachable
-from procbus.db.queries import load_queries
 
 log = logging.getLogger(__name__)
 QUERIES = "procbus.bus"
@@ -37,7 +37,7 @@ LEASE_SHARE = (HEARTBEATS_PER_TIMEOUT - 1) / HEARTBEATS_PER_TIMEOUT
 
 
 def default_member_id() -> str:
-    """host-pid: unique among the processes alive at one time."""
+    """Return this process's member ID, host-pid: unique among the processes alive at one time."""
     host = "".join(c if c.isalnum() or c in "_.-" else "-" for c in socket.gethostname())
     return check_member_id(f"{host.strip('-.') or 'host'}-{os.getpid()}"[:100])
 

@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from procbus.core.inputs import WorkflowInput
-from procbus.core.outcomes import MemberReport
-from procbus.lakehouse.models import AccessEntry, TableDescriptor
+from procbus.core import MemberReport, WorkflowInput
+from procbus.lakehouse import TableDescriptor
+from procbus.lakehouse.models import AccessEntry
 
 # ---- operations a member applies ----
 

@@ -26,8 +26,8 @@ from datetime import datetime
 import asyncpg
 from pydantic import BaseModel, Field
 
-from procbus.core.endpoints import EndpointKind, parse_endpoint
-from procbus.db.queries import load_queries
+from procbus.core import EndpointKind, parse_endpoint
+from procbus.db import load_queries
 from procbus.errors import InvalidRequest, QueueFull
 from procbus.topics.models import check_topic_name
 from procbus.topics.refusals import topic_error

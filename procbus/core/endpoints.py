@@ -120,7 +120,7 @@ class Endpoint:
 
 
 def masked(url: str) -> str:
-    """`url` with its password, if any, replaced by ***."""
+    """Return `url` with its password, if any, replaced by ***."""
     parts = urlsplit(url)
     try:
         if parts.password is None:
@@ -188,6 +188,12 @@ def refused_address(host: str) -> str | None:
 
 
 def allowed(host: str, allowlist: list[str]) -> bool:
+    """Return whether `host` may be sent to under `allowlist` (an empty list allows every host).
+
+    Args:
+        host: a host name or literal IP address.
+        allowlist: host names and CIDR networks.
+    """
     if not allowlist:
         return True
     address = literal_address(host)

@@ -22,6 +22,14 @@ MAX_STEP_NAME_LENGTH = 200
 
 
 def check_step_name(name: str) -> str:
+    """Return `name` once checked as a step's name.
+
+    Args:
+        name: the step's name, as a procedure gives it.
+
+    Raises:
+        ValueError: when the name has characters or a length a step name may not have.
+    """
     if not _STEP_NAME.fullmatch(name) or len(name) > MAX_STEP_NAME_LENGTH:
         raise ValueError(
             f"bad step name {name!r}: use letters, digits, '_', '.', '-' (at most "

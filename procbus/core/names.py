@@ -36,6 +36,14 @@ ALL_TABLES = "*"
 
 
 def check_principal(principal: str) -> str:
+    """Return `principal` once checked as a principal's name.
+
+    Args:
+        principal: who starts a procedure, as a client names it.
+
+    Raises:
+        InvalidRequest: when the name has characters or a length a principal may not have.
+    """
     if not _PRINCIPAL.fullmatch(principal):
         raise InvalidRequest(
             f"bad principal {principal!r}: use letters, digits, '_', '.', '@', ':', '-'"
@@ -79,7 +87,14 @@ def validate_name(kind: str, name: str) -> str:
 
 
 def parse_table_name(qualified: str) -> tuple[str, str]:
-    """'sales.orders' -> ('sales', 'orders'), both names checked."""
+    """Split a table's name: 'sales.orders' -> ('sales', 'orders'), both names checked.
+
+    Args:
+        qualified: a table's full name, NAMESPACE.TABLE.
+
+    Raises:
+        InvalidRequest: when either name is not a valid name.
+    """
     parts = qualified.split(".")
     if len(parts) != 2:
         raise InvalidRequest(f"expected NAMESPACE.TABLE, got {qualified!r}")

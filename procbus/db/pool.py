@@ -45,6 +45,11 @@ async def register_json_codecs(connection: asyncpg.Connection) -> None:
 
 
 async def connect(database_url: str) -> asyncpg.Connection:
+    """Open one connection to procbus's database, with its JSON codecs.
+
+    Args:
+        database_url: a PostgreSQL URL.
+    """
     connection = await asyncpg.connect(database_url)
     await register_json_codecs(connection)
     return connection
@@ -53,6 +58,13 @@ async def connect(database_url: str) -> asyncpg.Connection:
 async def create_pool(
     database_url: str, *, min_size: int = POOL_MIN_SIZE, max_size: int = POOL_MAX_SIZE
 ) -> asyncpg.Pool:
+    """Open a connection pool to procbus's database, with its JSON codecs.
+
+    Args:
+        database_url: a PostgreSQL URL.
+        min_size: connections opened at once.
+        max_size: connections the pool opens at most.
+    """
     pool = await asyncpg.create_pool(
         database_url, min_size=min_size, max_size=max_size, init=register_json_codecs
     )

@@ -18,7 +18,7 @@ from aiormq.connection import TransportFactory
 from aiormq.exceptions import AMQPConnectionError
 from yarl import URL
 
-from procbus.core.endpoints import Endpoint
+from procbus.core import Endpoint
 from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
 from procbus.delivery.resolution import checked_addresses
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from procbus.topics.models import EncodedBatch, Entry, batch_id_of
+from procbus.topics import Entry
+from procbus.topics.models import EncodedBatch, batch_id_of
 
 # A batch's ID (an HTTP header, an AMQP header beside message_id), the same on every retry, so
 # a receiver can deduplicate whole batches.

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from procbus.delivery.clients import Outcome, Sent
+from procbus.topics import Claim, Failure, TopicSettings
 from procbus.topics.decisions import stops_instead_of_dead_lettering
-from procbus.topics.models import Claim, Failure, TopicSettings
 
 # A batching endpoint gets up to this many batches per claim, one after the other: the claim's
 # and the settlement's round trips are shared by them (8 against 4: 17-20% more events/s in

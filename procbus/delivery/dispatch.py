@@ -28,7 +28,7 @@ from procbus.delivery.clients import (
 )
 from procbus.delivery.decisions import claim_plan, delivered, failures, topic_stops
 from procbus.delivery.models import DELIVERY_POLL_FIRST_SECONDS
-from procbus.topics.models import Claim, Entry, Failure, Settled, Topic
+from procbus.topics import Claim, Entry, Failure, Settled, Topic
 
 # Sends of one topic in flight at once (different keys).
 SEND_CONCURRENCY = 16

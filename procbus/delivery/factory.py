@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from procbus.core.endpoints import Endpoint, EndpointKind, KafkaCredentials
+from procbus.core import Endpoint, EndpointKind, KafkaCredentials
 from procbus.delivery.clients import EndpointClient
 from procbus.errors import InvalidRequest
 

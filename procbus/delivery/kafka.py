@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from pydantic_core import to_json
 
-from procbus.core.endpoints import (
+from procbus.core import (
     Endpoint,
     KafkaCredentials,
     KafkaTarget,

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from procbus.core.inputs import WorkflowInput
+from procbus.core import WorkflowInput
 
 # An idle topic's delivery looks at its queue again after the first wait, twice as long each
 # time, up to the worker's PROCBUS_DELIVERY_POLL_MAX_SECONDS (by default the second constant).

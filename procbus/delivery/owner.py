@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from procbus.core.workflow_types import TOPIC_DELIVERY
+from procbus.core import TOPIC_DELIVERY
 from procbus.delivery.models import DeliveryInput
-from procbus.topics.models import Topic
+from procbus.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,7 @@ OWNER_CHECK_SECONDS = 15.0
 
 
 def delivery_workflow_id(topic: str) -> str:
+    """Return the workflow ID of `topic`'s delivery workflow (one per topic)."""
     return f"procbus-topic-{topic}"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from procbus.core.endpoints import literal_address, refused_address
+from procbus.core import literal_address, refused_address
 
 
 def refused_resolution(host: str, addresses: list[str]) -> str | None:

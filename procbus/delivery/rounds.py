@@ -14,15 +14,19 @@ import asyncio
 import time
 from typing import Protocol
 
-from procbus.core.endpoints import Endpoint, endpoint_refused, parse_endpoint
-from procbus.core.metrics import TopicMetrics
-from procbus.core.tracing import TRACER, tracer_configured
+from procbus.core import (
+    TRACER,
+    Endpoint,
+    TopicMetrics,
+    endpoint_refused,
+    parse_endpoint,
+    tracer_configured,
+)
 from procbus.delivery.clients import EndpointClient
 from procbus.delivery.dispatch import Round, RoundQueue, deliver_round, idle_waits
 from procbus.delivery.models import DELIVERY_POLL_MAX_SECONDS, DeliveryResult
 from procbus.errors import AttemptFencedOut, InvalidRequest
-from procbus.topics.models import Topic, TopicGauges
-from procbus.topics.refusals import TopicNotFound
+from procbus.topics import Topic, TopicGauges, TopicNotFound
 
 # A delivery round starts no send after this long: then it settles, and the next one claims.
 ROUND_SECONDS = 60.0

@@ -6,13 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from procbus.core.endpoints import KafkaCredentials, parse_endpoint
+from procbus.core import KafkaCredentials, parse_endpoint
 from procbus.delivery.clients import Outcome, message
 from procbus.delivery.factory import client_for
 from procbus.errors import InvalidRequest
-from procbus.topics.models import Entry, Event, Published, Topic
+from procbus.topics import Entry, Event, Published, Topic, Topics
 from procbus.topics.publishing import encode_payload, new_webhook_id
-from procbus.topics.queue import Topics
 
 
 async def send_now(

@@ -19,7 +19,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from standardwebhooks.webhooks import Webhook
 
-from procbus.core.endpoints import Endpoint
+from procbus.core import Endpoint
 from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
 from procbus.delivery.resolution import refused_resolution
 

@@ -13,12 +13,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.core.authentication import Authentication
-    from procbus.core.fences import Fence, LockMode
-    from procbus.core.metrics import PROCEDURE_STATES
-    from procbus.core.search_attributes import PROCEDURE_STATE
+    from procbus.core import PROCEDURE_STATE, PROCEDURE_STATES, Authentication, Fence, LockMode
     from procbus.errors import NON_RETRYABLE_ERROR_TYPES
-    from procbus.procedures.models import (
+    from procbus.procedures import (
         AbortRequest,
         ProcedureCarry,
         ProcedureInput,

@@ -22,15 +22,14 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.bus.models import (
-        BusMessage,
-        ListMembers,
-        Member,
-        MemberList,
-        MemberReply,
+    from procbus.bus import BusMessage, ListMembers, Member, MemberList, MemberReply
+    from procbus.core import (
+        BroadcastResult,
+        MemberOutcome,
+        MemberResult,
+        StepActivityId,
+        member_activity_id,
     )
-    from procbus.core.ids import StepActivityId, member_activity_id
-    from procbus.core.outcomes import BroadcastResult, MemberOutcome, MemberResult
     from procbus.errors import ErrorType
     from procbus.temporal.errors import failure_text
 
@@ -253,6 +252,12 @@ def _not_the_member(error: ActivityError) -> bool:
 
 
 def broadcast_failure(result: BroadcastResult, step: str) -> ApplicationError:
+    """Return the non-retryable error a failed broadcast fails its step with.
+
+    Args:
+        result: the broadcast's outcome on every member.
+        step: the step that broadcast.
+    """
     return ApplicationError(
         f"broadcast {step} failed: {result.error}",
         result,

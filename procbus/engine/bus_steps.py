@@ -9,10 +9,9 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.bus.models import BusMessage, Operation
-    from procbus.core.ids import check_step_name
-    from procbus.core.outcomes import BroadcastResult
-    from procbus.procedures.models import Compensation
+    from procbus.bus import BusMessage, Operation
+    from procbus.core import BroadcastResult, check_step_name
+    from procbus.procedures import Compensation
 
 from procbus.engine.base import InputT, ResultT
 from procbus.engine.broadcast import Broadcaster, BroadcastFailed, Phase, broadcast_failure

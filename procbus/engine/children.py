@@ -17,16 +17,15 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.core.fences import LockGrant
-    from procbus.procedures.models import (
-        CHILD_COMPENSATIONS_SIGNAL,
-        CHILD_UNDO_STACK_ACTIVITY,
+    from procbus.core import LockGrant
+    from procbus.procedures import (
         ChildCompensations,
         ChildUndoRequest,
         Compensation,
         ProcedureCarry,
         ProcedureInput,
     )
+    from procbus.procedures.models import CHILD_COMPENSATIONS_SIGNAL, CHILD_UNDO_STACK_ACTIVITY
 
 from procbus.engine.local import run_local_activity
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.locks.models import LOCKS_CHANGED_SIGNAL
-    from procbus.procedures.models import (
-        CHILD_COMPENSATIONS_SIGNAL,
+    from procbus.locks import LOCKS_CHANGED_SIGNAL
+    from procbus.procedures import (
         AbortRequest,
         ChildCompensations,
         ProcedureState,
         ProcedureStatus,
         SkipRequest,
     )
+    from procbus.procedures.models import CHILD_COMPENSATIONS_SIGNAL
 
 from procbus.engine.base import InputT, ProcedureBase, ResultT
 

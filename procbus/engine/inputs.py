@@ -11,17 +11,11 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.auth.tokens import TOKEN_HEADER, input_digest
-    from procbus.core.authentication import Authentication, AuthRequest
-    from procbus.core.search_attributes import SCHEDULED_BY
+    from procbus.auth import TOKEN_HEADER, input_digest
+    from procbus.core import SCHEDULED_BY, Authentication, AuthRequest
     from procbus.errors import ErrorType, InvalidRequest, LockError
-    from procbus.procedures.models import (
-        ProcedureCarry,
-        ProcedureInput,
-        ProcedureState,
-        ProcedureStatus,
-    )
-    from procbus.temporal.errors import application_error
+    from procbus.procedures import ProcedureCarry, ProcedureInput, ProcedureState, ProcedureStatus
+    from procbus.temporal import application_error
 
 from procbus.engine.base import CHILDREN_RESULT_PREFIX, InputT, ProcedureBase, ResultT
 from procbus.engine.local import run_local_activity
@@ -48,12 +42,26 @@ AUTHENTICATE_ACTIVITY = "authenticate"
 
 
 def invalid_input(message: str) -> ApplicationError:
-    """Refuse a procedure's input before any step ran: it fails at once, nothing to undo."""
+    """Return the error that refuses a procedure's input before any step ran.
+
+    The procedure fails at once, with nothing to undo.
+
+    Args:
+        message: what was wrong with the input, for whoever started the procedure.
+    """
     return application_error(ErrorType.INVALID_PROCEDURE_INPUT, message)
 
 
 def checked(check: Callable[..., CheckedT], *args: Any) -> CheckedT:
-    """Run an input check; bad input (InvalidRequest) fails the procedure before any step."""
+    """Run an input check; bad input (InvalidRequest) fails the procedure before any step.
+
+    Args:
+        check: the check to run.
+        *args: its arguments.
+
+    Raises:
+        ApplicationError: the `invalid_input` error, when the check raises InvalidRequest.
+    """
     try:
         return check(*args)
     except InvalidRequest as error:

@@ -19,29 +19,28 @@ from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.core.fences import Fence, LockGrant, LockMode
-    from procbus.core.ids import lease_keeper_id
-    from procbus.core.metrics import LOCK_WAIT_SECONDS, LOCK_WAITS
+    from procbus.core import (
+        LOCK_WAIT_SECONDS,
+        LOCK_WAITS,
+        Fence,
+        LockGrant,
+        LockMode,
+        lease_keeper_id,
+    )
     from procbus.errors import ErrorType, LockLost, LockTimeout
-    from procbus.locks.models import (
+    from procbus.locks import (
         HoldRequest,
         HoldResult,
-        InheritedLocks,
-        InheritedLocksCheck,
         LockSetRequest,
         LockSetState,
         LockSpec,
         ReleaseRequest,
         covering_grant,
+        expand,
         fence_for,
     )
-    from procbus.locks.modes import expand
-    from procbus.procedures.models import (
-        ProcedureCarry,
-        ProcedureInput,
-        ProcedureState,
-        ProcedureStatus,
-    )
+    from procbus.locks.models import InheritedLocks, InheritedLocksCheck
+    from procbus.procedures import ProcedureCarry, ProcedureInput, ProcedureState, ProcedureStatus
 
 from procbus.engine.local import run_local_activity
 from procbus.engine.tracing import record_span

@@ -37,9 +37,9 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.core.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
+    from procbus.core import PROCEDURE_TARGET, PROCEDURE_TYPE
     from procbus.errors import ErrorType, LockTimeout
-    from procbus.procedures.models import ProcedureState
+    from procbus.procedures import ProcedureState
     from procbus.temporal.errors import failure_text
 
 from procbus.engine.base import InputT, ResultT

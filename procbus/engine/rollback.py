@@ -8,14 +8,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.bus.models import BusMessage
-    from procbus.core.ids import StepActivityId
-    from procbus.procedures.models import (
-        Compensation,
-        ProcedureState,
-        SkippedCompensation,
-        SkipRequest,
-    )
+    from procbus.bus import BusMessage
+    from procbus.core import StepActivityId
+    from procbus.procedures import Compensation, ProcedureState, SkippedCompensation, SkipRequest
     from procbus.temporal.errors import failure_text
 
 from procbus.engine.base import InputT, ResultT

@@ -31,7 +31,7 @@ PASSED_THROUGH = (*LIBRARY_PACKAGES, "asyncpg")
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:
-    """Temporal's sandbox, with its default restrictions, and procbus imported once."""
+    """Return Temporal's sandbox runner, with its default restrictions and procbus imported once."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     )

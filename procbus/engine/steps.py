@@ -15,11 +15,9 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic_core import to_jsonable_python
 
-    from procbus.core.fences import refenced
-    from procbus.core.ids import StepActivityId, check_step_name
-    from procbus.core.sdk_private import defined_activity_name
+    from procbus.core import StepActivityId, check_step_name, defined_activity_name, refenced
     from procbus.errors import ErrorType
-    from procbus.procedures.models import Compensation, ProcedureInput, ProcedureState
+    from procbus.procedures import Compensation, ProcedureInput, ProcedureState
     from procbus.temporal.errors import failure_text
 
 from procbus.engine.base import CHILDREN_RESULT_PREFIX, InputT, ProcedureBase, ResultT

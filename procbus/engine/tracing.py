@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from procbus.core.sdk_private import workflow_span_recorder
+    from procbus.core import workflow_span_recorder
 
 
 def record_span(name: str, error: BaseException | None = None, **attributes: str | int) -> None:

@@ -36,10 +36,15 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from procbus.core.inputs import WorkflowInput
-from procbus.core.metrics import OutboxMetrics
-from procbus.core.workflow_types import BROADCAST, OUTBOX_SWEEP, RETENTION, TOPIC_DELIVERY
-from procbus.db.queries import load_queries
+from procbus.core import (
+    BROADCAST,
+    OUTBOX_SWEEP,
+    RETENTION,
+    TOPIC_DELIVERY,
+    OutboxMetrics,
+    WorkflowInput,
+)
+from procbus.db import load_queries
 from procbus.errors import InvalidRequest
 from procbus.procedures.models import ENGINE_ONLY_FIELDS
 

@@ -29,12 +29,13 @@ from typing import Any, Literal, TypeVar, overload
 import asyncpg
 from pydantic_core import to_jsonable_python
 
-from procbus.core.sdk_private import workflow_definition
-from procbus.db.queries import load_queries
+from procbus.core import workflow_definition
+from procbus.db import load_queries
 from procbus.errors import InvalidRequest, ProcbusError
 from procbus.hooks.outbox import QUERIES, OutboxRelay, outbox_refusal
-from procbus.topics.models import DEFAULT_EVENT_TYPE, Published
-from procbus.topics.publishing import mark_transaction_end, publish_in_transaction
+from procbus.topics import Published, publish_in_transaction
+from procbus.topics.models import DEFAULT_EVENT_TYPE
+from procbus.topics.publishing import mark_transaction_end
 
 log = logging.getLogger(__name__)
 

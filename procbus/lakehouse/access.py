@@ -9,11 +9,11 @@ from typing import Literal
 
 import asyncpg
 
-from procbus.core.fences import Fence
-from procbus.db.queries import Queries
+from procbus.core import Fence
+from procbus.db import Queries
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import AccessEntry
-from procbus.locks.table import check_fence
+from procbus.locks import check_fence
 
 
 class Grants:

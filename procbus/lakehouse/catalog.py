@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
-from procbus.core.fences import Fence
-from procbus.db.queries import load_queries
+from procbus.core import Fence
+from procbus.db import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse import naming, table_files
 from procbus.lakehouse.access import Grants
@@ -27,8 +27,8 @@ from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.data import DataFile, Snapshot, SnapshotOperation, TableFiles
 from procbus.lakehouse.models import AccessEntry, NamespaceDescriptor, TableDescriptor
 from procbus.lakehouse.schemas import Column
-from procbus.locks.table import check_fence
-from procbus.topics.publishing import publish_in_transaction
+from procbus.locks import check_fence
+from procbus.topics import publish_in_transaction
 
 if TYPE_CHECKING:
     import pyarrow

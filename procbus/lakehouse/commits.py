@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 
-from procbus.db.queries import load_queries
+from procbus.db import load_queries
 from procbus.errors import InvalidRequest, SnapshotConflict
 from procbus.lakehouse.naming import CATALOG_NAME
 from procbus.lakehouse.schemas import Column

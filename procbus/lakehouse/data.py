@@ -13,11 +13,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from procbus.core.fences import Fence
-from procbus.core.names import parse_table_name, table_resource, validate_name
+from procbus.core import Fence, parse_table_name, table_resource, validate_name
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import TableDescriptor
-from procbus.procedures.models import ProcedureInput
+from procbus.procedures import ProcedureInput
 
 DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024  # Spark's and Iceberg's usual file size
 MIN_TARGET_FILE_SIZE = 1024

@@ -14,18 +14,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from procbus.core.fences import Fence
-from procbus.core.names import (
+from procbus.core import (
     ALL_TABLES,
+    Fence,
+    MemberResult,
     check_principal,
     parse_grant_target,
     parse_table_name,
     validate_name,
 )
-from procbus.core.outcomes import MemberResult
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.schemas import Column, parse_columns, validate_partitioning
-from procbus.procedures.models import ProcedureInput
+from procbus.procedures import ProcedureInput
 
 
 class TableDescriptor(BaseModel):

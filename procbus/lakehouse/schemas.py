@@ -9,7 +9,7 @@ import re
 
 from pydantic import BaseModel
 
-from procbus.core.names import validate_name
+from procbus.core import validate_name
 from procbus.errors import InvalidRequest
 
 _DECIMAL = re.compile(r"^decimal\((?P<precision>\d{1,2}),(?P<scale>\d{1,2})\)$")
@@ -71,6 +71,15 @@ def parse_columns(spec: str) -> list[Column]:
 
 
 def validate_partitioning(columns: list[Column], partition_by: list[str]) -> list[str]:
+    """Return `partition_by` once checked against the table's columns.
+
+    Args:
+        columns: the table's columns.
+        partition_by: the names of the partition columns, in order.
+
+    Raises:
+        InvalidRequest: when a partition column is unknown, named twice, or leaves no data column.
+    """
     names = {column.name for column in columns}
     for column in partition_by:
         if column not in names:

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from procbus.core.names import validate_name
+from procbus.core import validate_name
 from procbus.errors import InvalidRequest
 from procbus.lakehouse.models import TableDescriptor
 

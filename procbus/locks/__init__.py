@@ -5,7 +5,7 @@ of the lock table (pure, safe in the workflow sandbox); table: the lock table it
 grants and fences every writer carries are procbus.core.fences.
 """
 
-from procbus.core.fences import Fence, LockGrant, LockMode
+from procbus.core import Fence, LockGrant, LockMode
 from procbus.errors import LockError, LockLost, LocksReleased, LockTimeout, StaleFencingToken
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,

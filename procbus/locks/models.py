@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field, field_validator
 
-from procbus.core.fences import Fence, LockGrant, LockMode
+from procbus.core import Fence, LockGrant, LockMode
 from procbus.locks.modes import parse_path, stronger
 
 DEFAULT_LEASE_SECONDS = 30.0

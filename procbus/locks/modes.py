@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from procbus.core.fences import LockMode
+from procbus.core import LockMode
 from procbus.errors import LockError
 
 MAX_DEPTH = 8
@@ -56,6 +56,14 @@ def intention(mode: LockMode) -> LockMode:
 
 
 def parse_mode(text: str) -> LockMode:
+    """Return the lock mode `text` names (case and spaces ignored).
+
+    Args:
+        text: a mode's name, such as "shared" or "X".
+
+    Raises:
+        LockError: when no mode has that name.
+    """
     try:
         return LockMode(text.strip().upper())
     except ValueError:

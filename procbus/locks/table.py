@@ -20,8 +20,8 @@ from datetime import datetime
 
 import asyncpg
 
-from procbus.core.fences import Fence, LockGrant, LockMode
-from procbus.db.queries import load_queries
+from procbus.core import Fence, LockGrant, LockMode
+from procbus.db import load_queries
 from procbus.errors import LockError, LockLost, LocksReleased, LockTimeout, StaleFencingToken
 from procbus.locks.models import (
     DEFAULT_LEASE_SECONDS,

@@ -40,21 +40,18 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from procbus.capture import Captures, pipeline_principal
-from procbus.core.collector import collector_paused
-from procbus.core.endpoints import Endpoint
-from procbus.db.queries import load_queries
-from procbus.delivery.clients import EndpointClient, Message, Outcome, Sent
+from procbus.core import Endpoint, collector_paused
+from procbus.db import load_queries
+from procbus.delivery import EndpointClient, Message, Outcome, Sent
 from procbus.errors import AttemptFencedOut, InvalidRequest, ProcbusError, SnapshotConflict
-from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse import Catalog, Column, TableDescriptor
 from procbus.lakehouse.data import DataFile
-from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import DATA_FOLDER, inside
 from procbus.pipeline.models import PipelineStatus
 from procbus.pipeline.rows import ChangeColumns, reduce_changes, write_rows
 from procbus.pipeline.schema import ChangeMisfit, added_columns, explain_type_misfit
 from procbus.spark import staging
-from procbus.topics.models import Entry
+from procbus.topics import Entry
 
 if TYPE_CHECKING:
     import pyarrow

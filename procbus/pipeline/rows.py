@@ -16,8 +16,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from procbus.lakehouse import TableDescriptor
 from procbus.lakehouse.data import DataFile
-from procbus.lakehouse.models import TableDescriptor
 from procbus.lakehouse.reader import arrow_type
 from procbus.lakehouse.warehouse import DATA_FOLDER
 

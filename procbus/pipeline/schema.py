@@ -22,11 +22,10 @@ import re
 from typing import Any
 
 from procbus.capture import Captures, SourceColumn
-from procbus.core.names import validate_name
+from procbus.core import validate_name
 from procbus.errors import InvalidRequest
-from procbus.lakehouse.models import TableDescriptor
-from procbus.lakehouse.schemas import Column
-from procbus.topics.models import Entry
+from procbus.lakehouse import Column, TableDescriptor
+from procbus.topics import Entry
 
 # PostgreSQL types (format_type without modifiers) and the lake column type their to_jsonb
 # values are read into; numeric is decimal(p,s) when it has a precision of at most 38.

@@ -12,10 +12,8 @@ from temporalio import activity
 from temporalio.client import ScheduleActionStartWorkflow
 from temporalio.service import RPCError, RPCStatusCode
 
-from procbus.auth.policy import WorkerAuth
-from procbus.auth.tokens import TOKEN_HEADER, signature_of
-from procbus.auth.uses import TokenUses
-from procbus.core.authentication import Authentication, AuthRequest
+from procbus.auth import TOKEN_HEADER, TokenUses, WorkerAuth, signature_of
+from procbus.core import Authentication, AuthRequest
 
 
 async def schedule_refusal(schedule_id: str | None, mac: str) -> str | None:

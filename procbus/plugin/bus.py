@@ -7,9 +7,7 @@ from collections.abc import Callable
 
 from temporalio import activity
 
-from procbus.bus.member import BusMember
-from procbus.bus.membership import Membership
-from procbus.bus.models import BusMessage, ListMembers, MemberList, MemberReply
+from procbus.bus import BusMember, BusMessage, ListMembers, MemberList, MemberReply, Membership
 
 
 class MemberActivities:

@@ -25,19 +25,16 @@ from opentelemetry.trace import TracerProvider
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor, Worker, WorkerConfig
 
-from procbus.auth.keys import DEV_PRINCIPAL, ensure_dev_key
-from procbus.auth.policy import WorkerAuth
-from procbus.bus.member import BusMember
-from procbus.bus.membership import Membership, default_member_id, member_task_queue
+from procbus.auth import DEV_PRINCIPAL, WorkerAuth, ensure_dev_key
+from procbus.bus import BusMember, Membership, default_member_id, member_task_queue
 from procbus.config import Settings
-from procbus.core.faults import Fault, parse_faults
-from procbus.core.metrics import OutboxMetrics
-from procbus.core.tracing import tracer_configured
+from procbus.core import Fault, OutboxMetrics, parse_faults, tracer_configured
 from procbus.db.pool import unopened_pool
-from procbus.engine.runner import workflow_runner
+from procbus.engine import workflow_runner
 from procbus.errors import ProcbusError
-from procbus.hooks.outbox import OutboxRelay
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
+from procbus.hooks import OutboxRelay
+from procbus.lakehouse import DescriptorCache
+from procbus.lakehouse.cache import AccessCache
 from procbus.lakehouse.key_index import KEY_INDEX
 from procbus.plugin.auth import AuthActivities
 from procbus.plugin.bus import BusActivities
@@ -45,17 +42,20 @@ from procbus.plugin.locks import LockActivities
 from procbus.plugin.member import MemberGuard, bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
-from procbus.stack.addresses import resolve_addresses
-from procbus.temporal.faults import FaultInterceptor
+from procbus.stack import resolve_addresses
+from procbus.temporal import FaultInterceptor, ProcbusErrorInterceptor, procbus_data_converter
 from procbus.temporal.heartbeats import StepHeartbeats
-from procbus.temporal.interceptors import ProcbusErrorInterceptor
-from procbus.temporal.payloads import procbus_data_converter
 
 PLUGIN_NAME = "procbus.ProcbusPlugin"
 
 
 def worker_interceptors(faults: Sequence[Fault] = ()) -> list[Interceptor]:
     # The first is the outermost: procbus errors become typed ApplicationErrors last.
+    """Return the interceptors a procbus worker runs, outermost first.
+
+    Args:
+        faults: fault rules to inject (drills); none by default.
+    """
     interceptors: list[Interceptor] = [ProcbusErrorInterceptor()]
     if faults:
         interceptors.append(FaultInterceptor(list(faults)))

@@ -18,18 +18,17 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from procbus.locks.models import (
+from procbus.locks import (
     LOCKS_CHANGED_SIGNAL,
     HoldRequest,
     HoldResult,
-    InheritedLocks,
-    InheritedLocksCheck,
     LockSetRequest,
     LockSetState,
+    LockTable,
     ReleaseRequest,
     ReleaseResult,
 )
-from procbus.locks.table import LockTable
+from procbus.locks.models import InheritedLocks, InheritedLocksCheck
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,10 @@ from temporalio.worker import (
     Worker,
 )
 
-from procbus.bus.member import BusMember
-from procbus.bus.membership import MemberLease, Membership, default_member_id
+from procbus.bus import BusMember, MemberLease, Membership, default_member_id
 from procbus.errors import MemberNotCurrent
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse import Catalog, DescriptorCache
+from procbus.lakehouse.cache import AccessCache
 from procbus.plugin.bus import MemberActivities
 
 

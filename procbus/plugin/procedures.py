@@ -7,12 +7,9 @@ from collections.abc import Callable
 
 from temporalio import activity
 
+from procbus.procedures import ChildCompensations, ChildUndoRequest
 from procbus.procedures.history import child_undo_stack
-from procbus.procedures.models import (
-    CHILD_UNDO_STACK_ACTIVITY,
-    ChildCompensations,
-    ChildUndoRequest,
-)
+from procbus.procedures.models import CHILD_UNDO_STACK_ACTIVITY
 
 
 class ProcedureActivities:

@@ -34,14 +34,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from procbus.procedures import step_key
-from procbus.spark.backends import (
-    JobPhase,
-    JobProgress,
-    LocalBackend,
-    reporting_while,
-    run_watched,
-)
-from procbus.spark.session import spark_session
+from procbus.spark import JobPhase, JobProgress, LocalBackend, run_watched, spark_session
+from procbus.spark.backends import reporting_while
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -137,11 +131,18 @@ def _annotations(function: Callable[..., Any], names: list[str]) -> dict[str, An
 def spark_job(
     function: Callable[[SparkSession, RequestT], ResultT] | None = None, *, name: str | None = None
 ) -> Any:
-    """An activity that runs `function(spark, request)` as a Spark job (see the module).
+    """Make `function(spark, request)` an activity that runs as a Spark job (see the module).
 
-    `function` takes the session and one pydantic model and returns a value Temporal can carry
-    (a model, say); the activity is named `name` or the function's name. Used bare
-    (`@spark_job`) or with a name (`@spark_job(name="count_orders")`)."""
+    Used bare (`@spark_job`) or with a name (`@spark_job(name="count_orders")`).
+
+    Args:
+        function: takes the session and one pydantic model, and returns a value Temporal can
+            carry (a model, say).
+        name: the activity's name; the function's name by default.
+
+    Raises:
+        TypeError: when `function` does not take (spark, request) with the request annotated.
+    """
     if function is None:
         return lambda given: spark_job(given, name=name)
     parameters = list(inspect.signature(function).parameters)

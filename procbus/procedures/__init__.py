@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from procbus.core.ids import StepActivityId, step_key_of
+from procbus.core import StepActivityId, step_key_of
 from procbus.procedures.models import (
     AbortRequest,
     ChildCompensations,
@@ -36,11 +36,16 @@ if TYPE_CHECKING:
         start_procedure,
         wait_for_procedure,
     )
+    from procbus.procedures.schedules import procedure_schedule
 
 
 # The client's names load with the client (temporalio's, ~0.4 s): a command that only reads the
 # catalog, or a module that only needs the models, does not pay for them.
 def __getattr__(name: str) -> Any:
+    if name == "procedure_schedule":
+        from procbus.procedures import schedules
+
+        return schedules.procedure_schedule
     if name in __all__:  # a name of __all__ not defined here is the client's
         from procbus.procedures import client
 
@@ -64,6 +69,7 @@ __all__ = [
     "abort_procedure",
     "list_procedures",
     "new_procedure_id",
+    "procedure_schedule",
     "procedure_status",
     "retry_procedure",
     "skip_compensation",
@@ -75,10 +81,13 @@ __all__ = [
 
 
 def step_key() -> str:
-    """Inside a step's activity: its idempotency key, procedure ID + step name.
+    """Return the running step's idempotency key: procedure ID + step name.
 
     Stable across retries, roll-forward attempts and worker restarts, and the same in the
     step's undo, so an undo can tell its own step's work from anyone else's.
+
+    Raises:
+        RuntimeError: when called outside a step's activity.
     """
     from temporalio import activity  # loaded by the worker anyway; not by the CLI's imports
 

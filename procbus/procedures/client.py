@@ -61,6 +61,12 @@ class ProcedureSummary(BaseModel):
 
 
 def new_procedure_id(procedure_type: str, target: str) -> str:
+    """Return a new procedure ID: its type, its target and a random suffix.
+
+    Args:
+        procedure_type: the procedure's workflow type.
+        target: what it acts on (a table's name, say).
+    """
     return f"{procedure_type}-{target}-{uuid.uuid4().hex[:8]}"
 
 
@@ -268,14 +274,43 @@ async def _update(client: Client, procedure_id: str, update: str, *args: object)
 
 
 async def abort_procedure(client: Client, procedure_id: str, reason: str) -> ProcedureStatus:
+    """Abort a running procedure: it rolls back what it did, or rolls forward past its pivot.
+
+    Args:
+        client: a connected Temporal client.
+        procedure_id: the procedure's workflow ID.
+        reason: why, recorded in its status.
+
+    Raises:
+        ProcbusError: when the procedure refuses the abort or cannot be reached.
+    """
     return await _update(client, procedure_id, "abort", AbortRequest(reason=reason))
 
 
 async def retry_procedure(client: Client, procedure_id: str) -> ProcedureStatus:
+    """Retry a procedure's failed compensation now, without waiting for its next attempt.
+
+    Args:
+        client: a connected Temporal client.
+        procedure_id: the procedure's workflow ID.
+
+    Raises:
+        ProcbusError: when the procedure refuses the retry or cannot be reached.
+    """
     return await _update(client, procedure_id, "retry")
 
 
 async def skip_compensation(client: Client, procedure_id: str, reason: str) -> ProcedureStatus:
+    """Skip a procedure's failing compensation, recording why, so its rollback goes on.
+
+    Args:
+        client: a connected Temporal client.
+        procedure_id: the procedure's workflow ID.
+        reason: why the undo may be skipped, recorded in its status.
+
+    Raises:
+        ProcbusError: when `reason` is empty, or the procedure refuses the skip.
+    """
     if not reason.strip():
         raise ProcbusError("skip needs a reason: it is recorded in the procedure's status")
     return await _update(client, procedure_id, "skip", SkipRequest(reason=reason))

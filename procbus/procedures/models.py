@@ -11,11 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from procbus.core.authentication import Authentication
-from procbus.core.fences import LockGrant
-from procbus.core.inputs import WorkflowInput
-from procbus.core.outcomes import BroadcastResult
-from procbus.locks.models import DEFAULT_LEASE_SECONDS
+from procbus.core import Authentication, BroadcastResult, LockGrant, WorkflowInput
+from procbus.locks import DEFAULT_LEASE_SECONDS
 
 
 class ProcedureState(StrEnum):

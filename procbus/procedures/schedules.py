@@ -24,7 +24,7 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from procbus.core.search_attributes import PROCEDURE_TARGET, PROCEDURE_TYPE
+from procbus.core import PROCEDURE_TARGET, PROCEDURE_TYPE
 
 DEFAULT_CATCHUP_WINDOW = timedelta(minutes=10)
 

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import asyncpg
 
-from procbus.core.fences import Fence, LockMode
-from procbus.core.names import table_resource
-from procbus.db.queries import load_queries
+from procbus.core import Fence, LockMode, table_resource
+from procbus.db import load_queries
 from procbus.errors import LockTimeout
-from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse import Catalog
 from procbus.lakehouse.commits import IcebergCatalog
 from procbus.lakehouse.warehouse import OutsideTableFolder, delete_listed_files, owned_table_folder
-from procbus.locks.table import LockTable, check_fence, fence_of
+from procbus.locks import LockTable, check_fence, fence_of
 from procbus.retention.models import KindResult, RetentionKind, RetentionRequest
 
 QUERIES = "procbus.retention"

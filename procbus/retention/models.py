@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from procbus.core.inputs import WorkflowInput
+from procbus.core import WorkflowInput
 
 DAY_SECONDS = 24 * 3600.0
 # Rows and snapshots are kept a week unless configured; fences and members a day (see config).

@@ -18,7 +18,7 @@ from temporalio.client import (
     ScheduleUpdateInput,
 )
 
-from procbus.core.workflow_types import RETENTION
+from procbus.core import RETENTION
 from procbus.retention.models import RetentionRequest
 
 RETENTION_SCHEDULE_ID = "procbus-retention"

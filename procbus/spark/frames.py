@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from procbus.lakehouse import TableDescriptor
 from procbus.lakehouse.data import DataFile
-from procbus.lakehouse.models import TableDescriptor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession

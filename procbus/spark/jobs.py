@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from procbus.errors import InvalidRequest, ProcbusError, SparkJobFailed
-from procbus.lakehouse.data import DataFile, InputFormat
-from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse import InputFormat, TableDescriptor
+from procbus.lakehouse.data import DataFile
 from procbus.spark.frames import partitioned_writer, read_files, schema_ddl
 
 if TYPE_CHECKING:

@@ -18,13 +18,12 @@ from enum import StrEnum
 import asyncpg
 from pydantic import BaseModel
 
-from procbus.core.fences import Fence
-from procbus.db.queries import load_queries
+from procbus.core import Fence
+from procbus.db import load_queries
 from procbus.errors import AttemptFencedOut
-from procbus.lakehouse.catalog import Catalog
+from procbus.lakehouse import Catalog, TableDescriptor
 from procbus.lakehouse.data import DataFile, SnapshotOperation
-from procbus.lakehouse.models import TableDescriptor
-from procbus.locks.table import check_fence
+from procbus.locks import check_fence
 
 QUERIES = "procbus.spark"
 

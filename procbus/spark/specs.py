@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from procbus.lakehouse.data import DataFile, InputFormat
-from procbus.lakehouse.models import TableDescriptor
+from procbus.lakehouse import InputFormat, TableDescriptor
+from procbus.lakehouse.data import DataFile
 from procbus.spark import jobs
 
 if TYPE_CHECKING:

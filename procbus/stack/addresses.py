@@ -31,6 +31,7 @@ def metrics_url(metrics_address: str | None) -> str | None:
 
 
 def mask_password(url: str) -> str:
+    """Return `url` with its password, if any, replaced by ***."""
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -41,6 +42,14 @@ def mask_password(url: str) -> str:
 
 
 def resolve_addresses(settings: Settings) -> ServiceAddresses:
+    """Return the services to use: those the settings name, else the embedded stack's.
+
+    Args:
+        settings: procbus's settings.
+
+    Raises:
+        StackError: when the settings name no services and no embedded stack runs.
+    """
     database_url = settings.database_url.get_secret_value() if settings.database_url else None
     if settings.temporal_address and database_url:
         return ServiceAddresses(

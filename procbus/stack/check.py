@@ -11,8 +11,8 @@ from datetime import datetime
 import asyncpg
 from pydantic import BaseModel, Field
 
-from procbus.core.inputs import WorkflowInput
-from procbus.db.queries import load_queries
+from procbus.core import WorkflowInput
+from procbus.db import load_queries
 
 
 class StackCheckInput(WorkflowInput):

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from procbus.db.queries import load_queries
+from procbus.db import load_queries
 from procbus.errors import StackError
 from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
 

@@ -15,7 +15,7 @@ from procbus.config import Settings
 from procbus.db import connect
 from procbus.errors import ProcbusError
 from procbus.stack.addresses import ServiceAddresses, mask_password, resolve_addresses
-from procbus.temporal.client import connect_client
+from procbus.temporal import connect_client
 
 # An idle worker long-polls for about a minute at a time: a poll seen within this window means
 # a worker is alive; a dead worker drops out after it.
@@ -99,6 +99,11 @@ async def _check_temporal(
 
 
 async def check_status(settings: Settings) -> StackStatus:
+    """Return whether the services the settings name are up, and where they are.
+
+    Args:
+        settings: procbus's settings.
+    """
     try:
         services = resolve_addresses(settings)
     except ProcbusError as error:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from procbus.config import Settings
-from procbus.core.search_attributes import SEARCH_ATTRIBUTES
+from procbus.core import SEARCH_ATTRIBUTES
 from procbus.errors import StackError
 from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_for_port
 

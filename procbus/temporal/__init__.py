@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from procbus.temporal.auth import Signer, client_signer, signed_client
     from procbus.temporal.client import connect_client, procbus_runtime, workflow_ui_url
     from procbus.temporal.errors import application_error
     from procbus.temporal.faults import FaultInterceptor
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from procbus.temporal.payloads import procbus_data_converter
 
 _MODULE_OF = {
+    "Signer": "procbus.temporal.auth",
+    "client_signer": "procbus.temporal.auth",
+    "signed_client": "procbus.temporal.auth",
     "FaultInterceptor": "procbus.temporal.faults",
     "ProcbusErrorInterceptor": "procbus.temporal.interceptors",
     "application_error": "procbus.temporal.errors",
@@ -30,10 +34,13 @@ _MODULE_OF = {
 __all__ = [
     "FaultInterceptor",
     "ProcbusErrorInterceptor",
+    "Signer",
     "application_error",
+    "client_signer",
     "connect_client",
     "procbus_data_converter",
     "procbus_runtime",
+    "signed_client",
     "workflow_ui_url",
 ]
 

@@ -17,8 +17,7 @@ from temporalio.client import (
     WorkflowHandle,
 )
 
-from procbus.auth.keys import DEV_PRINCIPAL, client_key
-from procbus.auth.tokens import TOKEN_HEADER, input_digest, sign, sign_schedule
+from procbus.auth import DEV_PRINCIPAL, TOKEN_HEADER, client_key, input_digest, sign, sign_schedule
 from procbus.config import Settings
 from procbus.errors import ConfigError
 

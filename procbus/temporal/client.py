@@ -124,4 +124,11 @@ async def connect_client(
 
 
 def workflow_ui_url(ui_url: str | None, namespace: str, workflow_id: str) -> str | None:
+    """Return a workflow's page in the Temporal UI, or None without a UI.
+
+    Args:
+        ui_url: the UI's base URL, if there is one.
+        namespace: the Temporal namespace.
+        workflow_id: the workflow's ID.
+    """
     return f"{ui_url}/namespaces/{namespace}/workflows/{workflow_id}" if ui_url else None

@@ -15,8 +15,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from procbus.core.faults import Fault, FaultKind
-from procbus.core.ids import step_of
+from procbus.core import Fault, FaultKind, step_of
 from procbus.errors import ErrorType
 
 

@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
-from procbus.core.inputs import WorkflowInput
+from procbus.core import WorkflowInput
 from procbus.errors import ErrorType, validation_findings
 from procbus.temporal.errors import application_error
 

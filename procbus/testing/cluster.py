@@ -35,11 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from procbus.errors import StackError
-from procbus.stack.ephemeral import service_dir
-from procbus.stack.kafka import KafkaBroker
-from procbus.stack.postgres import EmbeddedPostgres
-from procbus.stack.processes import ManagedProcess, wait_for_port
-from procbus.stack.temporal_server import DevTemporalServer
+from procbus.stack import (
+    DevTemporalServer,
+    EmbeddedPostgres,
+    KafkaBroker,
+    ManagedProcess,
+    service_dir,
+    wait_for_port,
+)
 from procbus.testing.rabbitmq import RabbitMQ
 from procbus.testing.sink import read_journal
 from procbus.testing.spark import SparkCluster

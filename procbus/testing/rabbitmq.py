@@ -11,7 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
-from procbus.stack.processes import LOOPBACK, free_port
+from procbus.stack import LOOPBACK, free_port
 
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 RABBITMQ_CTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"

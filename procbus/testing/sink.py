@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from procbus.delivery.clients import BATCH_ID_HEADER
+from procbus.delivery import BATCH_ID_HEADER
 
 
 def journal_line(request_path: str, headers: dict[str, str], body: str) -> str:

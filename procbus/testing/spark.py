@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from procbus.errors import StackError
-from procbus.stack.processes import free_port
+from procbus.stack import free_port
 
 MASTER_PORT, REST_PORT, WEB_PORT = 7077, 6066, 8080
 # The JVM class a standalone worker runs each driver as (its Python job is that JVM's child).

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import asyncpg
 
-from procbus.core.endpoints import Endpoint, EndpointKind, masked, parse_endpoint
+from procbus.core import Endpoint, EndpointKind, masked, parse_endpoint
 from procbus.errors import InvalidRequest
 from procbus.topics.leases import lease_setting
 from procbus.topics.models import (

@@ -15,7 +15,7 @@ from datetime import datetime
 import asyncpg
 
 from procbus.batching import assemble_batches, whole_transaction_batches
-from procbus.core.collector import collector_paused
+from procbus.core import collector_paused
 from procbus.errors import InvalidRequest
 from procbus.topics.decisions import (
     AfterFailures,

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from procbus.batching import Event as BatchEvent
-from procbus.core.endpoints import EndpointKind
+from procbus.core import EndpointKind
 from procbus.topics.models import ClaimedBatch, Failure, Topic, TopicSettings
 
 # Retries wait at most this long between attempts, jitter aside.

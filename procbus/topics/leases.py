@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from procbus.db.queries import Queries
+from procbus.db import Queries
 from procbus.topics.connections import pool_releases
 from procbus.topics.models import (
     SHARDS,

@@ -12,8 +12,8 @@ from typing import Any
 import asyncpg
 from pydantic_core import to_json
 
-from procbus.core.tracing import TRACER, tracer_configured
-from procbus.db.queries import Queries, load_queries
+from procbus.core import TRACER, tracer_configured
+from procbus.db import Queries, load_queries
 from procbus.errors import InvalidRequest
 from procbus.topics.connections import pool_releases, unwrapped
 from procbus.topics.leases import (

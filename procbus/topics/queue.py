@@ -24,7 +24,7 @@ from typing import Protocol
 
 import asyncpg
 
-from procbus.core.endpoints import Endpoint
+from procbus.core import Endpoint
 from procbus.topics.admin import TopicAdministration
 from procbus.topics.consuming import Consuming
 from procbus.topics.leases import PROCESS_LEASES, LeaseCache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from procbus.db.queries import load_queries
+from procbus.db import load_queries
 from procbus.topics.leases import PROCESS_LEASES, LeaseCache
 from procbus.topics.models import (
     Topic,

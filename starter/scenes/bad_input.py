@@ -9,7 +9,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from procbus.errors import ProcbusError
-from procbus.stack.temporal_server import run_temporal_cli, temporal_cli_environment
+from procbus.stack import run_temporal_cli, temporal_cli_environment
 from procbus.starter.scenes.context import Demo, Scene
 from procbus.starter.scenes.report import DemoBadInput
 

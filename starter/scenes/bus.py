@@ -11,13 +11,12 @@ from temporalio.client import WorkflowFailureError
 
 from examples.access import change_write
 from procbus.errors import ProcbusError
-from procbus.lakehouse.models import ChangeAccessInput, DeleteTableInput
-from procbus.procedures import ProcedureState
-from procbus.procedures.client import procedure_status
+from procbus.lakehouse import ChangeAccessInput, DeleteTableInput
+from procbus.procedures import ProcedureState, procedure_status
 from procbus.starter.scenes.context import Demo, Scene, expected_activity_failures
 from procbus.starter.scenes.report import DemoAccess
-from procbus.temporal.auth import Signer, signed_client
-from procbus.workflows.tables import DeleteTable
+from procbus.temporal import Signer, signed_client
+from procbus.workflows import DeleteTable
 
 ACTIONS: tuple[Literal["grant", "revoke"], ...] = ("grant", "revoke")
 

@@ -14,13 +14,12 @@ import asyncpg
 from rich.text import Text
 from temporalio.client import Client
 
-from procbus.auth.policy import WorkerAuth
-from procbus.bus.member import BusMember
+from procbus.auth import WorkerAuth
+from procbus.bus import BusMember
 from procbus.config import Settings
 from procbus.errors import ProcbusError
-from procbus.procedures import ProcedureStatus
-from procbus.procedures.client import procedure_status
-from procbus.stack.addresses import ServiceAddresses
+from procbus.procedures import ProcedureStatus, procedure_status
+from procbus.stack import ServiceAddresses
 from procbus.starter.output import console
 from procbus.starter.scenes.report import DemoReport
 from procbus.temporal import workflow_ui_url

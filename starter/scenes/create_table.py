@@ -4,13 +4,11 @@ scenes in its namespace use."""
 from __future__ import annotations
 
 from procbus.errors import ProcbusError
-from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput
-from procbus.procedures import ProcedureState
-from procbus.procedures.client import procedure_status
+from procbus.lakehouse import CreateNamespaceInput, CreateTableInput
+from procbus.procedures import ProcedureState, procedure_status
 from procbus.starter.scenes.context import Demo, Scene
 from procbus.starter.scenes.report import DemoProcedure
-from procbus.workflows.namespaces import CreateNamespace
-from procbus.workflows.tables import CreateTable
+from procbus.workflows import CreateNamespace, CreateTable
 
 
 async def run(demo: Demo) -> None:

@@ -7,19 +7,16 @@ import contextlib
 
 from temporalio.client import WorkflowFailureError
 
-from procbus.core.faults import parse_faults
+from procbus.core import parse_faults
 from procbus.errors import ProcbusError
-from procbus.lakehouse import warehouse
-from procbus.lakehouse.cache import AccessCache, DescriptorCache
-from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.models import CreateTableInput
-from procbus.procedures import ProcedureState
-from procbus.procedures.client import procedure_status
+from procbus.lakehouse import Catalog, CreateTableInput, DescriptorCache, warehouse
+from procbus.lakehouse.cache import AccessCache
+from procbus.procedures import ProcedureState, procedure_status
 from procbus.starter.scenes.context import Demo, Scene, expected_activity_failures
 from procbus.starter.scenes.report import DemoProcedure
 from procbus.worker import build_worker
 from procbus.worker.main import bus_member
-from procbus.workflows.tables import CreateTable
+from procbus.workflows import CreateTable
 
 # The drill: refresh_cache (step 3 of CreateTable) fails on a worker with this fault injected.
 # It is a broadcast: the drill's own bus member refuses it, so every member is sent abort.

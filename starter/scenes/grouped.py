@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
-from procbus.delivery.owner import ensure_delivery
-from procbus.delivery.sync import send_now
+from procbus.delivery import ensure_delivery, send_now
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
 from procbus.starter.receiver import WebhookReceiver

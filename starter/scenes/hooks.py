@@ -7,14 +7,13 @@ import contextlib
 
 from temporalio.service import RPCError
 
-from procbus.db.queries import load_queries
+from procbus.db import load_queries
 from procbus.errors import ProcbusError
-from procbus.hooks import TransactionAborted, transaction
-from procbus.hooks.outbox import OutboxRelay
-from procbus.stack.check import StackCheckInput
+from procbus.hooks import OutboxRelay, TransactionAborted, transaction
+from procbus.stack import StackCheckInput
 from procbus.starter.scenes.context import Demo, Scene
 from procbus.starter.scenes.report import DemoHooks
-from procbus.workflows.stack_check import StackCheck
+from procbus.workflows import StackCheck
 
 
 class DemoRollback(Exception):

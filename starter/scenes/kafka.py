@@ -8,10 +8,10 @@ import asyncio
 import contextlib
 
 from examples.kafka import create_ledger_topic, read_back
-from procbus.delivery.owner import delivery_workflow_id, ensure_delivery
+from procbus.delivery import delivery_workflow_id, ensure_delivery
 from procbus.errors import ProcbusError
 from procbus.hooks import transaction
-from procbus.stack.kafka import KafkaBroker
+from procbus.stack import KafkaBroker
 from procbus.starter.scenes.context import Demo, Scene
 from procbus.starter.scenes.report import DemoKafka
 from procbus.topics import Topics

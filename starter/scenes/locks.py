@@ -9,23 +9,20 @@ import contextlib
 
 from temporalio.client import WorkflowFailureError
 
-from procbus.core.faults import parse_faults
-from procbus.core.names import table_resource
+from procbus.core import parse_faults, table_resource
 from procbus.errors import ProcbusError
-from procbus.lakehouse.models import (
+from procbus.lakehouse import (
     CreateNamespaceInput,
     CreateTableInput,
     DeleteNamespaceInput,
     DeleteTableInput,
 )
 from procbus.locks import LockTable
-from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.procedures.client import procedure_status
+from procbus.procedures import ProcedureState, ProcedureStatus, procedure_status
 from procbus.starter.scenes.context import Demo, Scene, expected_activity_failures
 from procbus.starter.scenes.report import DemoLocks
 from procbus.worker import build_worker
-from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
-from procbus.workflows.tables import CreateTable, DeleteTable
+from procbus.workflows import CreateNamespace, CreateTable, DeleteNamespace, DeleteTable
 
 # CreateTable is slow in create_layout, long enough to be waited for.
 SLOW_FAULT = "CreateTable.create_layout:delay=3"

@@ -10,9 +10,8 @@ from temporalio.client import WorkflowFailureError
 from temporalio.worker import Worker
 
 from procbus.errors import ConfigError, ProcbusError
-from procbus.plugin.extension import ProcbusPlugin
-from procbus.procedures import ProcedureState
-from procbus.procedures.client import procedure_status
+from procbus.plugin import ProcbusPlugin
+from procbus.procedures import ProcedureState, procedure_status
 from procbus.starter.scenes.context import Demo, Scene, expected_activity_failures
 from procbus.starter.scenes.report import DemoOwnProcedure
 from procbus.worker.extensions import load_user_procedures

@@ -11,17 +11,15 @@ import random
 import asyncpg
 
 from procbus.capture import Captures
-from procbus.db.queries import load_queries
-from procbus.delivery.owner import ensure_delivery
+from procbus.db import load_queries
+from procbus.delivery import ensure_delivery
 from procbus.errors import ProcbusError
-from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.models import CreateTableInput
-from procbus.lakehouse.reader import read_snapshot
+from procbus.lakehouse import Catalog, CreateTableInput, read_snapshot
 from procbus.pipeline import Pipelines
 from procbus.starter.scenes.context import Demo, Scene
 from procbus.starter.scenes.report import DemoPipeline
 from procbus.topics import Topics, TopicSettings
-from procbus.workflows.tables import CreateTable
+from procbus.workflows import CreateTable
 
 # Accounts of this opening balance, transfers between them by writers.
 DEMO_ACCOUNTS = 10

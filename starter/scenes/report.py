@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from procbus.procedures import ProcedureState, ProcedureStatus
-from procbus.stack.check import StackCheckResult
+from procbus.stack import StackCheckResult
 
 
 class DemoProcedure(BaseModel):

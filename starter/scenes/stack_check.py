@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from procbus.stack.check import StackCheckInput
+from procbus.stack import StackCheckInput
 from procbus.starter.scenes.context import Demo, Scene
-from procbus.workflows.stack_check import StackCheck
+from procbus.workflows import StackCheck
 
 
 async def run(demo: Demo) -> None:

@@ -12,15 +12,15 @@ from temporalio.service import RPCError
 from examples.iceberg_read import read_rows
 from examples.schedules import compact_every_hour
 from procbus.errors import ProcbusError
-from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.data import CompactTableInput, LoadTableInput
+from procbus.lakehouse import Catalog, CompactTableInput, LoadTableInput
 from procbus.lakehouse.reader import read_snapshot_table, same_rows
-from procbus.procedures.client import pending_details, procedure_status
-from procbus.spark.backends import JobProgress
+from procbus.procedures import procedure_status
+from procbus.procedures.client import pending_details
+from procbus.spark import JobProgress
 from procbus.starter.scenes.context import Demo, Scene
 from procbus.starter.scenes.report import DemoTableData
-from procbus.temporal.auth import client_signer
-from procbus.workflows.data import CompactTable, LoadTable
+from procbus.temporal import client_signer
+from procbus.workflows import CompactTable, LoadTable
 
 # Three loads of this many rows, then one compaction of their files.
 DEMO_LOADS = 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from standardwebhooks.webhooks import Webhook
 
-from procbus.delivery.owner import ensure_delivery
+from procbus.delivery import ensure_delivery
 from procbus.errors import ProcbusError
 from procbus.starter.receiver import WebhookReceiver
 from procbus.starter.scenes.context import Demo, Scene

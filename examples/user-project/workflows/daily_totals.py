@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         discard_totals,
     )
 
-    from procbus.bus.models import EvictDescriptor
+    from procbus.bus import EvictDescriptor
 
 
 class DailyTotalsInput(ProcedureInput):

@@ -16,14 +16,13 @@ import aio_pika
 from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.service import RPCError, RPCStatusCode
 
-from procbus.core.names import table_resource
-from procbus.db.pool import create_pool
-from procbus.db.queries import load_queries
+from procbus.core import table_resource
+from procbus.db import create_pool, load_queries
 from procbus.errors import ProcbusError
 from procbus.lakehouse.naming import METADATA_FOLDER
 from procbus.lakehouse.warehouse import MARKER
-from procbus.procedures.client import procedure_status
-from procbus.temporal.payloads import procbus_data_converter
+from procbus.procedures import procedure_status
+from procbus.temporal import procbus_data_converter
 from procbus.testing.cluster import wait_until
 from procbus.testing.nemesis.operations import (
     AMQP_QUEUE,
@@ -186,7 +185,7 @@ def _lake_state(run: Run) -> dict[str, Any]:
     """Once the pipeline drained and the Spark cluster ran no driver: the bank's accounts
     in PostgreSQL and in the lake, each lake table's files on disk and in its current
     snapshot, every snapshot committed, the jobs' ledger, and the drivers still running."""
-    from procbus.lakehouse.catalog import Catalog
+    from procbus.lakehouse import Catalog
 
     spark = run.cluster.spark
     assert spark is not None
@@ -278,7 +277,7 @@ async def _amqp_requests(url: str, queue: str) -> list[dict[str, Any]]:
 def _kafka_requests(bootstrap: str, topic: str, timeout: float = 60) -> list[dict[str, Any]]:
     """Every record of the Kafka topic a read_committed consumer reads from its start to its
     end, each as a request of path "/kafka" holding one event (its value)."""
-    from procbus.delivery.kafka import read_committed  # confluent-kafka loads only for the check
+    from procbus.delivery import read_committed  # confluent-kafka loads only for the check
 
     try:
         records = read_committed(bootstrap, topic, None, timeout_seconds=timeout)

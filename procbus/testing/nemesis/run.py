@@ -18,10 +18,9 @@ from typing import Any
 import aio_pika
 import asyncpg
 
-from procbus.db.pool import create_pool
-from procbus.db.queries import load_queries
+from procbus.db import create_pool, load_queries
 from procbus.hooks import transaction
-from procbus.stack.temporal_server import temporal_binary
+from procbus.stack import temporal_binary
 from procbus.testing.cluster import Cluster
 from procbus.testing.nemesis import ends
 from procbus.testing.nemesis.faults import (
@@ -287,8 +286,7 @@ class Run:
         """The lake table's current snapshot read whole every LAKE_READ_SECONDS, as a reader of
         the lake would: its ID and total written to the history (a read that failed, with its
         error: the database restarting, a file compacted away under it)."""
-        from procbus.lakehouse.catalog import Catalog
-        from procbus.lakehouse.reader import read_snapshot
+        from procbus.lakehouse import Catalog, read_snapshot
 
         end = self.history.started + self.seconds
         while time.monotonic() < end and not self.interrupted.is_set():

@@ -8,8 +8,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from procbus.core.fences import Fence, LockMode
-from procbus.core.names import namespace_resource, table_resource
+from procbus.core import Fence, LockMode, namespace_resource, table_resource
 from procbus.locks.modes import compatible
 from procbus.testing.nemesis.checkers._history import commands_of, ends_of, first_x_holders
 from procbus.testing.nemesis.operations import DELETER
