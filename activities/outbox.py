@@ -10,6 +10,8 @@ from procbus.hooks.outbox import SweepRequest, SweepResult
 
 
 class OutboxActivities:
+    """The outbox sweep's activity, with the pool and task queue it relays for."""
+
     def __init__(
         self,
         pool: asyncpg.Pool,

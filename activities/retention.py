@@ -25,6 +25,8 @@ async def procedure_open(procedure_id: str) -> bool:
 
 
 class RetentionActivities:
+    """Retention's activities, one per kind, with the worker's retention ages as their floors."""
+
     def __init__(
         self, pool: asyncpg.Pool, warehouse_root: Path, floors: RetentionRequest | None = None
     ) -> None:

@@ -59,6 +59,8 @@ T = TypeVar("T")
 
 
 class SparkActivities:
+    """The activities of LoadTable and CompactTable: their Spark jobs and fenced commits."""
+
     def __init__(
         self,
         pool: asyncpg.Pool,

@@ -7,6 +7,8 @@ from procbus.stack import StackCheckInput, StackCheckResult, record_stack_check
 
 
 class StackCheckActivities:
+    """The activity of StackCheck: a worker writes a row to PostgreSQL and reads it back."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 

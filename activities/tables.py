@@ -46,6 +46,8 @@ DELETION_EVENTS = frozenset({"TableDeleted", "NamespaceDeleted"})
 
 
 class TableActivities:
+    """The activities of the namespace, table and access procedures, over the catalog."""
+
     def __init__(
         self,
         pool: asyncpg.Pool,

@@ -31,6 +31,8 @@ HEARTBEAT_EVERY_SECONDS = 5.0
 
 
 class TopicActivities:
+    """The delivery activity of TopicDelivery: the rounds of one topic's queue."""
+
     def __init__(
         self,
         pool: asyncpg.Pool,

@@ -27,6 +27,8 @@ from procbus.engine import Procedure, checked
 
 @workflow.defn(name="ChangeAccess")
 class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
+    """Grant or revoke one permission on a table or namespace, on every worker at once."""
+
     # Only an admin of the table or its namespace (or the operator) may grant or revoke.
     authenticates = True
 

@@ -88,6 +88,8 @@ def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timede
 
 @workflow.defn(name="LoadTable")
 class LoadTable(Procedure[LoadTableInput, DataResult]):
+    """Append files' rows to a table, by a Spark job and one fenced commit."""
+
     authenticates = True  # its preflight refuses a principal that may not write the table
 
     @workflow.run
@@ -142,6 +144,8 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
 
 @workflow.defn(name="CompactTable")
 class CompactTable(Procedure[CompactTableInput, DataResult]):
+    """Rewrite a table's small files into fewer, larger ones: a Spark job, one fenced commit."""
+
     authenticates = True  # each plan refuses a principal that may not write the table
 
     @workflow.run

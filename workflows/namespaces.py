@@ -41,6 +41,8 @@ CREATE_NAMESPACE_RESETS_GRANTS_AFTER_UNDO = "procbus-create-namespace-resets-gra
 
 @workflow.defn(name="CreateNamespace")
 class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
+    """Create a namespace in the catalog; its creator becomes its admin."""
+
     authenticates = True  # its creator gets admin on the namespace
 
     @workflow.run
@@ -120,6 +122,8 @@ DELETE_NAMESPACE_RESETS_GRANTS = "procbus-delete-namespace-resets-grants"
 
 @workflow.defn(name="DeleteNamespace")
 class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
+    """Delete an empty namespace and its grants, from the catalog and every worker's cache."""
+
     # Only its admin (or the operator): else anyone could delete an empty namespace and create
     # it again, becoming the admin of every table made in it later.
     authenticates = True

@@ -14,6 +14,8 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn(name=OUTBOX_SWEEP)
 class OutboxSweep:
+    """Perform committed outbox rows the workers' relay left behind (started by a Schedule)."""
+
     @workflow.run
     async def run(self, request: SweepRequest) -> SweepResult:
         return await workflow.execute_activity_method(

@@ -27,6 +27,8 @@ KINDS = (
 
 @workflow.defn(name=RETENTION)
 class Retention:
+    """Delete what is past its retention, one activity per kind (a Temporal Schedule starts it)."""
+
     @workflow.run
     async def run(self, request: RetentionRequest) -> RetentionResult:
         result = RetentionResult()

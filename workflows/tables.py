@@ -33,6 +33,8 @@ CREATE_TABLE_EVICTS_AFTER_UNDO = "procbus-create-table-evicts-after-undo"
 
 @workflow.defn(name="CreateTable")
 class CreateTable(Procedure[CreateTableInput, TableResult]):
+    """Create a table in its folder, the catalog and every worker's cache; its creator is admin."""
+
     authenticates = True  # its creator gets admin and write on the table
 
     @workflow.run
@@ -111,6 +113,8 @@ DELETE_TABLE_EVICTS_AFTER_REMOVAL = "procbus-delete-table-evicts-after-removal"
 
 @workflow.defn(name="DeleteTable")
 class DeleteTable(Procedure[DeleteTableInput, TableResult]):
+    """Delete a table from every worker's cache and the catalog, then its data."""
+
     authenticates = True  # deleting a table's data is writing it
 
     @workflow.run

@@ -19,6 +19,8 @@ RUN_SECONDS = 300.0
 
 @workflow.defn(name=TOPIC_DELIVERY)
 class TopicDelivery:
+    """The one owner of a topic's queue: runs its delivery activity, continuing as new."""
+
     def __init__(self) -> None:
         self.totals: DeliveryResult | None = None
 

@@ -17,6 +17,8 @@ KEPT_PAST_EXPIRY_SECONDS = 7 * 24 * 3600.0
 
 
 class TokenUses:
+    """Which run used each principal token first, so a copied token starts nothing."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.queries = load_queries(QUERIES)

@@ -51,6 +51,8 @@ class _Remembered(OrderedDict[str, V]):
 
 
 class BusMember:
+    """One worker's side of the bus: applies, stages, commits and aborts operations."""
+
     def __init__(
         self,
         member_id: str,

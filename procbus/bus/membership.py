@@ -89,6 +89,8 @@ class Joined:
 
 
 class Membership:
+    """The bus's members in PostgreSQL: join, heartbeat, leave and list."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.queries = load_queries(QUERIES)

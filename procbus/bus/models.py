@@ -102,10 +102,14 @@ class ListMembers(BaseModel):
 
 
 class MemberList(BaseModel):
+    """The bus's live members."""
+
     members: list[Member]
 
 
 class MemberReply(BaseModel):
+    """A member's answer to one phase of an operation."""
+
     member_id: str
     phase: str
     changed: bool = Field(description="false when the member had seen this phase already")

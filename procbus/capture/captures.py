@@ -53,6 +53,8 @@ def pipeline_principal(topic: str) -> str:
 
 
 class Capture(BaseModel):
+    """A table captured into a topic, and the trigger that publishes its changes."""
+
     source_schema: str
     source_table: str
     topic: str
@@ -76,6 +78,8 @@ def trigger_name(topic: str) -> str:
 
 
 class Captures:
+    """Create, list and delete captures of this database's tables into topics."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.queries = load_queries(QUERIES)

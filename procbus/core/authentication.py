@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 
 
 class AuthRequest(BaseModel):
+    """What a worker checks to authenticate a procedure's start."""
+
     token: str | None = Field(description="the start's procbus-principal header, if any")
     workflow_id: str
     run_id: str | None = Field(default=None, description="the run: a token starts only one")
@@ -26,6 +28,8 @@ class AuthRequest(BaseModel):
 
 
 class Authentication(BaseModel):
+    """Who a procedure runs as, and how that was decided."""
+
     principal: str | None = Field(description="who the procedure runs as; None: nobody")
     method: Literal["token", "unauthenticated", "none"]
     operator: bool = Field(default=False, description="the operator: admin and write everywhere")

@@ -53,6 +53,8 @@ IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class EndpointKind(StrEnum):
+    """The kinds of endpoint a topic delivers to, by URL scheme."""
+
     WEBHOOK = "webhook"  # HTTP POST, Standard Webhooks signatures
     AMQP = "amqp"  # a message to a RabbitMQ exchange, with publisher confirms
     TABLE = "table"  # lake tables of a namespace (procbus.pipeline applies the changes)

@@ -28,6 +28,8 @@ _RULE = re.compile(
 
 
 class FaultKind(StrEnum):
+    """What an injected fault does to the action it matches."""
+
     FAIL_BEFORE = "fail_before"  # the action never runs
     FAIL_AFTER = "fail_after"  # the action ran, its result is lost
     DELAY = "delay"  # the action starts late

@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field
 
 
 class LockMode(StrEnum):
+    """Hierarchical lock modes: intention (IS, IX), shared (S, SIX) and exclusive (X)."""
+
     IS = "IS"  # intends to read somewhere below
     IX = "IX"  # intends to write somewhere below
     S = "S"  # reads this node and everything below
@@ -24,6 +26,8 @@ class LockMode(StrEnum):
 
 
 class LockGrant(BaseModel):
+    """A granted lock and its fencing token."""
+
     resource: str
     mode: LockMode
     token: int

@@ -28,6 +28,8 @@ class MemberReport(BaseModel):
 
 
 class MemberOutcome(StrEnum):
+    """Where one member is in an operation."""
+
     PENDING = "pending"
     APPLIED = "applied"  # one phase: done
     PREPARED = "prepared"  # two phase: staged, waiting for the decision
@@ -38,6 +40,8 @@ class MemberOutcome(StrEnum):
 
 
 class MemberResult(BaseModel):
+    """One member's outcome in a bus operation."""
+
     member_id: str
     outcome: MemberOutcome = MemberOutcome.PENDING
     sends: int = Field(default=0, description="how often the coordinator sent it this phase")
@@ -46,6 +50,8 @@ class MemberResult(BaseModel):
 
 
 class BroadcastResult(BaseModel):
+    """The outcome of one bus operation on every member."""
+
     operation_id: str
     succeeded: bool = True
     members: list[MemberResult] = Field(default_factory=list)

@@ -22,6 +22,8 @@ BATCH_ID_HEADER = "procbus-batch-id"
 
 
 class Outcome(StrEnum):
+    """What an endpoint did with a batch, and so what becomes of it."""
+
     ACK = "ack"  # the endpoint took it: remove it from the queue
     FAILED = "failed"  # not taken: retry later (backoff, or the endpoint's Retry-After)
     GONE = "gone"  # the endpoint said it will never take anything (HTTP 410): disable the topic

@@ -25,6 +25,8 @@ class DeliveryInput(WorkflowInput):
 
 
 class DeliveryRequest(BaseModel):
+    """One run of a topic's delivery activity."""
+
     topic: str
     max_seconds: float = Field(
         default=300.0, description="the activity returns after this long and is started again"
@@ -58,4 +60,6 @@ class DeliveryProgress(BaseModel):
 
 
 class DeliveryResult(DeliveryProgress):
+    """What a delivery run did, and whether its topic was deleted meanwhile."""
+
     topic_deleted: bool = False

@@ -13,6 +13,8 @@ from procbus.lakehouse.models import AccessEntry, Permission, TableDescriptor
 
 
 class DescriptorCache:
+    """What a worker believes each table looks like, by qualified name."""
+
     def __init__(self) -> None:
         self._tables: dict[str, TableDescriptor] = {}
 

@@ -25,6 +25,8 @@ _PARTITION_VALUE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,99}$")
 
 
 class InputFormat(StrEnum):
+    """The file formats LoadTable reads."""
+
     CSV = "csv"
     JSON = "json"
     PARQUET = "parquet"
@@ -128,6 +130,8 @@ class TableFiles(BaseModel):
 
 
 class LoadTableInput(ProcedureInput):
+    """Input of LoadTable: append the rows of files to a table."""
+
     table: str = Field(description="NAMESPACE.TABLE")
     source: str = Field(description="a file or folder the workers can read")
     job_heartbeat_timeout_seconds: float = Field(
@@ -146,6 +150,8 @@ class LoadTableInput(ProcedureInput):
 
 
 class CompactTableInput(ProcedureInput):
+    """Input of CompactTable: rewrite a table's small files into fewer, larger ones."""
+
     table: str = Field(description="NAMESPACE.TABLE")
     partitions: list[str] = Field(
         default_factory=list,
@@ -229,6 +235,8 @@ class CommitStep(BaseModel):
 
 
 class DataResult(BaseModel):
+    """The result of LoadTable or CompactTable: the snapshot committed and its files."""
+
     table: str
     snapshot_id: int | None = Field(description="the snapshot committed; None: nothing to do")
     files_added: int = 0

@@ -29,6 +29,8 @@ from procbus.procedures import ProcedureInput
 
 
 class TableDescriptor(BaseModel):
+    """A table as the catalog records it."""
+
     namespace: str
     name: str
     columns: list[Column]
@@ -67,6 +69,8 @@ class TableDescriptor(BaseModel):
 
 
 class NamespaceDescriptor(BaseModel):
+    """A namespace as the catalog records it."""
+
     name: str
     properties: dict[str, str] = Field(default_factory=dict)
     created_by: str = ""
@@ -86,6 +90,8 @@ class NamespaceDescriptor(BaseModel):
 
 
 class CreateNamespaceInput(ProcedureInput):
+    """Input of CreateNamespace."""
+
     namespace: str
     properties: dict[str, str] = Field(default_factory=dict)
 
@@ -94,6 +100,8 @@ class CreateNamespaceInput(ProcedureInput):
 
 
 class DeleteNamespaceInput(ProcedureInput):
+    """Input of DeleteNamespace: the namespace must be empty."""
+
     namespace: str
 
     def check(self) -> str:
@@ -101,6 +109,8 @@ class DeleteNamespaceInput(ProcedureInput):
 
 
 class CreateTableInput(ProcedureInput):
+    """Input of CreateTable."""
+
     table: str = Field(description="NAMESPACE.TABLE")
     columns: str = Field(description="NAME:TYPE pairs, e.g. 'id:bigint,amount:double'")
     partition_by: list[str] = Field(default_factory=list)
@@ -134,10 +144,14 @@ class DeleteTableInput(ProcedureInput):
 
 
 class NamespaceResult(BaseModel):
+    """The result of CreateNamespace or DeleteNamespace."""
+
     namespace: NamespaceDescriptor
 
 
 class TableResult(BaseModel):
+    """The result of CreateTable or DeleteTable."""
+
     table: TableDescriptor
 
 

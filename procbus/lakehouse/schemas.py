@@ -28,6 +28,8 @@ COLUMN_TYPES = (
 
 
 class Column(BaseModel):
+    """A table column: its name and Iceberg type."""
+
     name: str
     type: str
 

@@ -16,6 +16,8 @@ DEFAULT_LEASE_SECONDS = 30.0
 
 
 class Blocker(BaseModel):
+    """A holder that stands in a waiting lock's way."""
+
     holder: str
     mode: LockMode
     granted: bool
@@ -37,6 +39,8 @@ class LockWait(BaseModel):
 
 
 class LockSpec(BaseModel):
+    """One lock of a set: a resource path and its mode."""
+
     resource: str
     mode: LockMode
 
@@ -72,6 +76,8 @@ class LockSetRequest(BaseModel):
 
 
 class LockSetState(BaseModel):
+    """A holder's lock set: what is granted, what waits, and until when the leases run."""
+
     holder: str
     grants: list[LockGrant] = Field(default_factory=list)
     waiting: list[LockWait] = Field(default_factory=list)
@@ -105,6 +111,8 @@ class HoldResult(BaseModel):
 
 
 class ReleaseRequest(BaseModel):
+    """Release every lock of a holder."""
+
     holder: str
     execution: str | None = Field(
         default=None, description="recorded: a later request of this execution is refused"
@@ -112,6 +120,8 @@ class ReleaseRequest(BaseModel):
 
 
 class ReleaseResult(BaseModel):
+    """The holders a release granted something to."""
+
     woken: list[str] = Field(default_factory=list)
 
 

@@ -98,6 +98,8 @@ async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
 
 
 class LockTable:
+    """Hierarchical locks with leases and fencing tokens, in PostgreSQL."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.queries = load_queries(QUERIES)

@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 
 
 class PipelineStatus(BaseModel):
+    """A pipeline's state and lag: one table:// topic applied to lake tables."""
+
     topic: str
     endpoint: str
     state: str = Field(description="running, or stopped (why: last_error / disabled reason)")

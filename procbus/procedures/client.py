@@ -51,6 +51,8 @@ class StatusUnreadable(ProcbusError):
 
 
 class ProcedureSummary(BaseModel):
+    """One procedure as `list_procedures` shows it."""
+
     procedure_id: str
     procedure_type: str
     target: str

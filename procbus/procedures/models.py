@@ -16,6 +16,8 @@ from procbus.locks import DEFAULT_LEASE_SECONDS
 
 
 class ProcedureState(StrEnum):
+    """Where a procedure is in its life."""
+
     RUNNING = "RUNNING"  # steps run forward
     WAITING = "WAITING"  # waits for something outside it (locks) before its next step
     ROLLING_BACK = "ROLLING_BACK"  # a step failed or it was cancelled: undoing, newest first
@@ -40,6 +42,8 @@ class Compensation(BaseModel):
 
 
 class SkippedCompensation(BaseModel):
+    """A compensation an operator skipped, and why."""
+
     step: str
     reason: str
     error: str | None = None
@@ -79,10 +83,14 @@ ENGINE_ONLY_FIELDS = ("carried", "inherited_locks", "lock_family")
 
 
 class AbortRequest(BaseModel):
+    """Abort a running procedure: it rolls back, or rolls forward past its pivot."""
+
     reason: str = "aborted by an operator"
 
 
 class SkipRequest(BaseModel):
+    """Skip a stuck procedure's failing compensation, and say why."""
+
     reason: str
 
 

@@ -45,6 +45,8 @@ def _no_progress(_: int) -> None:
 
 
 class Cleanup:
+    """The deletes of Retention, one per kind, each in bounded batches."""
+
     def __init__(
         self,
         pool: asyncpg.Pool,

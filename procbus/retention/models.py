@@ -61,4 +61,6 @@ class KindResult(BaseModel):
 
 
 class RetentionResult(BaseModel):
+    """What a Retention run deleted, per kind."""
+
     kinds: list[KindResult] = Field(default_factory=list)

@@ -41,6 +41,8 @@ _UNSETTLED = frozenset({"RUNNING", "UNKNOWN"})
 
 
 class JobPhase(StrEnum):
+    """Where a Spark job is."""
+
     SUBMITTED = "submitted"  # accepted, no Spark job started yet
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -84,12 +86,16 @@ class JobProgress(BaseModel):
 
 
 class JobHandle(BaseModel):
+    """A submitted Spark job: its key, its attempt and the Spark run that carries it."""
+
     job_key: str
     attempt_token: str  # the ledger's attempt this run belongs to
     group: str  # the Spark job group (local) or submission ID (cluster) that names the run
 
 
 class SparkBackend(Protocol):
+    """Where a Spark job runs: submit, progress, cancel, reattach, result."""
+
     async def submit(
         self, job_key: str, job: SparkJob, attempt_token: str | None = None
     ) -> JobHandle: ...

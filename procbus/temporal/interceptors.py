@@ -28,6 +28,8 @@ from procbus.temporal.errors import application_error
 
 
 class ProcbusErrorInterceptor(Interceptor):
+    """The worker interceptor: procbus errors to Temporal's, and a run's input count checked."""
+
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _ErrorMappingInbound(next)
 

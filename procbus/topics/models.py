@@ -133,6 +133,8 @@ def topic_settings(**fields: Any) -> TopicSettings:
 
 
 class Topic(TopicSettings):
+    """A topic: its settings, whether it is enabled, and its delivery counts."""
+
     name: str
     shards: int = SHARDS
     disabled_at: datetime | None = None
@@ -317,6 +319,8 @@ class Failure(BaseModel):
 
 
 class Settled(BaseModel):
+    """What settling a claimed batch did: delivered, failed, dead-lettered, or stopped the topic."""
+
     delivered: int = Field(description="entries acknowledged and removed")
     failed: int
     dead_lettered: list[int] = Field(default_factory=list)
