@@ -185,7 +185,7 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
 
 
 def main() -> None:
-    """Entry point: one line per user error, and a hard exit (temporalio sdk-python #300)."""
+    """Run the `procbus` CLI: one line per user error, a hard exit (temporalio sdk-python #300)."""
     code = 0
     try:
         returned = app(standalone_mode=False)

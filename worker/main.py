@@ -135,15 +135,17 @@ def build_worker(
     plugin: ProcbusPlugin | None = None,
     user_activities: Sequence[Callable[..., object]] = (),
 ) -> Worker:
-    """A worker with every procbus workflow (only `workflows` when given: each costs a sandbox
-    check when the worker is built) and activity, its activities on `pool`; its table
+    """Build a worker with every procbus workflow and activity, its activities on `pool`.
+
+    Only `workflows` when given: each costs a sandbox check when the worker is built. Its table
     activities check principals against `access`, the ACL cache of this process's bus member.
     `auth` says which principal tokens it trusts and who runs unauthenticated starts (none
     unless given: the production default). Spark starts on `spark_master` when the first Spark
     job runs; loads read only under `load_roots` (unset: the warehouse's incoming/ folder).
     The engine's interceptors, runner and activities come from `plugin` (`serve`'s runs the bus
     member and the outbox relay too), else from a plugin that runs neither; `user_activities`
-    are those of users' procedures among `workflows`."""
+    are those of users' procedures among `workflows`.
+    """
     auth = auth or WorkerAuth()
     plugin = plugin or ProcbusPlugin(
         Settings(), pool=pool, auth=auth, bus_member=False, outbox_relay=False, faults=faults
@@ -302,7 +304,7 @@ def retention_request(settings: Settings) -> RetentionRequest:
 
 @contextlib.contextmanager
 def stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM set `stop`: the worker finishes its tasks and leaves cleanly."""
+    """Set `stop` on SIGINT and SIGTERM while inside: the worker finishes its tasks and leaves."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -317,8 +319,13 @@ def stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
 async def run_worker(
     settings: Settings, stop: asyncio.Event | None = None, user: UserProcedures | None = None
 ) -> None:
-    """`procbus worker`: serve the configured services until SIGINT/SIGTERM (or `stop`), with
-    users' procedures (`user`) beside the built-in ones."""
+    """Run `procbus worker`: serve the configured services until SIGINT/SIGTERM (or `stop`).
+
+    Args:
+        settings: the worker's settings (PROCBUS_*).
+        stop: set it to stop the worker as the signals do.
+        user: users' procedures, served beside the built-in ones.
+    """
     stop = stop or asyncio.Event()
     with stopped_by_signals(stop):
         await serve(

@@ -12,7 +12,7 @@ DEV_PRINCIPAL = "dev"
 
 
 def ensure_dev_key(state_dir: Path) -> bytes:
-    """The dev stack's key, made once (mode 0600: only its owner may sign)."""
+    """Return the dev stack's key, made once (mode 0600: only its owner may sign)."""
     path = state_dir / DEV_KEY_FILE
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -25,8 +25,10 @@ def ensure_dev_key(state_dir: Path) -> bytes:
 
 
 def client_key(auth_key: bytes | None, state_dir: Path) -> tuple[bytes, bool] | None:
-    """The key a client signs with (PROCBUS_AUTH_KEY, else the dev stack's in `state_dir`), and
-    whether it is the dev stack's; None: none to sign with."""
+    """Return the key a client signs with, and whether it is the dev stack's.
+
+    PROCBUS_AUTH_KEY when set, else the dev stack's in `state_dir`; None: none to sign with.
+    """
     if auth_key is not None:
         return auth_key, False
     path = state_dir / DEV_KEY_FILE

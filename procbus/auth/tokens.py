@@ -40,15 +40,20 @@ class VerifiedToken:
 
 
 def input_digest(fields: dict[str, Any]) -> str:
-    """SHA-256 of a procedure's input as canonical JSON: the same on the signing client and in
-    the workflow (which dumps only the fields the start set, so fields added later keep it)."""
+    """Return the SHA-256 of a procedure's input as canonical JSON.
+
+    The same on the signing client and in the workflow (which dumps only the fields the start
+    set, so fields added later keep it).
+    """
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def signature_of(token: str) -> str | None:
-    """The MAC a token's JSON carries (None for text that is no token): what tells two copies
-    of one token from two tokens, however their JSON is spaced."""
+    """Return the MAC a token's JSON carries (None for text that is no token).
+
+    What tells two copies of one token from two tokens, however their JSON is spaced.
+    """
     try:
         claims = json.loads(token)
     except ValueError:
@@ -68,7 +73,11 @@ def _mac(key: bytes, principal: str, workflow_id: str, workflow_type: str, expir
 def sign(
     key: bytes, principal: str, workflow_id: str, workflow_type: str, expires_at: datetime
 ) -> str:
-    """The token (JSON text) that says `principal` starts `workflow_id` of `workflow_type`."""
+    """Return the token (JSON text) that says `principal` starts `workflow_id` of `workflow_type`.
+
+    Raises:
+        InvalidRequest: when `principal` is no valid principal's name.
+    """
     check_principal(principal)
     expires = int(expires_at.timestamp())
     return json.dumps(
@@ -97,8 +106,14 @@ def _schedule_mac(
 def sign_schedule(
     key: bytes, principal: str, workflow_id_base: str, workflow_type: str, digest: str
 ) -> str:
-    """The token a schedule's action carries: `principal` starts `workflow_type` runs named
-    `workflow_id_base`-TIME with the input whose `input_digest` is `digest`."""
+    """Return the token a schedule's action carries.
+
+    It says `principal` starts `workflow_type` runs named `workflow_id_base`-TIME with the
+    input whose `input_digest` is `digest`.
+
+    Raises:
+        InvalidRequest: when `principal` is no valid principal's name.
+    """
     check_principal(principal)
     return json.dumps(
         {

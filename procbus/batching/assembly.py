@@ -173,12 +173,13 @@ def assemble_batch(
     group_transactions: bool = True,
     overdue: Collection[str] = frozenset(),
 ) -> list[Event]:
-    """The next batch from `queue` (in queue order), as a list in send order.
+    """Return the next batch from `queue` (in queue order), as a list in send order.
 
     With `group_transactions=False`, the first `max_size` events. Otherwise the batch may pass
     `max_size` to keep transactions whole (a transaction larger than `max_size` goes whole in one
     batch). `overdue`: transactions whose missing events were waited for long enough; they go
-    without them. Every other transaction missing its last event waits, and what needs it."""
+    without them. Every other transaction missing its last event waits, and what needs it.
+    """
     if max_size <= 0:
         raise ValueError(f"max_size must be more than 0, got {max_size}")
     if not group_transactions:
@@ -193,10 +194,12 @@ def assemble_batches(
     *,
     overdue: Collection[str] = frozenset(),
 ) -> list[list[Event]]:
-    """Up to `count` batches, one after the other: the same as calling `assemble_batch` on the
-    queue, then on what it left, and so on, in one pass over the queue (what a delivery round
-    claims). Fewer when the queue runs out, or when what is left cannot go; at least one batch,
-    possibly empty."""
+    """Return up to `count` batches, one after the other.
+
+    The same as calling `assemble_batch` on the queue, then on what it left, and so on, in one
+    pass over the queue (what a delivery round claims). Fewer when the queue runs out, or when
+    what is left cannot go; at least one batch, possibly empty.
+    """
     if max_size <= 0:
         raise ValueError(f"max_size must be more than 0, got {max_size}")
     scan = _Scan(queue, overdue)
@@ -283,12 +286,14 @@ def _emit(scan: _Scan, cut: list[int], emitted: set[int]) -> list[int]:
 def whole_transaction_batches(
     events: Iterable[tuple[str | None, bool, int | None, bool]], max_size: int, count: int
 ) -> list[range] | None:
-    """What `assemble_batches` returns, as ranges of queue positions, for a queue in its common
-    case: every event ready, and each transaction's events side by side and all there (its last
-    event at the end of its run, its count reached). Then nothing is held or pulled in: a batch
-    is the next `max_size` events, carried on to the end of the transaction the last of them is
-    in. One pass over `events`, each (txn_id, last_in_txn, txn_size, ready), without the
-    assembly's indexes; None when the queue is not that case (the assembly decides then)."""
+    """Return what `assemble_batches` returns, as ranges of queue positions, in the common case.
+
+    That case: every event ready, and each transaction's events side by side and all there (its
+    last event at the end of its run, its count reached). Then nothing is held or pulled in: a
+    batch is the next `max_size` events, carried on to the end of the transaction the last of
+    them is in. One pass over `events`, each (txn_id, last_in_txn, txn_size, ready), without the
+    assembly's indexes; None when the queue is not that case (the assembly decides then).
+    """
     if max_size <= 0:
         raise ValueError(f"max_size must be more than 0, got {max_size}")
     ends: list[int] = []  # where a batch may end: after a lone event or a transaction's last

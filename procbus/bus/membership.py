@@ -43,7 +43,7 @@ def default_member_id() -> str:
 
 
 def member_task_queue(task_queue: str, member_id: str) -> str:
-    """The member's own task queue: the bus sends it operations there."""
+    """Return the member's own task queue: the bus sends it operations there."""
     return f"{task_queue}-member-{member_id}"
 
 

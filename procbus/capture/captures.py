@@ -47,8 +47,11 @@ class SourceColumn(BaseModel):
 
 
 def pipeline_principal(topic: str) -> str:
-    """Whom a change pipeline applies as: granted `write` on its lake table when the capture
-    is made; revoke it and the pipeline stops."""
+    """Return whom a change pipeline applies as.
+
+    It is granted `write` on its lake table when the capture is made; revoke it and the
+    pipeline stops.
+    """
     return f"pipeline:{topic}"
 
 

@@ -17,9 +17,12 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """No collection while the block runs. Meant for synchronous blocks, or one awaited fetch
-    that brings such objects: the tasks that run meanwhile go without collection for as long,
-    which only puts it off. A pause inside another changes nothing; the outer one resumes."""
+    """Pause garbage collection while the block runs.
+
+    Meant for synchronous blocks, or one awaited fetch that brings such objects: the tasks that
+    run meanwhile go without collection for as long, which only puts it off. A pause inside
+    another changes nothing; the outer one resumes.
+    """
     if not gc.isenabled():
         yield
         return

@@ -134,7 +134,11 @@ def masked(url: str) -> str:
 
 
 def parse_allowlist(text: str | None) -> list[str]:
-    """The allowed hosts and CIDRs of PROCBUS_ENDPOINT_ALLOWLIST; [] when it is unset."""
+    """Return the allowed hosts and CIDRs of PROCBUS_ENDPOINT_ALLOWLIST; [] when it is unset.
+
+    Raises:
+        ValueError: when an entry is neither a host name nor a CIDR.
+    """
     entries = [entry.strip().lower() for entry in (text or "").split(",") if entry.strip()]
     for entry in entries:
         if "/" in entry:
@@ -163,8 +167,10 @@ def embedded_ipv4(address: IPAddress) -> IPAddress:
 
 
 def literal_address(host: str) -> IPAddress | None:
-    """The address a literal host reaches (an embedded IPv4 address unwrapped); None for a
-    name."""
+    """Return the address a literal host reaches (an embedded IPv4 address unwrapped).
+
+    None for a name.
+    """
     try:
         return embedded_ipv4(ipaddress.ip_address(host))
     except ValueError:
@@ -172,7 +178,7 @@ def literal_address(host: str) -> IPAddress | None:
 
 
 def refused_address(host: str) -> str | None:
-    """Why an endpoint host is refused whatever the allowlist says, or None."""
+    """Say why an endpoint host is refused whatever the allowlist says, or return None."""
     if host in METADATA_HOSTS:
         return "it names a cloud metadata service"
     try:
@@ -261,8 +267,10 @@ def _check_host(shown: str, host: str, allowlist: list[str]) -> None:
 
 
 def endpoint_refused(topic: str, refusal: InvalidRequest) -> str:
-    """Why a topic's delivery stopped when its stored endpoint is refused now (the allowlist
-    changed, or the URL no longer passes the checks), and what to do."""
+    """Say why a topic's delivery stopped when its stored endpoint is refused now, and what to do.
+
+    The allowlist changed, or the URL no longer passes the checks.
+    """
     return (
         f"delivery stopped: {refusal}. Its events stay queued: once the workers accept the "
         f"endpoint (PROCBUS_ENDPOINT_ALLOWLIST), run `procbus topic enable {topic}`"

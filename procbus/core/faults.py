@@ -47,7 +47,15 @@ class Fault:
 
 
 def parse_faults(text: str | None) -> list[Fault]:
-    """Rules from the PROCBUS_FAULTS syntax; ValueError naming the bad rule."""
+    """Parse fault rules in the PROCBUS_FAULTS syntax.
+
+    Args:
+        text: comma-separated `<Procedure>.<step>[.undo]:<kind>[=<value>]` rules; None or
+            empty: no faults.
+
+    Raises:
+        ValueError: naming the bad rule.
+    """
     faults = []
     for rule in (text or "").split(","):
         rule = rule.strip()

@@ -52,9 +52,15 @@ _FENCE_FIELDS = frozenset(Fence.model_fields)
 
 
 def refenced(value: Any, new_fence: Callable[[Fence], Fence | None]) -> Any:
-    """`value` (as JSON: a step's or an undo's argument) with every fence in it replaced by
-    `new_fence` of it (kept where that gives None): after the locks were taken again, the
-    same writes carry the new grants' tokens. A fence is an object with exactly Fence's keys."""
+    """Return `value` with every fence in it replaced by `new_fence` of it.
+
+    After the locks were taken again, the same writes carry the new grants' tokens. A fence is
+    an object with exactly Fence's keys.
+
+    Args:
+        value: a step's or an undo's argument, as JSON.
+        new_fence: the fence to put in place of one; None keeps it.
+    """
     if isinstance(value, dict):
         if value.keys() == _FENCE_FIELDS:
             new = new_fence(Fence.model_validate(value))

@@ -83,21 +83,21 @@ MEMBER_MARK = "@"
 
 
 def member_activity_id(step: StepActivityId, member_id: str) -> str:
-    """A broadcast's phase as sent to one bus member (member IDs hold no '@')."""
+    """Return a broadcast phase's activity ID as sent to one bus member (member IDs hold no '@')."""
     return f"{step}{MEMBER_MARK}{member_id}"
 
 
 def step_of(activity_id: str) -> StepActivityId:
-    """The step behind any activity ID of a procedure, a bus member's included."""
+    """Return the step behind any activity ID of a procedure, a bus member's included."""
     return StepActivityId.parse(activity_id.partition(MEMBER_MARK)[0])
 
 
 def step_key_of(activity_id: str, workflow_id: str) -> str:
-    """Procedure ID + step name: the same for a step's action, its retries and its undo."""
+    """Return procedure ID + step name: the same for a step's action, its retries and its undo."""
     parsed = StepActivityId.parse(activity_id)
     return f"{parsed.child or workflow_id}/{parsed.step}"
 
 
 def lease_keeper_id(run: int, part: int) -> str:
-    """The lease keeper's activity ID: one per procedure run and bounded part of it."""
+    """Return the lease keeper's activity ID: one per procedure run and bounded part of it."""
     return f"hold_locks:{run}.{part}"

@@ -53,8 +53,12 @@ def check_principal(principal: str) -> str:
 
 
 def check_member_id(member_id: str) -> str:
-    """The ID as given, or ValueError saying what a worker ID may hold (no '@': it separates
-    the member in a bus activity's ID)."""
+    """Return the worker (bus member) ID as given, once checked.
+
+    Raises:
+        ValueError: saying what a worker ID may hold (no '@': it separates the member in a bus
+            activity's ID).
+    """
     if not _MEMBER_ID.fullmatch(member_id):
         raise ValueError(
             f"bad worker ID {member_id!r}: use letters, digits, '_', '.', '-' (at most 100), "
@@ -64,7 +68,15 @@ def check_member_id(member_id: str) -> str:
 
 
 def validate_name(kind: str, name: str) -> str:
-    """A namespace, table or column name: lower-case letters, digits, '_'; not a keyword."""
+    """Return a namespace, table or column name once checked.
+
+    Args:
+        kind: what the name is of ("namespace", "table", "column"), for the error.
+        name: lower-case letters, digits and '_', not starting with a digit; not a keyword.
+
+    Raises:
+        InvalidRequest: saying what is wrong with the name.
+    """
     if not name:
         raise InvalidRequest(f"the {kind} name is empty")
     if len(name) > MAX_NAME_LENGTH:
@@ -102,9 +114,15 @@ def parse_table_name(qualified: str) -> tuple[str, str]:
 
 
 def parse_grant_target(target: str) -> tuple[str, str]:
-    """What a grant is on: 'sales.orders' -> ('sales', 'orders'), one table; 'sales.*' ->
-    ('sales', ALL_TABLES), the namespace: every table in it, now and later. A bare name is
-    refused, so a forgotten dot never grants on a whole namespace."""
+    """Return what a grant is on, as (namespace, table).
+
+    'sales.orders' -> ('sales', 'orders'), one table; 'sales.*' -> ('sales', ALL_TABLES), the
+    namespace: every table in it, now and later.
+
+    Raises:
+        InvalidRequest: for a bare name (so a forgotten dot never grants on a whole namespace)
+            or a bad namespace or table name.
+    """
     parts = target.split(".")
     if len(parts) != 2 or ALL_TABLES in parts[0]:
         raise InvalidRequest(
@@ -118,18 +136,20 @@ def parse_grant_target(target: str) -> tuple[str, str]:
 
 
 def namespace_resource(namespace: str) -> str:
-    """The lock resource of a namespace."""
+    """Return the lock resource of a namespace."""
     return namespace
 
 
 def table_resource(namespace: str, table: str) -> str:
-    """The lock resource of a table: below its namespace's."""
+    """Return the lock resource of a table: below its namespace's."""
     return f"{namespace}/{table}"
 
 
 def grant_resource(namespace: str, table: str) -> str:
-    """The lock resource a grant's change takes X on: its table, or its namespace for a grant
-    on the namespace as a whole (table ALL_TABLES)."""
+    """Return the lock resource a grant's change takes X on.
+
+    Its table, or its namespace for a grant on the namespace as a whole (table ALL_TABLES).
+    """
     if table == ALL_TABLES:
         return namespace_resource(namespace)
     return table_resource(namespace, table)

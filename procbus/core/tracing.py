@@ -11,8 +11,10 @@ TRACER = trace.get_tracer("procbus")
 
 
 def tracer_configured() -> bool:
-    """Whether the process set an OpenTelemetry tracer provider (the API's default is a proxy
-    that records nothing until one is set)."""
+    """Tell whether the process set an OpenTelemetry tracer provider.
+
+    The API's default is a proxy that records nothing until one is set.
+    """
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 

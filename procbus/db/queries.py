@@ -46,6 +46,6 @@ def parse_queries(text: str, source: str = "<sql>") -> Queries:
 
 @cache
 def load_queries(package: str) -> Queries:
-    """The named queries of a mechanism: `package`'s queries.sql, e.g. 'procbus.locks'."""
+    """Return the named queries of a mechanism: `package`'s queries.sql, e.g. 'procbus.locks'."""
     path = resources.files(package) / QUERIES_FILE
     return parse_queries(path.read_text(), f"{package.replace('.', '/')}/{QUERIES_FILE}")

@@ -19,10 +19,20 @@ def client_for(
     allowlist: list[str] | None = None,
     kafka_credentials: Mapping[str, KafkaCredentials] | None = None,
 ) -> EndpointClient:
-    """The endpoint's client; `timeout_seconds` bounds each send (the client's default when
-    None). A Kafka client also takes the procbus topic it delivers (its transactional.id,
-    `transactional` for a grouped topic), the allowlist its cluster's brokers are checked
-    against, and the logins its endpoint may name."""
+    """Return the endpoint's client.
+
+    Args:
+        endpoint: where the topic delivers.
+        secrets: the topic's signing secrets.
+        timeout_seconds: bounds each send (the client's default when None).
+        topic: the procbus topic a Kafka client delivers (its transactional.id).
+        transactional: a Kafka client for a grouped topic.
+        allowlist: what a Kafka cluster's brokers are checked against.
+        kafka_credentials: the logins a Kafka endpoint may name.
+
+    Raises:
+        InvalidRequest: when no client serves the endpoint's kind.
+    """
     timeout = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
     if endpoint.kind is EndpointKind.WEBHOOK:
         # aiohttp loads at a worker's first webhook: ~0.15 s of CPU off every worker start.
@@ -54,9 +64,12 @@ def endpoint_check(
     *,
     timeout_seconds: float | None = None,
 ) -> Callable[[Endpoint], Awaitable[None]]:
-    """What `Topics(pool, check_endpoint=...)` asks before it creates a topic: a Kafka cluster
-    is asked whether its brokers can be reached, the login is taken and the topic exists (or is
-    created, with ?create=1); other endpoints are checked when they are sent to."""
+    """Return what `Topics(pool, check_endpoint=...)` asks before it creates a topic.
+
+    A Kafka cluster is asked whether its brokers can be reached, the login is taken and the
+    topic exists (or is created, with ?create=1); other endpoints are checked when they are
+    sent to.
+    """
 
     timeout = {} if timeout_seconds is None else {"timeout_seconds": timeout_seconds}
 

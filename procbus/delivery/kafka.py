@@ -513,12 +513,17 @@ def read_committed(
     timeout_seconds: float,
     committed_only: bool = True,
 ) -> list[KafkaRecord]:
-    """Up to `count` messages of every partition of `topic`, from its start, as a read_committed
-    consumer sees them (read_uncommitted with `committed_only=False`); fewer once
-    `timeout_seconds` pass. `count=None` reads every partition to its end, and TimeoutError
-    says when that took longer. A key's messages are in one partition, in the order written.
-    For the demo, the tests and a look at what procbus sent: it joins no consumer group and
-    commits no offset."""
+    """Read up to `count` messages of every partition of `topic`, from its start.
+
+    As a read_committed consumer sees them (read_uncommitted with `committed_only=False`);
+    fewer once `timeout_seconds` pass. A key's messages are in one partition, in the order
+    written. For the demo, the tests and a look at what procbus sent: it joins no consumer group
+    and commits no offset.
+
+    Raises:
+        TimeoutError: with `count=None` (read every partition to its end), when that took
+            longer than `timeout_seconds`.
+    """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": LOGGER}

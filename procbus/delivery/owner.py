@@ -47,8 +47,11 @@ async def keep_owners(
     stop: asyncio.Event,
     every_seconds: float = OWNER_CHECK_SECONDS,
 ) -> None:
-    """The worker's ownership loop: every topic has its delivery workflow, also one created
-    from Python or after a restart of every worker; until `stop` is set."""
+    """Run the worker's ownership loop until `stop` is set.
+
+    Every topic has its delivery workflow, also one created from Python or after a restart of
+    every worker.
+    """
     while not stop.is_set():
         try:
             for topic in await list_topics():

@@ -286,10 +286,12 @@ class OutboxRelay:
 async def ensure_sweep_schedule(
     client: Client, task_queue: str, every: timedelta = SWEEP_EVERY
 ) -> None:
-    """The Temporal Schedule that starts OutboxSweep every `every`: created once, kept; one
-    made with another interval (procbus used to sweep every minute) or for another task queue
-    (the workers moved to a new one) is brought up to date, and a sweep it left open on the old
-    queue is ended."""
+    """Create or update the Temporal Schedule that starts OutboxSweep every `every`.
+
+    Created once, kept; one made with another interval (procbus used to sweep every minute) or
+    for another task queue (the workers moved to a new one) is brought up to date, and a sweep
+    it left open on the old queue is ended.
+    """
     spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)])
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(

@@ -51,12 +51,12 @@ class SnapshotRows:
 
 
 def read_snapshot(snapshot: TableFiles, limit: int | None = None) -> list[dict[str, Any]]:
-    """The snapshot's rows (the first `limit`), columns in the table's order."""
+    """Return the snapshot's rows (the first `limit`), columns in the table's order."""
     return read_snapshot_rows(snapshot, limit).rows
 
 
 def read_snapshot_rows(snapshot: TableFiles, limit: int | None = None) -> SnapshotRows:
-    """The snapshot's first `limit` rows (None: all), with the snapshot's row count."""
+    """Return the snapshot's first `limit` rows (None: all), with the snapshot's row count."""
     rows, row_count = _read(snapshot, limit)
     return SnapshotRows(rows=list(rows.to_pylist()), row_count=row_count)
 

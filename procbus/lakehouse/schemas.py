@@ -54,7 +54,12 @@ def normalize_type(text: str) -> str:
 
 
 def parse_columns(spec: str) -> list[Column]:
-    """'id:bigint,amount:double' -> columns; names unique, types known."""
+    """Parse 'id:bigint,amount:double' into columns.
+
+    Raises:
+        InvalidRequest: when the spec is empty, an entry is no NAME:TYPE pair, a name is bad
+            or repeated, or a type unknown.
+    """
     if not spec.strip():
         raise InvalidRequest("the schema is empty: give NAME:TYPE pairs, e.g. 'id:bigint'")
     columns: list[Column] = []

@@ -164,7 +164,7 @@ class ResourceLocks(BaseModel):
 
 
 def by_resource(entries: list[LockEntry]) -> list[ResourceLocks]:
-    """Entries as the lock table lists them (by resource, holders first), grouped."""
+    """Group lock entries by resource, holders first, as the lock table lists them."""
     resources: dict[str, ResourceLocks] = {}
     for entry in entries:
         current = resources.setdefault(entry.resource, ResourceLocks(resource=entry.resource))
@@ -173,9 +173,11 @@ def by_resource(entries: list[LockEntry]) -> list[ResourceLocks]:
 
 
 def fence_for(grants: list[LockGrant], resource: str, mode: LockMode = LockMode.X) -> Fence | None:
-    """The fence of a write to `resource` under these grants; None if they do not cover it.
+    """Return the fence of a write to `resource` under these grants; None if they do not cover it.
+
     `mode` IX: an append under an intention lock on `resource` (a load), fenced by that lock
-    when nothing stronger covers it."""
+    when nothing stronger covers it.
+    """
     covering = covering_grant(grants, resource, LockMode.X)
     fenced_mode = LockMode.X
     if covering is None and mode is LockMode.IX:
@@ -193,8 +195,11 @@ def fence_for(grants: list[LockGrant], resource: str, mode: LockMode = LockMode.
 
 
 def covering_grant(grants: list[LockGrant], resource: str, mode: LockMode) -> LockGrant | None:
-    """The grant that already gives `mode` on `resource`: the same resource in a mode at least
-    as strong, or an ancestor in S/SIX (reads below) or X (everything below)."""
+    """Return the grant that already gives `mode` on `resource`, or None.
+
+    The same resource in a mode at least as strong, or an ancestor in S/SIX (reads below) or X
+    (everything below).
+    """
     segments = parse_path(resource)
     by_resource = {grant.resource: grant for grant in grants}
     same = by_resource.get(resource)

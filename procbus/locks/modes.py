@@ -72,7 +72,11 @@ def parse_mode(text: str) -> LockMode:
 
 
 def parse_path(path: str) -> tuple[str, ...]:
-    """'sales/orders' -> ('sales', 'orders'), every segment checked."""
+    """Split a lock path into its segments: 'sales/orders' -> ('sales', 'orders').
+
+    Raises:
+        LockError: when the path is empty, too long or too deep, or a segment empty or bad.
+    """
     if not path or not path.strip():
         raise LockError("the lock path is empty")
     if len(path) > MAX_PATH_LENGTH:
@@ -109,7 +113,11 @@ def canonical_key(request: LockRequest) -> tuple[int, tuple[str, ...]]:
 
 
 def expand(requests: Iterable[tuple[str, LockMode | str]]) -> list[LockRequest]:
-    """The full lock set: intention modes on ancestors, duplicates merged, canonical order."""
+    """Return the full lock set: intention modes on ancestors, duplicates merged, canonical order.
+
+    Raises:
+        LockError: for a bad path or an unknown mode.
+    """
     modes: dict[tuple[str, ...], LockMode] = {}
     for path, mode in requests:
         segments = parse_path(path)

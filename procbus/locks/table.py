@@ -50,7 +50,18 @@ def lock_set(
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     family: Iterable[str] = (),
 ) -> LockSetRequest:
-    """The expanded, checked lock set of `holder` (intention locks on ancestors, canonical)."""
+    """Return the expanded, checked lock set of `holder`.
+
+    Args:
+        holder: who holds the locks, e.g. a procedure's workflow ID.
+        locks: (resource path, mode) pairs; intention locks on ancestors are added.
+        lease_seconds: how long a grant lasts unless renewed.
+        family: ancestor procedures whose locks this one inherits.
+
+    Raises:
+        LockError: when the holder or set is empty, the lease not positive, or a path or mode
+            bad.
+    """
     if lease_seconds <= 0:
         raise LockError(f"the lease TTL must be more than 0 seconds, got {lease_seconds}")
     if not holder.strip():
@@ -67,13 +78,20 @@ def lock_set(
 
 
 async def check_fence(connection: asyncpg.Connection, fence: Fence) -> None:
-    """Inside a write's transaction: refuse the write unless its locks are still held.
+    """Refuse a write, inside its transaction, unless its locks are still held.
 
     Refused when any of the fence's locks (the ancestors' intention locks too) is gone: its
     lease ran out and another holder could take a conflicting lock; and, for an exclusive
     write (mode X), when the written resource's token is older than its newest one. The rows
     stay share-locked until the write commits, so no conflicting grant slips in between. The
     fence is then noted in the transaction (`procbus.fence`), for audit triggers.
+
+    Args:
+        connection: the connection whose transaction makes the write.
+        fence: the fence the write carries (from its step's input).
+
+    Raises:
+        StaleFencingToken: when the write is refused.
     """
     fenced = [(fence.resource, fence.token)] + [(g.resource, g.token) for g in fence.path]
     queries = load_queries(QUERIES)
@@ -278,7 +296,11 @@ class LockTable:
 
 
 def fence_of(grants: list[LockGrant], resource: str) -> Fence:
-    """The fence a write to `resource` carries under these grants."""
+    """Return the fence a write to `resource` carries under these grants.
+
+    Raises:
+        LockError: when no grant gives the right to write `resource`.
+    """
     fence = fence_for(grants, resource)
     if fence is None:
         raise LockError(f"no lock held gives the right to write {resource!r}")

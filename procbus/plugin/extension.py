@@ -63,7 +63,7 @@ def worker_interceptors(faults: Sequence[Fault] = ()) -> list[Interceptor]:
 
 
 def worker_auth(settings: Settings) -> WorkerAuth:
-    """A production worker's trust: only what the settings say."""
+    """Return a production worker's trust: only what the settings say."""
     return WorkerAuth(
         key=settings.auth_key_bytes,
         unauthenticated_principal=settings.unauthenticated_principal,
@@ -73,8 +73,11 @@ def worker_auth(settings: Settings) -> WorkerAuth:
 
 
 def dev_worker_auth(settings: Settings) -> WorkerAuth:
-    """The dev stack's: its own key, and unauthenticated starts run as the dev operator unless
-    the settings say otherwise."""
+    """Return the dev stack's worker auth.
+
+    Its own key, and unauthenticated starts run as the dev operator unless the settings say
+    otherwise.
+    """
     return WorkerAuth(
         key=settings.auth_key_bytes or ensure_dev_key(settings.state_dir),
         unauthenticated_principal=settings.unauthenticated_principal or DEV_PRINCIPAL,

@@ -40,8 +40,10 @@ AUTO_RELEASER = "procbus"
 
 
 async def workflow_closed(client: Client, workflow_id: str) -> str | None:
-    """How the workflow `workflow_id` ended (its status, or that Temporal no longer knows it),
-    or None while it runs."""
+    """Say how the workflow `workflow_id` ended, or return None while it runs.
+
+    Its status, or that Temporal no longer knows it.
+    """
     try:
         description = await client.get_workflow_handle(workflow_id).describe()
     except RPCError as error:

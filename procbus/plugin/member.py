@@ -35,10 +35,26 @@ async def bus_member(
     timeout_seconds: float = 15.0,
     interceptors: Sequence[Interceptor] = (),
 ) -> AsyncIterator[BusMember]:
-    """This process as a bus member while inside: joined (heartbeating), its caches rebuilt
-    from the catalog, and a worker on its own task queue (`member_queue`) applying what the bus
-    sends. After a lapsed heartbeat it rebuilds them again before serving; `member.taken_over`
-    is set when another process joins under the same ID (this one then refuses to serve)."""
+    """Run this process as a bus member while inside.
+
+    Joined (heartbeating), its caches rebuilt from the catalog, and a worker on its own task
+    queue (`member_queue`) applying what the bus sends. After a lapsed heartbeat it rebuilds
+    them again before serving; `member.taken_over` is set when another process joins under the
+    same ID (this one then refuses to serve).
+
+    Args:
+        client: the Temporal client the member's worker polls with.
+        pool: the database pool of the membership and the catalog.
+        member_queue: the member's own task queue (`member_task_queue`).
+        tables: this process's descriptor cache, which the member keeps current.
+        access: this process's ACL cache, which the member keeps current.
+        member_id: the member's ID; host-pid when None.
+        timeout_seconds: how long a member may go without a heartbeat before it is gone.
+        interceptors: the member worker's activity interceptors.
+
+    Raises:
+        ValueError: when `member_id` is no valid worker ID.
+    """
     member_id = member_id or default_member_id()
     lease = MemberLease(timeout_seconds)
     member = BusMember(member_id, tables, access, lease)

@@ -101,8 +101,17 @@ async def start_procedure(
 async def procedure_status(
     client: Client, procedure_id: str, *, query_timeout: float | None = None
 ) -> ProcedureStatus:
-    """Its status, asked of the worker that runs it; StatusUnreadable when none answers in
-    `query_timeout` seconds (or the server's own limit)."""
+    """Return a procedure's status, asked of the worker that runs it.
+
+    Args:
+        client: a connected Temporal client.
+        procedure_id: the procedure's workflow ID.
+        query_timeout: seconds to wait for an answer (None: the server's own limit).
+
+    Raises:
+        StatusUnreadable: when no worker answers in time.
+        ProcbusError: when there is no such procedure, or the server refuses the query.
+    """
     handle = client.get_workflow_handle(procedure_id)
     rpc_timeout = None if query_timeout is None else timedelta(seconds=query_timeout)
     try:
@@ -148,7 +157,17 @@ async def _status_of_unstarted(
 async def list_procedures(
     client: Client, *, state: str | None = None, procedure_type: str | None = None, limit: int = 200
 ) -> list[ProcedureSummary]:
-    """Procedures, newest first, found by their search attributes."""
+    """Return procedures, newest first, found by their search attributes.
+
+    Args:
+        client: a connected Temporal client.
+        state: only procedures in this ProcedureState (any case).
+        procedure_type: only procedures of this type, e.g. "CreateTable".
+        limit: at most this many.
+
+    Raises:
+        ProcbusError: for an unknown state or a procedure type that is no identifier.
+    """
     conditions = ["ProcedureType IS NOT NULL"]
     if state:
         if state.upper() not in ProcedureState.__members__:

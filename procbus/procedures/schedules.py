@@ -43,9 +43,24 @@ def procedure_schedule(
     note: str | None = None,
     headers: Mapping[str, Payload] | None = None,
 ) -> Schedule:
-    """A schedule that starts `procedure_type` with `request` (its input model, or the JSON
-    object of a procedure the caller has no model for) every `every` or at `cron`;
-    `headers`: the schedule's principal token (Signer.schedule_headers), if it is signed."""
+    """Return a schedule that starts `procedure_type` every `every` or at `cron`.
+
+    Args:
+        procedure_type: the procedure's workflow type.
+        request: its input model, or the JSON object of a procedure the caller has no model for.
+        target: what the procedure acts on, as its search attribute names it.
+        workflow_id: the base of each run's workflow ID (Temporal appends the scheduled time).
+        task_queue: where the workers poll.
+        every: the interval; give it or `cron`.
+        cron: a cron expression; give it or `every`.
+        catchup_window: how late a missed run may still start.
+        paused: create the schedule paused.
+        note: the schedule's note, shown beside its state.
+        headers: the schedule's principal token (Signer.schedule_headers), if it is signed.
+
+    Raises:
+        ValueError: when neither or both of `every` and `cron` are given.
+    """
     if (every is None) == (cron is None):
         raise ValueError("give either every or cron")
     spec = (

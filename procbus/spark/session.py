@@ -27,7 +27,11 @@ _session_lock = threading.Lock()
 
 
 def find_java() -> Path:
-    """The java binary Spark will use, or SparkUnavailable saying how to install one."""
+    """Return the java binary Spark will use.
+
+    Raises:
+        SparkUnavailable: saying how to install one, when there is none.
+    """
     java_home = os.environ.get("JAVA_HOME")
     if java_home:
         candidate = Path(java_home) / "bin" / "java"
@@ -40,7 +44,11 @@ def find_java() -> Path:
 
 
 def spark_session(master: str, warehouse: Path, app_name: str = "procbus") -> SparkSession:
-    """The process's Spark session (created once), bound to loopback when it runs locally."""
+    """Return the process's Spark session (created once), bound to loopback when it runs locally.
+
+    Raises:
+        SparkUnavailable: when there is no Java, or Spark does not start on `master`.
+    """
     find_java()
     # Local Spark must not bind or advertise a non-loopback address.
     if master.startswith("local"):

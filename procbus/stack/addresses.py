@@ -82,7 +82,7 @@ def resolve_addresses(settings: Settings) -> ServiceAddresses:
 
 
 def embedded_addresses(info: StackInfo) -> ServiceAddresses:
-    """What a `procbus dev` stack serves, as every command sees it."""
+    """Return what a `procbus dev` stack serves, as every command sees it."""
     return ServiceAddresses(
         info.temporal_address,
         info.namespace,

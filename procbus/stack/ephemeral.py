@@ -25,7 +25,7 @@ class EphemeralServices:
 
 
 def service_dir(prefix: str) -> Path:
-    """A folder the embedded PostgreSQL user can enter even when run as root."""
+    """Return a folder the embedded PostgreSQL user can enter even when run as root."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
     folder.chmod(0o755)
     return folder

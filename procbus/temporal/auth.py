@@ -53,8 +53,14 @@ class Signer:
 
 
 def client_signer(settings: Settings, principal: str | None = None) -> Signer | None:
-    """Who a CLI or starter script signs as: `principal` (`--as`), else PROCBUS_PRINCIPAL, else
-    the dev operator with the dev stack's key; None when there is no one to sign for."""
+    """Return who a CLI or starter script signs as; None when there is no one to sign for.
+
+    `principal` (`--as`), else PROCBUS_PRINCIPAL, else the dev operator with the dev stack's
+    key.
+
+    Raises:
+        ConfigError: when `principal` is given but there is no key to sign with.
+    """
     found = client_key(settings.auth_key_bytes, settings.state_dir)
     if found is None:
         if principal is not None:
@@ -92,7 +98,10 @@ class _SigningOutbound(OutboundInterceptor):
 
 
 def signed_client(client: Client, signer: Signer) -> Client:
-    """`client`'s connection, signing every start as `signer` (replacing any other signer)."""
+    """Return a client on `client`'s connection that signs every start as `signer`.
+
+    It replaces any other signer.
+    """
     config = client.config()
     config["interceptors"] = [
         *(i for i in config["interceptors"] if not isinstance(i, SigningInterceptor)),

@@ -34,9 +34,15 @@ class _DropLateActivityCompletion(logging.Filter):
 
 @cache
 def procbus_runtime(metrics_address: str | None = None) -> Runtime:
-    """The Temporal runtime of procbus processes: the core SDK's logs go through Python logging
-    (stderr), never to stdout, where `--json` output goes. With `metrics_address` (host:port)
-    it serves Prometheus metrics there, the SDK's and procbus's (procbus.core.metrics)."""
+    """Return the Temporal runtime of procbus processes.
+
+    The core SDK's logs go through Python logging (stderr), never to stdout, where `--json`
+    output goes. With `metrics_address` (host:port) it serves Prometheus metrics there, the
+    SDK's and procbus's (procbus.core.metrics).
+
+    Raises:
+        StackError: when it cannot serve metrics on `metrics_address`.
+    """
     core_log = logging.getLogger("temporalio.core")
     core_log.addFilter(_DropLateActivityCompletion())
     metrics = None
@@ -90,9 +96,20 @@ async def connect_client(
     metrics_address: str | None = None,
     signer: Signer | None = None,
 ) -> Client:
-    """A client whose payloads are pydantic models as JSON, so the `temporal` CLI can send them.
-    A worker built on it serves metrics on `metrics_address` when given; with `signer`, every
-    workflow it starts carries that principal's token."""
+    """Connect a client whose payloads are pydantic models as JSON.
+
+    So the `temporal` CLI can send them.
+
+    Args:
+        address: the Temporal server's host:port.
+        namespace: the Temporal namespace.
+        settings: TLS and API key to connect with; none when None.
+        metrics_address: where a worker built on the client serves metrics, if anywhere.
+        signer: every workflow the client starts carries this principal's token.
+
+    Raises:
+        StackError: when the server cannot be reached or refuses the client.
+    """
     tls: TLSConfig | bool = False
     api_key = None
     if settings is not None:

@@ -11,7 +11,7 @@ from procbus.errors import ErrorType
 
 
 def application_error(kind: ErrorType, message: str) -> ApplicationError:
-    """The ApplicationError of a procbus error type, retryable exactly when the type is."""
+    """Return the ApplicationError of a procbus error type, retryable exactly when the type is."""
     return ApplicationError(message, type=str(kind), non_retryable=not kind.retryable)
 
 

@@ -633,7 +633,7 @@ def running_cluster(
     amqp: bool = False,
     spark: bool = False,
 ) -> Iterator[Cluster]:
-    """A cluster up for the block, torn down after it, also after a failure."""
+    """Start a cluster for the block and tear it down after it, also after a failure."""
     cluster = Cluster(
         workers,
         member_timeout_seconds=member_timeout_seconds,
