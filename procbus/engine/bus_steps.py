@@ -27,9 +27,15 @@ class BusSteps(Steps[InputT, ResultT]):
     async def broadcast(
         self, name: str, operation: Operation, *, undo: Operation | None = None
     ) -> BroadcastResult:
-        """A step that applies `operation` on every live worker and waits for all. A worker
-        that fails it fails the step (the others are sent abort); `undo`, broadcast the same
-        way, puts every worker back when the procedure rolls back."""
+        """Run a step that applies `operation` on every live worker and waits for all.
+
+        A worker that fails it fails the step (the others are sent abort).
+
+        Args:
+            name: the step's name, unique in the procedure.
+            operation: what every worker applies (procbus.bus.models).
+            undo: broadcast the same way when the procedure rolls back, to put every worker back.
+        """
         message = self._bus_message(name, operation)
         compensation = None
         if undo is not None:
@@ -39,10 +45,15 @@ class BusSteps(Steps[InputT, ResultT]):
         return await self._bus_step(name, message, compensation, Broadcaster.one_phase)
 
     def broadcast_on_rollback(self, name: str, operation: Operation) -> None:
-        """Send nothing now; if the procedure rolls back past this point, broadcast `operation`
-        (one phase) after the undos of every later step. For a cache that a worker may rebuild
-        from what a later step writes: the broadcast runs once that write is undone, so no
-        rebuild can read it back."""
+        """Send nothing now; broadcast `operation` if the procedure rolls back past this point.
+
+        One phase, after the undos of every later step. For a cache that a worker may rebuild from
+        what a later step writes: the broadcast runs once that write is undone, so no rebuild can
+        read it back.
+
+        Raises:
+            ValueError: when `name` is a step's name already, or this comes after the pivot.
+        """
         check_step_name(name)
         stacked = ON_ROLLBACK_PREFIX + name
         if stacked in self._kept.results:  # stacked in an earlier run, before continue-as-new
@@ -54,8 +65,10 @@ class BusSteps(Steps[InputT, ResultT]):
         self._kept.results[stacked] = None  # not a step done: nothing ran
 
     async def prepare_broadcast(self, name: str, operation: Operation) -> BroadcastResult:
-        """The first phase of a two-phase broadcast: stage `operation` on every live worker;
-        if one cannot, abort on all and fail the step. Rolling back aborts on all."""
+        """Stage `operation` on every live worker: the first phase of a two-phase broadcast.
+
+        If one cannot, abort on all and fail the step. Rolling back aborts on all.
+        """
         message = self._bus_message(name, operation)
         compensation = self._broadcast_undo(name, Phase.ABORT, message)
         return await self._bus_step(name, message, compensation, Broadcaster.prepare)
@@ -63,8 +76,13 @@ class BusSteps(Steps[InputT, ResultT]):
     async def commit_broadcast(
         self, name: str, prepared: str, operation: Operation
     ) -> BroadcastResult:
-        """The second phase: commit what step `prepared` staged, on every live worker, until
-        each has committed or dropped out. Only after the pivot, where the decision is kept."""
+        """Commit what step `prepared` staged, on every live worker: the second phase.
+
+        Until each has committed or dropped out. Only after the pivot, where the decision is kept.
+
+        Raises:
+            ValueError: when called before the pivot.
+        """
         if self.status.pivot_step is None:
             raise ValueError(f"step {name!r} commits a broadcast before the pivot")
         message = self._bus_message(prepared, operation)

@@ -144,9 +144,25 @@ class Steps(ProcedureBase[InputT, ResultT]):
         summary: str | None = None,
         heartbeat_timeout: timedelta | None = None,
     ) -> Any:
-        """A step whose action runs a Spark job (an activity made with `procbus.spark_job`, or
-        procbus's own): it may take hours, and reports progress in its heartbeat, so a worker
-        that dies under it is found after `heartbeat_timeout`, not after the step's timeout."""
+        """Run a step whose action runs a Spark job.
+
+        The action is an activity made with `procbus.spark_job`, or procbus's own: it may take
+        hours, and reports progress in its heartbeat, so a worker that dies under it is found after
+        `heartbeat_timeout`, not after the step's timeout.
+
+        Args:
+            name: the step's name, unique in the procedure.
+            job: the Spark job's activity (or its name).
+            arg: the job's one argument.
+            undo: the activity that undoes the job's effect, run if the procedure rolls back.
+            undo_arg: the undo's argument, when it is not `arg`.
+            summary: the line the Temporal UI shows; "Spark: NAME" by default.
+            heartbeat_timeout: how long the job may go without progress before it is run again
+                elsewhere; `spark_heartbeat_timeout` by default.
+
+        Raises:
+            ValueError: a step name used twice, or an undo after the pivot (a bug in `steps`).
+        """
         return await self.step(
             name,
             job,
@@ -239,11 +255,17 @@ class Steps(ProcedureBase[InputT, ResultT]):
         self,
         children: Sequence[tuple[str, str, ProcedureInput]],
     ) -> list[Any]:
-        """Run child procedures (workflow type, procedure ID, input) in parallel.
+        """Run child procedures in parallel; return their results in the order given.
 
         If one fails, the running ones are cancelled (they roll themselves back), the finished
         ones' undo stacks join this procedure's, and the failure is raised so this procedure
-        rolls back everything. Results come back in the order given.
+        rolls back everything.
+
+        Args:
+            children: (workflow type, procedure ID, input) of each child.
+
+        Raises:
+            ValueError: when called after the pivot (children could not be rolled back).
         """
         group = CHILDREN_RESULT_PREFIX + ",".join(child_id for _, child_id, _ in children)
         if group in self._carried_children:  # they ran in an earlier run

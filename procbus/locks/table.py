@@ -123,7 +123,12 @@ class LockTable:
         self.queries = load_queries(QUERIES)
 
     async def acquire(self, request: LockSetRequest) -> LockSetState:
-        """Queue the set (or renew its place) and return what is granted and what waits."""
+        """Queue the set (or renew its place) and return what is granted and what waits.
+
+        Raises:
+            LockError: when the database refuses the set (a bad resource or mode).
+            LocksReleased: when the set's execution released its locks already.
+        """
         try:
             rows = await self.pool.fetch(
                 self.queries["acquire_locks"],
@@ -160,8 +165,12 @@ class LockTable:
         )
 
     async def release(self, holder: str, execution: str | None = None) -> list[str]:
-        """Release every lock and queue place of `holder`; returns the holders it unblocked.
-        With its `execution`, a later request of that execution takes nothing (LocksReleased)."""
+        """Release every lock and queue place of `holder`; return the holders it unblocked.
+
+        Args:
+            holder: whose locks.
+            execution: the holder's execution: a later request of it takes nothing (LocksReleased).
+        """
         if execution is None:
             rows = await self.pool.fetch(self.queries["release_locks"], holder, None)
         else:
@@ -175,9 +184,16 @@ class LockTable:
     async def release_for(
         self, holder: str, execution: str | None, released_by: str, reason: str
     ) -> LockRelease:
-        """Release `holder`'s locks and queue places on its behalf (its workflow closed, or an
-        operator says so), with an audit row, in one transaction; with its `execution`, a late
-        request of that execution takes none again."""
+        """Release `holder`'s locks and queue places on its behalf, with an audit row.
+
+        In one transaction; for when its workflow closed, or an operator says so.
+
+        Args:
+            holder: whose locks.
+            execution: the holder's execution: a late request of it takes none again.
+            released_by: who releases them, for the audit row.
+            reason: why, for the audit row.
+        """
         async with self.pool.acquire() as connection, connection.transaction():
             rows = await connection.fetch(self.queries["holder_resources"], holder)
             resources = [row["resource"] for row in rows]
@@ -197,7 +213,7 @@ class LockTable:
         )
 
     async def holders_of(self, grants: Sequence[LockGrant]) -> dict[tuple[str, int], Blocker]:
-        """Who holds each of these grants now (resource and token), in which mode."""
+        """Return who holds each of these grants now (by resource and token), in which mode."""
         rows = await self.pool.fetch(
             self.queries["held_grants"],
             [grant.resource for grant in grants],
@@ -211,11 +227,12 @@ class LockTable:
         }
 
     async def executions_of(self, holder: str) -> list[str]:
-        """The executions `holder`'s locks name: a procedure's first run ID, none for others."""
+        """Return the executions `holder`'s locks name: a procedure's first run ID, else none."""
         rows = await self.pool.fetch(self.queries["holder_executions"], holder)
         return [row["execution"] for row in rows]
 
     async def audit(self) -> list[LockAudit]:
+        """Return the audit rows of locks released on a holder's behalf."""
         rows = await self.pool.fetch(self.queries["list_lock_audit"])
         return [LockAudit(**dict(row)) for row in rows]
 
@@ -226,10 +243,19 @@ class LockTable:
         lease_seconds: float,
         leased_until: datetime | None = None,
     ) -> datetime | None:
-        """Extend the leases of these grants; returns their new expiry (database time).
+        """Extend the leases of these grants; return their new expiry (database time).
 
-        None when all of them are gone while their lease (`leased_until`, from the last renewal
-        or the grant) still ran: the holder released them. LockLost when they were taken away.
+        None when all of them are gone while their lease still ran: the holder released them.
+
+        Args:
+            holder: whose grants.
+            grants: the grants to renew, as the holder got them.
+            lease_seconds: the new lease, from now.
+            leased_until: when their lease ran out before this renewal (from the last one or the
+                grant).
+
+        Raises:
+            LockLost: when they were taken away (their lease ran out).
         """
         rows = await self.pool.fetch(self.queries["renew_locks"], holder, lease_seconds)
         current = {row["resource"]: row["token"] for row in rows}
@@ -243,13 +269,25 @@ class LockTable:
         raise LockLost(f"{holder} lost its locks on {names}: their lease ran out")
 
     async def list_locks(self, holder: str | None = None) -> list[LockEntry]:
+        """Return every lock and queue place, or only `holder`'s, by resource."""
         rows = await self.pool.fetch(self.queries["list_locks"], holder)
         return [LockEntry(**dict(row)) for row in rows]
 
     async def wait_for(
         self, request: LockSetRequest, wait_seconds: float, poll_seconds: float = 0.05
     ) -> LockSetState:
-        """Acquire, polling until granted; on timeout leave the queue and raise LockTimeout."""
+        """Acquire, polling until granted; on timeout leave the queue.
+
+        Args:
+            request: the lock set (`lock_set`).
+            wait_seconds: how long to wait for every lock.
+            poll_seconds: the first wait between polls; it doubles, up to a second (or a third
+                of the lease).
+
+        Raises:
+            LockTimeout: naming what it waited for, when the time ran out.
+            LockError: when the set is refused.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
         wait = poll_seconds
@@ -276,6 +314,16 @@ class LockTable:
         """Hold a lock set for the block: waits (FIFO), renews the leases, releases on exit.
 
         Writes made inside should carry `fence_of(state.grants, resource)` to the catalog.
+
+        Args:
+            holder: who holds the locks (a name for this script or job).
+            locks: (resource path, mode) pairs, e.g. ("sales/orders", "X").
+            lease_seconds: how long a grant lasts unless renewed (renewed every third of it).
+            wait_seconds: how long to wait for the locks.
+
+        Raises:
+            LockTimeout: when the locks were not granted within `wait_seconds`.
+            LockError: for a bad holder, path, mode or lease.
         """
         request = lock_set(holder, locks, lease_seconds=lease_seconds)
         state = await self.wait_for(request, wait_seconds)

@@ -38,7 +38,11 @@ class TopicAdministration(TopicStore):
     async def create(
         self, name: str, settings: TopicSettings, secret: str | None = None
     ) -> tuple[Topic, str]:
-        """Create a topic; returns it and its signing secret (generated unless given)."""
+        """Create a topic; return it and its signing secret (generated unless given).
+
+        Raises:
+            InvalidRequest: when the topic exists already, or its settings do not fit its endpoint.
+        """
         check_topic_name(name)
         endpoint = parse_endpoint(settings.endpoint, self.allowlist)
         if settings.sync and settings.group_transactions:
@@ -95,8 +99,16 @@ class TopicAdministration(TopicStore):
         return await self.get(name), secret
 
     async def delete(self, name: str, *, force: bool = False) -> int:
-        """Delete a topic, its queue and dead letters; refused while entries wait unless
-        `force`. Returns how many waiting entries went with it."""
+        """Delete a topic, its queue and dead letters; return how many waiting entries went with it.
+
+        Args:
+            name: the topic's name.
+            force: delete it even while entries wait.
+
+        Raises:
+            TopicNotFound: when there is no such topic.
+            InvalidRequest: while entries wait (without `force`), or captures publish into it.
+        """
         async with self.pool.acquire() as connection, connection.transaction():
             # The claim's row first, as a settlement locks it before the topic's row (the other
             # order deadlocked with a settling delivery round); its attempt settles nothing more.
@@ -136,9 +148,15 @@ class TopicAdministration(TopicStore):
         return pending
 
     async def enable(self, name: str) -> Topic:
-        """Resume delivery to an endpoint that was disabled (it answered 410 Gone, or it was
-        refused, or a table:// topic stopped at a batch, which is sent again first);
-        InvalidRequest, and nothing changed, while this process still refuses it."""
+        """Resume delivery to an endpoint that was disabled.
+
+        It answered 410 Gone, or it was refused, or a table:// topic stopped at a batch, which is
+        sent again first.
+
+        Raises:
+            TopicNotFound: when there is no such topic.
+            InvalidRequest: with nothing changed, while this process still refuses the endpoint.
+        """
         parse_endpoint((await self.get(name)).endpoint, self.allowlist)
         if await self.pool.fetchval(self.queries["set_enabled"], name) is None:
             raise TopicNotFound(f"no topic named {name!r}")
@@ -147,8 +165,11 @@ class TopicAdministration(TopicStore):
     async def rotate_secret(
         self, name: str, *, overlap_seconds: float = ROTATION_OVERLAP_SECONDS
     ) -> str:
-        """A new signing secret; the current ones keep signing beside it for `overlap_seconds`,
-        so receivers can switch without a gap. Returns the new secret."""
+        """Make a new signing secret and return it.
+
+        The current ones keep signing beside it for `overlap_seconds`, so receivers can switch
+        without a gap.
+        """
         await self.get(name)
         secret = new_secret()
         async with self.pool.acquire() as connection, connection.transaction():
@@ -158,16 +179,21 @@ class TopicAdministration(TopicStore):
         return secret
 
     async def signing_secrets(self, name: str) -> list[str]:
-        """The secrets that sign now, newest first (two during a rotation)."""
+        """Return the secrets that sign now, newest first (two during a rotation)."""
         rows = await self.pool.fetch(self.queries["signing_secrets"], name)
         return [row["secret"] for row in rows]
 
     async def gauges(self, name: str) -> TopicGauges:
-        """Depth and dead letters, for metrics taken often: `stats` reads the whole queue."""
+        """Return depth and dead letters, for metrics taken often: `stats` reads the whole queue."""
         row = await self.pool.fetchrow(self.queries["topic_gauges"], name)
         return TopicGauges(depth=row["depth"], dead_letters=row["dead_letters"])
 
     async def stats(self, name: str) -> TopicStats:
+        """Return a topic's counters and its queue's state, as of one moment.
+
+        Raises:
+            TopicNotFound: when there is no such topic.
+        """
         # One snapshot: the topic's counters (retried, delivered) and its queue as of the same
         # moment, or a failure committed in between shows in one and not the other.
         async with (
@@ -207,5 +233,5 @@ class TopicAdministration(TopicStore):
         )
 
     async def count_sync_send(self, name: str, acknowledged: bool) -> None:
-        """A synchronous topic's send, counted as delivered or nacked (procbus.delivery.sync)."""
+        """Count a synchronous topic's send as delivered or nacked (procbus.delivery.sync)."""
         await self.pool.execute(self.queries["count_sync_send"], name, acknowledged)

@@ -429,6 +429,11 @@ class Consuming(TopicStore):
     # ---- dead letters and stats ----
 
     async def dead_letters(self, topic: str, ids: Sequence[int] | None = None) -> list[DeadLetter]:
+        """Return the topic's dead letters (all of them, or these IDs).
+
+        Raises:
+            TopicNotFound: when there is no such topic.
+        """
         await self.get(topic)
         rows = await self.pool.fetch(
             self.queries["list_dead_letters"], topic, list(ids) if ids is not None else None
@@ -436,10 +441,16 @@ class Consuming(TopicStore):
         return [DEAD_LETTER.validate_python(dict(row)) for row in rows]
 
     async def redrive(self, topic: str, ids: Sequence[int] | None = None) -> list[Published]:
-        """Put dead letters back in the queue (all of them, or these IDs), each with its
-        original webhook ID; all or nothing: QueueFull leaves them where they were. On a
-        topic that groups transactions they go back to their original places in the queue;
-        on any other, behind what is queued."""
+        """Put dead letters back in the queue (all of them, or these IDs), each with its webhook ID.
+
+        All or nothing. On a topic that groups transactions they go back to their original places
+        in the queue; on any other, behind what is queued.
+
+        Raises:
+            QueueFull: when they do not fit; they stay where they were.
+            InvalidRequest: for an ID that is no dead letter of the topic, or a pipeline that
+                applied later changes since.
+        """
         settings = await self.get(topic)
         published = []
         async with self.pool.acquire() as connection, connection.transaction():

@@ -73,9 +73,20 @@ class Topics(TopicAdministration, Reservations, Consuming):
     async def publish(
         self, topic: str, event: Event, *, timeout_seconds: float = SYNC_TIMEOUT_SECONDS
     ) -> Published:
-        """Queue one event in a transaction of its own. On a synchronous topic, send it now
-        instead (within `timeout_seconds`) and say whether the endpoint took it: nothing is
-        queued, and a refused event is not retried."""
+        """Queue one event in a transaction of its own.
+
+        On a synchronous topic, send it now instead (within `timeout_seconds`) and say whether the
+        endpoint took it: nothing is queued, and a refused event is not retried.
+
+        Args:
+            topic: the topic's name.
+            event: the event; its key orders it among the topic's events of that key.
+            timeout_seconds: how long a synchronous topic's send may take.
+
+        Raises:
+            TopicNotFound: when there is no such topic.
+            QueueFull: when the topic's queue has no room for it.
+        """
         try:
             async with self.pool.acquire() as connection, connection.transaction():
                 return await publish_in_transaction(

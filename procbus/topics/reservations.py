@@ -25,8 +25,20 @@ class Reservations(TopicStore):
     async def reserve(
         self, topic: str, size: int, *, seconds: float = RESERVATION_SECONDS
     ) -> Reservation:
-        """Phase one: take capacity for an event of up to `size` payload bytes, before the
-        operation it reports on. QueueFull when the topic is full: refuse the operation."""
+        """Take capacity for an event of up to `size` payload bytes (phase one).
+
+        Reserve before the operation the event reports on, and refuse the operation when the topic
+        is full.
+
+        Args:
+            topic: the topic's name.
+            size: the event's payload bytes, at most.
+            seconds: how long the reservation holds before it expires.
+
+        Raises:
+            QueueFull: when the topic is full.
+            InvalidRequest: when `size` or `seconds` is not above 0.
+        """
         if size <= 0 or seconds <= 0:
             raise InvalidRequest(f"a reservation needs a size and a time above 0, got {size}")
         reservation_id = uuid.uuid4()
@@ -49,9 +61,13 @@ class Reservations(TopicStore):
         )
 
     async def commit(self, reservation: Reservation, event: Event) -> Published:
-        """Phase two: queue the event in its reserved place. ReservationExpired when the
-        reservation ran out first (nothing queued); InvalidRequest for one that was committed
-        or aborted already, or an event larger than its reservation."""
+        """Queue the event in its reserved place (phase two).
+
+        Raises:
+            ReservationExpired: when the reservation ran out first (nothing queued).
+            InvalidRequest: for a reservation committed or aborted already, or an event larger
+                than its reservation.
+        """
         payload = encode_payload(event.payload)
         webhook_id = new_webhook_id()
         try:

@@ -37,15 +37,22 @@ class TopicStore:
         self.epochs: dict[str, int] = {}
 
     async def get(self, name: str) -> Topic:
+        """Return the topic named `name`.
+
+        Raises:
+            TopicNotFound: when there is no such topic.
+        """
         row = await self.pool.fetchrow(self.queries["get_topic"], name)
         if row is None:
             raise TopicNotFound(f"no topic named {name!r}")
         return topic_of(row)
 
     async def list_topics(self) -> list[Topic]:
+        """Return every topic."""
         return [topic_of(row) for row in await self.pool.fetch(self.queries["list_topics"])]
 
     async def disable(self, name: str, reason: str) -> None:
+        """Stop delivery to the topic's endpoint, saying why (`enable` resumes it)."""
         await self.pool.execute(self.queries["set_disabled"], name, reason)
 
     async def _fetch(self, query: str, *arguments: object) -> list[asyncpg.Record]:
