@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test dev lint bench docs install bytecode check-java check-chromium check-rabbitmq check-nftables clean \
-	record-histories group-seconds iceberg-spark check-iceberg-spark-packages
+	record-histories group-seconds suite-cpu iceberg-spark check-iceberg-spark-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,16 @@ test: bytecode check-java check-chromium check-rabbitmq check-nftables iceberg-s
 # orders the groups (longest first) in every later run: after adding or much changing a slow test.
 group-seconds: bytecode check-java check-chromium check-rabbitmq check-nftables iceberg-spark
 	$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup --write-group-seconds
+
+# The whole suite, then its CPU seconds by test group, heaviest first (tests/cpu_probe.py): where
+# to look first for a shorter run on two cores, which the suite keeps busy from start to end.
+SUITE_CPU := .pytest_cache/suite-cpu.jsonl
+
+suite-cpu: bytecode check-java check-chromium check-rabbitmq check-nftables iceberg-spark
+	@mkdir -p .pytest_cache && rm -f $(SUITE_CPU)
+	-$(BIN)/python -m pytest -q --durations=15 -n $(TEST_WORKERS) --dist loadgroup \
+		-p tests.cpu_probe --cpu-probe $(SUITE_CPU)
+	$(BIN)/python -m tests.cpu_probe $(SUITE_CPU)
 
 # The tests whose workflows' histories tests/unit/test_histories.py replays against today's code:
 # each built-in procedure, and the engine's paths (rollback, STUCK then retry or skip, children,
