@@ -84,6 +84,7 @@ def cli_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PROCBUS_STATE_DIR", str(tmp_path / "state"))
 
 
+@pytest.mark.usefixtures("cli_environment")
 async def test_a_procedure_runs_and_is_read_in_a_namespace_of_your_own(
     client: Client,
     temporal_address: str,
@@ -92,7 +93,6 @@ async def test_a_procedure_runs_and_is_read_in_a_namespace_of_your_own(
     warehouse: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    cli_environment: None,
 ) -> None:
     namespace = f"procbus-{uuid.uuid4().hex[:8]}"
     await register_namespace(client, namespace)
