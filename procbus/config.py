@@ -34,6 +34,12 @@ def _check_host_port(value: str, what: str) -> str:
     return value
 
 
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(f"expected letters, digits, '_', '.', '-' (1-200), got {value!r}")
+    return value
+
+
 class Settings(BaseSettings):
     """What procbus connects to and where it keeps its files."""
 
@@ -42,9 +48,21 @@ class Settings(BaseSettings):
     )
 
     temporal_address: str | None = Field(
-        default=None, description="host:port of a Temporal frontend; unset: the embedded server"
+        default=None,
+        description="host:port of a Temporal frontend; unset: TEMPORAL_ADDRESS, else the "
+        "temporal.toml profile's, else the running `procbus dev`'s",
     )
-    temporal_namespace: str = Field(default="default", description="Temporal namespace")
+    temporal_namespace: str = Field(
+        default="default",
+        description="Temporal namespace; unset: TEMPORAL_NAMESPACE, else the temporal.toml "
+        "profile's, else default (or the running `procbus dev`'s)",
+    )
+    temporal_profile: str | None = Field(
+        default=None,
+        description="profile of Temporal's client configuration file (TEMPORAL_CONFIG_FILE, "
+        "else ~/.config/temporalio/temporal.toml) for what PROCBUS_TEMPORAL_* leave unset; "
+        "unset: TEMPORAL_PROFILE, else default",
+    )
     temporal_tls_cert: Path | None = Field(default=None, description="client certificate (mTLS)")
     temporal_tls_key: Path | None = Field(default=None, description="client private key (mTLS)")
     temporal_tls_ca: Path | None = Field(default=None, description="server CA certificate")
@@ -248,9 +266,12 @@ class Settings(BaseSettings):
     @field_validator("temporal_namespace", "task_queue")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-' (1-200), got {value!r}")
-        return value
+        return _check_name(value)
+
+    @field_validator("temporal_profile")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        return _check_name(value) if value else None
 
     @field_validator("database_url")
     @classmethod

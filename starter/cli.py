@@ -51,6 +51,38 @@ app.add_typer(workers_app, name="workers")
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 
 
+@app.callback()
+def connection_flags(
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        metavar="HOST:PORT",
+        help="The Temporal frontend: over PROCBUS_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS and the "
+        "temporal.toml profile.",
+    ),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        help="The Temporal namespace: over PROCBUS_TEMPORAL_NAMESPACE, TEMPORAL_NAMESPACE and "
+        "the temporal.toml profile.",
+    ),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        help="The profile of Temporal's temporal.toml to connect with: over "
+        "PROCBUS_TEMPORAL_PROFILE and TEMPORAL_PROFILE.",
+    ),
+) -> None:
+    # A flag is its PROCBUS_ setting, for this command and every process it starts.
+    for name, value in (
+        ("PROCBUS_TEMPORAL_ADDRESS", address),
+        ("PROCBUS_TEMPORAL_NAMESPACE", namespace),
+        ("PROCBUS_TEMPORAL_PROFILE", profile),
+    ):
+        if value is not None:
+            os.environ[name] = value
+
+
 def _settings() -> Settings:
     # Imported when a command runs, not for --help: the CLI answers at once.
     from procbus.config import load_settings
@@ -163,10 +195,10 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
     """Apply the pending migrations, then the changed functions files; safe from two at once."""
     from procbus.db import connect
     from procbus.db.migrate import applied_migrations, migrate
-    from procbus.stack import resolve_addresses
+    from procbus.stack import resolve_database_url
 
     async def apply() -> tuple[list[str], list[str], int]:
-        connection = await connect(resolve_addresses(_settings()).database_url)
+        connection = await connect(resolve_database_url(_settings()))
         try:
             applied = await migrate(connection)
             total = len(await applied_migrations(connection))

@@ -235,7 +235,11 @@ async def serve(
     `auth` defaults to the settings' (a production worker: unauthenticated starts refused
     unless they say). `user` adds users' procedures and their activities."""
     client = await connect_client(
-        services.temporal_address, services.namespace, settings, metrics_address=metrics_address
+        services.temporal_address,
+        services.namespace,
+        settings,
+        metrics_address=metrics_address,
+        options=services.temporal_options,
     )
     metrics = None
     if metrics_address is not None:

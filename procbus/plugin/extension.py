@@ -42,7 +42,7 @@ from procbus.plugin.locks import LockActivities
 from procbus.plugin.member import MemberGuard, bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
-from procbus.stack import resolve_addresses
+from procbus.stack import resolve_database_url, uses_embedded_stack
 from procbus.temporal import FaultInterceptor, ProcbusErrorInterceptor, procbus_data_converter
 from procbus.temporal.heartbeats import StepHeartbeats
 
@@ -173,10 +173,9 @@ class ProcbusPlugin(SimplePlugin):
     def _resolve(self) -> None:
         if self._database_url is not None:
             return
-        addresses = resolve_addresses(self.settings)
-        self._database_url = addresses.database_url
+        self._database_url = resolve_database_url(self.settings)
         if self._auth is None:
-            embedded = addresses.source == "embedded"
+            embedded = uses_embedded_stack(self.settings)
             self._auth = (dev_worker_auth if embedded else worker_auth)(self.settings)
 
     @property
