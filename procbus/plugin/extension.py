@@ -8,8 +8,9 @@ start procedures); on every worker built from that client (or given the plugin i
 the error and fault interceptors, procbus's sandbox runner and the engine's own activities
 (principal checks, locks, a child's undo stack, the bus's member list) and a graceful shutdown
 timeout (PROCBUS_WORKER_SHUTDOWN_SECONDS, unless the worker sets one); a worker on a namespace
-without procbus's search attributes refuses to start; while the worker runs it keeps a PostgreSQL pool, the worker's bus membership, the outbox relay and (from the
-first `spark_job` step on) a Spark session going.
+without procbus's search attributes refuses to start; while the worker runs it keeps a
+PostgreSQL pool, the worker's bus membership, the outbox relay and (from the first `spark_job`
+step on) a Spark session going.
 `bus_member=False` and `outbox_relay=False` leave those out for a worker that runs no
 broadcasting procedure or shares its task queue with one that relays. procbus's own worker
 (worker/main.py) is built on the same plugin.

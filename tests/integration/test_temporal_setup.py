@@ -83,7 +83,9 @@ async def test_a_worker_refuses_a_namespace_without_them_until_setup_registers_t
     # A user's worker with the plugin now starts.
     plugin = ProcbusPlugin(settings, bus_member=False, outbox_relay=False)
     on_namespace = Client(client.service_client, namespace=namespace)
-    async with Worker(on_namespace, task_queue=task_queue, activities=[count_rows], plugins=[plugin]):
+    async with Worker(
+        on_namespace, task_queue=task_queue, activities=[count_rows], plugins=[plugin]
+    ):
         await asyncio.wait_for(plugin.ready.wait(), 30)
 
 
@@ -111,7 +113,9 @@ async def test_a_worker_waits_for_its_steps_as_long_as_the_settings_say(client: 
     def graceful(settings: Settings, **given: timedelta) -> timedelta:
         plugin = ProcbusPlugin(settings)
         queue = f"never-run-{uuid.uuid4().hex}"
-        worker = Worker(client, task_queue=queue, activities=[count_rows], plugins=[plugin], **given)
+        worker = Worker(
+            client, task_queue=queue, activities=[count_rows], plugins=[plugin], **given
+        )
         return worker.config(active_config=True)["graceful_shutdown_timeout"]
 
     # Never run: the plugin's pool is made, not opened.
