@@ -156,6 +156,12 @@ class Settings(BaseSettings):
         gt=0,
         description="a worker that has not heartbeaten for this long drops out of the bus",
     )
+    worker_shutdown_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="a stopping worker (SIGTERM, Ctrl-C) lets its running steps finish for this "
+        "long before it cancels them (Temporal's graceful shutdown timeout); 0: at once",
+    )
 
     # Retention (the Retention workflow, started by a Temporal Schedule): ages in seconds.
     outbox_retention_seconds: float = Field(

@@ -61,6 +61,10 @@ class StackError(ProcbusError):
     """The embedded stack cannot start, or no stack is reachable."""
 
 
+class SearchAttributesNotSet(ProcbusError):
+    """A Temporal namespace lacks procbus's search attributes, or has one of another type."""
+
+
 class MigrationError(ProcbusError):
     """The database schema cannot be brought up to date."""
 

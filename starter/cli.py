@@ -20,6 +20,7 @@ from procbus.starter.procedures import proc_app
 from procbus.starter.scenes import DEMO_STEPS
 from procbus.starter.schedules import schedule_app
 from procbus.starter.tables import namespace_app, table_app
+from procbus.starter.temporal import temporal_app
 from procbus.starter.topics import topic_app
 from procbus.starter.workers import workers_app
 
@@ -47,8 +48,17 @@ app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(acl_app, name="acl")
 app.add_typer(workers_app, name="workers")
+app.add_typer(temporal_app, name="temporal")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"procbus {version('procbus')}", highlight=False)
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -71,6 +81,13 @@ def connection_flags(
         "--profile",
         help="The profile of Temporal's temporal.toml to connect with: over "
         "PROCBUS_TEMPORAL_PROFILE and TEMPORAL_PROFILE.",
+    ),
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print procbus's version and exit.",
     ),
 ) -> None:
     # A flag is its PROCBUS_ setting, for this command and every process it starts.

@@ -143,12 +143,18 @@ def build_worker(
     unless given: the production default). Spark starts on `spark_master` when the first Spark
     job runs; loads read only under `load_roots` (unset: the warehouse's incoming/ folder).
     The engine's interceptors, runner and activities come from `plugin` (`serve`'s runs the bus
-    member and the outbox relay too), else from a plugin that runs neither; `user_activities`
-    are those of users' procedures among `workflows`.
+    member and the outbox relay too), else from a plugin that runs neither and stops at once
+    (no graceful shutdown timeout); `user_activities` are those of users' procedures among
+    `workflows`.
     """
     auth = auth or WorkerAuth()
     plugin = plugin or ProcbusPlugin(
-        Settings(), pool=pool, auth=auth, bus_member=False, outbox_relay=False, faults=faults
+        Settings(worker_shutdown_seconds=0),
+        pool=pool,
+        auth=auth,
+        bus_member=False,
+        outbox_relay=False,
+        faults=faults,
     )
     # incoming/ made at once: where to put a load's input is plain to see.
     (warehouse_root / INCOMING).mkdir(parents=True, exist_ok=True)

@@ -6,9 +6,11 @@
 On a client it sets procbus's data converter (pydantic models as JSON, so the `temporal` CLI can
 start procedures); on every worker built from that client (or given the plugin itself) it adds
 the error and fault interceptors, procbus's sandbox runner and the engine's own activities
-(principal checks, locks, a child's undo stack, the bus's member list), and while the worker
-runs it keeps a PostgreSQL pool, the worker's bus membership, the outbox relay and (from the
-first `spark_job` step on) a Spark session going.
+(principal checks, locks, a child's undo stack, the bus's member list) and a graceful shutdown
+timeout (PROCBUS_WORKER_SHUTDOWN_SECONDS, unless the worker sets one); a worker on a namespace
+without procbus's search attributes refuses to start; while the worker runs it keeps a
+PostgreSQL pool, the worker's bus membership, the outbox relay and (from the first `spark_job`
+step on) a Spark session going.
 `bus_member=False` and `outbox_relay=False` leave those out for a worker that runs no
 broadcasting procedure or shares its task queue with one that relays. procbus's own worker
 (worker/main.py) is built on the same plugin.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
 
 import asyncpg
 from opentelemetry.trace import TracerProvider
@@ -28,7 +31,13 @@ from temporalio.worker import Interceptor, Worker, WorkerConfig
 from procbus.auth import DEV_PRINCIPAL, WorkerAuth, ensure_dev_key
 from procbus.bus import BusMember, Membership, default_member_id, member_task_queue
 from procbus.config import Settings
-from procbus.core import Fault, OutboxMetrics, parse_faults, tracer_configured
+from procbus.core import (
+    Fault,
+    OutboxMetrics,
+    mark_never_started,
+    parse_faults,
+    tracer_configured,
+)
 from procbus.db.pool import unopened_pool
 from procbus.engine import workflow_runner
 from procbus.errors import ProcbusError
@@ -43,7 +52,12 @@ from procbus.plugin.member import MemberGuard, bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
 from procbus.stack import resolve_database_url, uses_embedded_stack
-from procbus.temporal import FaultInterceptor, ProcbusErrorInterceptor, procbus_data_converter
+from procbus.temporal import (
+    FaultInterceptor,
+    ProcbusErrorInterceptor,
+    procbus_data_converter,
+    require_search_attributes,
+)
 from procbus.temporal.heartbeats import StepHeartbeats
 
 PLUGIN_NAME = "procbus.ProcbusPlugin"
@@ -198,6 +212,10 @@ class ProcbusPlugin(SimplePlugin):
         if config.get("task_queue") in self._member_queues:
             return config  # the plugin's own bus-member worker: set up by the plugin already
         config = super().configure_worker(config)
+        if not config.get("graceful_shutdown_timeout"):  # the SDK's default, 0: set none
+            config["graceful_shutdown_timeout"] = timedelta(
+                seconds=self.settings.worker_shutdown_seconds
+            )
         config["activities"] = [
             *config.get("activities", []),
             *engine_activities(self.pool, self.auth),
@@ -216,6 +234,12 @@ class ProcbusPlugin(SimplePlugin):
                 f"worker on {worker.task_queue!r} its own plugin "
                 "(Worker(..., plugins=[ProcbusPlugin(...)]) on a client without one)"
             )
+        try:
+            # One list call: procedures on a namespace without them fail at their first step.
+            await require_search_attributes(worker.client, worker.client.namespace)
+        except BaseException:
+            mark_never_started(worker)
+            raise
         self._serving = worker.task_queue
         try:
             async with self._services(worker):

@@ -1,6 +1,7 @@
 """The Temporal adapter: the client factory and runtime, the data converter, the signing client
-interceptor, fault injection for drills, and the mapping of procbus errors to Temporal's. The
-top of the library: nothing else in procbus imports it but the embedded stack.
+interceptor, fault injection for drills, the mapping of procbus errors to Temporal's, and
+procbus's search attributes on a namespace. The top of the library: nothing else in procbus
+imports it but the embedded stack.
 
 Its names are imported when first asked for: a CLI command that only connects a client would
 otherwise import temporalio.worker too (the interceptors), about 60 ms of every call."""
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
     from procbus.temporal.faults import FaultInterceptor
     from procbus.temporal.interceptors import ProcbusErrorInterceptor
     from procbus.temporal.payloads import procbus_data_converter
+    from procbus.temporal.search_attributes import (
+        AttributeSetup,
+        Registration,
+        ensure_search_attributes,
+        require_search_attributes,
+        setup_command,
+    )
 
 _MODULE_OF = {
     "Signer": "procbus.temporal.auth",
@@ -29,17 +37,27 @@ _MODULE_OF = {
     "procbus_data_converter": "procbus.temporal.payloads",
     "procbus_runtime": "procbus.temporal.client",
     "workflow_ui_url": "procbus.temporal.client",
+    "AttributeSetup": "procbus.temporal.search_attributes",
+    "Registration": "procbus.temporal.search_attributes",
+    "ensure_search_attributes": "procbus.temporal.search_attributes",
+    "require_search_attributes": "procbus.temporal.search_attributes",
+    "setup_command": "procbus.temporal.search_attributes",
 }
 
 __all__ = [
+    "AttributeSetup",
     "FaultInterceptor",
     "ProcbusErrorInterceptor",
+    "Registration",
     "Signer",
     "application_error",
     "client_signer",
     "connect_client",
+    "ensure_search_attributes",
     "procbus_data_converter",
     "procbus_runtime",
+    "require_search_attributes",
+    "setup_command",
     "signed_client",
     "workflow_ui_url",
 ]

@@ -16,8 +16,6 @@ from typing import Any
 import asyncpg
 import pytest
 from google.protobuf.duration_pb2 import Duration
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import (
     CountWorkflowExecutionsRequest,
     RegisterNamespaceRequest,
@@ -27,9 +25,9 @@ from temporalio.service import RPCError
 from typer.testing import CliRunner, Result
 
 from procbus.config import setting_names
-from procbus.core import SEARCH_ATTRIBUTES
+from procbus.errors import SearchAttributesNotSet
 from procbus.starter.cli import app
-from procbus.temporal import connect_client
+from procbus.temporal import connect_client, ensure_search_attributes
 from procbus.worker import build_worker
 from procbus.workflows.namespaces import CreateNamespace
 from tests.services import TEST_AUTH
@@ -42,23 +40,17 @@ async def register_namespace(client: Client, namespace: str) -> None:
             namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)
         )
     )
-    attributes = {
-        name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{kind.upper()}")
-        for name, kind in SEARCH_ATTRIBUTES.items()
-    }
     async with asyncio.timeout(30):
         while True:  # the frontend knows a new namespace once its cache refreshes
             try:
-                await client.operator_service.add_search_attributes(
-                    AddSearchAttributesRequest(namespace=namespace, search_attributes=attributes)
-                )
+                await ensure_search_attributes(client, namespace)  # `procbus temporal setup`'s
                 await client.workflow_service.count_workflow_executions(
                     CountWorkflowExecutionsRequest(
                         namespace=namespace, query="ProcedureType = 'CreateNamespace'"
                     )
                 )
                 return
-            except RPCError:
+            except (RPCError, SearchAttributesNotSet):
                 await asyncio.sleep(0.5)
 
 
