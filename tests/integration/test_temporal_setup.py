@@ -41,13 +41,14 @@ async def new_namespace(client: Client) -> str:
     return name
 
 
-async def setup(temporal_address: str, namespace: str) -> Result:
-    """`procbus temporal setup --json` in process (its own event loop, on a thread)."""
+async def setup(temporal_address: str, namespace: str, *flags: str) -> Result:
+    """`procbus [FLAGS] temporal setup --namespace NS --json` in process (its own event loop, on a
+    thread); PROCBUS_TEMPORAL_NAMESPACE, which a global --namespace sets, is restored after."""
     return await asyncio.to_thread(
         CliRunner().invoke,
         app,
-        ["temporal", "setup", "--namespace", namespace, "--json"],
-        env={"PROCBUS_TEMPORAL_ADDRESS": temporal_address},
+        [*flags, "temporal", "setup", *(("--namespace", namespace) if namespace else ()), "--json"],
+        env={"PROCBUS_TEMPORAL_ADDRESS": temporal_address, "PROCBUS_TEMPORAL_NAMESPACE": None},
     )
 
 
@@ -84,6 +85,11 @@ async def test_a_worker_refuses_a_namespace_without_them_until_setup_registers_t
     types = ("ProcedureType", "ProcedureState", "ProcedureTarget")
     assert outcomes(await setup(temporal_address, namespace)) == dict.fromkeys(types, "added")
     assert outcomes(await setup(temporal_address, namespace)) == dict.fromkeys(types, "present")
+    # The global --namespace names it too; the sub-command's wins over it.
+    on_global = await setup(temporal_address, "", "--namespace", namespace)
+    assert outcomes(on_global) == dict.fromkeys(types, "present")
+    both = await setup(temporal_address, namespace, "--namespace", "no-such-namespace")
+    assert outcomes(both) == dict.fromkeys(types, "present")
 
     # A user's worker with the plugin now starts.
     plugin = ProcbusPlugin(settings, bus_member=False, outbox_relay=False)
