@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from procbus.temporal.errors import application_error
     from procbus.temporal.faults import FaultInterceptor
     from procbus.temporal.interceptors import ProcbusErrorInterceptor
-    from procbus.temporal.payloads import procbus_data_converter
+    from procbus.temporal.payloads import (
+        ProcbusPayloadConverter,
+        client_data_converter,
+        load_payload_codec,
+        procbus_data_converter,
+        with_procbus_payloads,
+    )
 
 _MODULE_OF = {
     "Signer": "procbus.temporal.auth",
@@ -26,7 +32,11 @@ _MODULE_OF = {
     "ProcbusErrorInterceptor": "procbus.temporal.interceptors",
     "application_error": "procbus.temporal.errors",
     "connect_client": "procbus.temporal.client",
+    "ProcbusPayloadConverter": "procbus.temporal.payloads",
+    "client_data_converter": "procbus.temporal.payloads",
+    "load_payload_codec": "procbus.temporal.payloads",
     "procbus_data_converter": "procbus.temporal.payloads",
+    "with_procbus_payloads": "procbus.temporal.payloads",
     "procbus_runtime": "procbus.temporal.client",
     "workflow_ui_url": "procbus.temporal.client",
 }
@@ -34,13 +44,17 @@ _MODULE_OF = {
 __all__ = [
     "FaultInterceptor",
     "ProcbusErrorInterceptor",
+    "ProcbusPayloadConverter",
     "Signer",
     "application_error",
+    "client_data_converter",
     "client_signer",
     "connect_client",
+    "load_payload_codec",
     "procbus_data_converter",
     "procbus_runtime",
     "signed_client",
+    "with_procbus_payloads",
     "workflow_ui_url",
 ]
 

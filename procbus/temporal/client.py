@@ -21,7 +21,7 @@ from temporalio.service import RPCError
 from procbus.config import Settings
 from procbus.errors import StackError
 from procbus.temporal.auth import Signer, SigningInterceptor
-from procbus.temporal.payloads import procbus_data_converter
+from procbus.temporal.payloads import client_data_converter
 
 
 class _DropLateActivityCompletion(logging.Filter):
@@ -103,13 +103,15 @@ async def connect_client(
     Args:
         address: the Temporal server's host:port.
         namespace: the Temporal namespace.
-        settings: TLS and API key to connect with; none when None.
+        settings: TLS, API key and payload codec to connect with; none when None.
         metrics_address: where a worker built on the client serves metrics, if anywhere.
         signer: every workflow the client starts carries this principal's token.
 
     Raises:
         StackError: when the server cannot be reached or refuses the client.
+        ConfigError: when the settings' payload codec cannot be loaded.
     """
+    data_converter = client_data_converter(settings.payload_codec if settings else None)
     tls: TLSConfig | bool = False
     api_key = None
     if settings is not None:
@@ -124,7 +126,7 @@ async def connect_client(
                 namespace=namespace,
                 tls=tls,
                 api_key=api_key,
-                data_converter=procbus_data_converter,
+                data_converter=data_converter,
                 runtime=procbus_runtime(metrics_address),
                 interceptors=[SigningInterceptor(signer)] if signer is not None else [],
             )
