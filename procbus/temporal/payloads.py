@@ -125,7 +125,12 @@ def load_payload_codec(path: str, setting: str = "PROCBUS_PAYLOAD_CODEC") -> Pay
     factory = getattr(module, attribute, None)
     if not callable(factory):
         raise ConfigError(f"{setting}={path}: module {module_name!r} has no callable {attribute!r}")
-    codec = factory()
+    try:
+        codec = factory()
+    except Exception as error:
+        raise ConfigError(
+            f"{setting}={path}: {attribute}() failed: {type(error).__name__}: {error}"
+        ) from None
     if not isinstance(codec, PayloadCodec):
         raise ConfigError(
             f"{setting}={path}: {attribute}() returned {type(codec).__qualname__}, not a "

@@ -198,21 +198,22 @@ async def test_one_plugins_workers_share_its_pool_and_bus_member(
         Worker(client, task_queue=queue, workflows=[RefreshCaches], activities=[note_refresh])
         for queue in queues
     )
-    async with first:
-        async with second:
-            await asyncio.wait_for(plugin.ready.wait(), 30)
+    async with asyncio.timeout(90):  # the second worker takes its work
+        async with first:
+            async with second:
+                await asyncio.wait_for(plugin.ready.wait(), 30)
+                assert [m.member_id for m in await Membership(pool).members()] == [worker_id]
+                result = await client.execute_workflow(
+                    RefreshCaches.run,
+                    RefreshInput(table="orders", notes=str(tmp_path / "notes")),
+                    id=f"shared-{uuid.uuid4().hex[:6]}",
+                    task_queue=queues[1],
+                    result_type=RefreshResult,
+                )
+                assert result.members == [worker_id]
+            # The second stopped: the first still runs on the services they shared.
+            assert plugin.ready.is_set() and plugin.member is not None
             assert [m.member_id for m in await Membership(pool).members()] == [worker_id]
-            result = await client.execute_workflow(
-                RefreshCaches.run,
-                RefreshInput(table="orders", notes=str(tmp_path / "notes")),
-                id=f"shared-{uuid.uuid4().hex[:6]}",
-                task_queue=queues[1],
-                result_type=RefreshResult,
-            )
-            assert result.members == [worker_id]
-        # The second stopped: the first still runs on the services they shared.
-        assert plugin.ready.is_set() and plugin.member is not None
-        assert [m.member_id for m in await Membership(pool).members()] == [worker_id]
     assert not plugin.ready.is_set()
     assert await Membership(pool).members() == []
 
@@ -228,7 +229,25 @@ async def test_a_second_plugin_under_the_same_worker_id_is_refused(
     first_plugin = plugin()
     first = Worker(client, task_queue=f"a-{uuid.uuid4().hex}", plugins=[first_plugin])
     second = Worker(client, task_queue=f"b-{uuid.uuid4().hex}", plugins=[plugin()])
-    async with first:
+    async with asyncio.timeout(60), first:
         await asyncio.wait_for(first_plugin.ready.wait(), 30)
         with pytest.raises(ProcbusError, match="run this process's workers with one plugin"):
             await second.run()
+
+
+async def test_a_wrong_payload_codec_setting_is_one_line_naming_it(tmp_path: Path) -> None:
+    env = subprocess_environment(  # no services: the codec is loaded before connecting
+        tmp_path / "state",
+        temporal_address="127.0.0.1:1",
+        database_url="postgresql://nobody@127.0.0.1:1/none",
+        payload_codec="examples.no_such_codec:Codec",
+    )
+    code, out, err = await run_command(
+        PROCBUS, "proc", "status", "any", env=env, cwd=PROJECT, timeout=60
+    )
+    assert (code, (out + err).strip()) == (
+        2,
+        "error: PROCBUS_PAYLOAD_CODEC=examples.no_such_codec:Codec: module "
+        "'examples.no_such_codec' does not import: ModuleNotFoundError: No module named "
+        "'examples.no_such_codec'",
+    )
