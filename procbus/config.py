@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     temporal_tls_key: Path | None = Field(default=None, description="client private key (mTLS)")
     temporal_tls_ca: Path | None = Field(default=None, description="server CA certificate")
     temporal_api_key: SecretStr | None = Field(default=None, description="Temporal Cloud API key")
+    payload_codec: str | None = Field(
+        default=None,
+        description="package.module:factory, a callable returning the temporalio PayloadCodec "
+        "(e.g. your encryption) the CLI and `procbus worker` encode and decode payloads with; "
+        "imported from the working folder too",
+    )
     task_queue: str = Field(default="procbus", description="task queue of the procbus workers")
     database_url: SecretStr | None = Field(
         default=None, description="postgresql:// URL; unset: the embedded PostgreSQL"
@@ -263,6 +269,16 @@ class Settings(BaseSettings):
     @classmethod
     def _temporal_address(cls, value: str | None) -> str | None:
         return None if not value else _check_host_port(value, "the Temporal frontend")
+
+    @field_validator("payload_codec")
+    @classmethod
+    def _payload_codec(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        module, _, factory = value.partition(":")
+        if not (factory.isidentifier() and all(part.isidentifier() for part in module.split("."))):
+            raise ValueError(f"expected package.module:factory, got {value!r}")
+        return value
 
     @field_validator("worker_id")
     @classmethod

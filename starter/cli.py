@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from typer.exceptions import TyperException
 
-from procbus.errors import ConfigError, ProcbusError
+from procbus.errors import ConfigError, ProcbusError, encoded_payload_error
 from procbus.starter.access import acl_app
 from procbus.starter.locks import lock_app
 from procbus.starter.output import console, print_error, print_json, styled
@@ -260,6 +260,12 @@ def main() -> None:
         else:
             print_error(error.format_message())
         code = error.exit_code
+    except Exception as error:  # payloads of a user's codec, read without it: one line
+        encoded = encoded_payload_error(error)
+        if encoded is None:
+            raise
+        print_error(str(encoded))
+        code = 2
     if "opentelemetry.trace" in sys.modules:  # traced: send what the exporter still holds
         from procbus.core import flush_traces
 

@@ -17,7 +17,13 @@ if TYPE_CHECKING:
     from procbus.temporal.errors import application_error
     from procbus.temporal.faults import FaultInterceptor
     from procbus.temporal.interceptors import ProcbusErrorInterceptor
-    from procbus.temporal.payloads import procbus_data_converter
+    from procbus.temporal.payloads import (
+        ProcbusPayloadConverter,
+        client_data_converter,
+        load_payload_codec,
+        procbus_data_converter,
+        with_procbus_payloads,
+    )
     from procbus.temporal.search_attributes import (
         AttributeSetup,
         Registration,
@@ -34,7 +40,11 @@ _MODULE_OF = {
     "ProcbusErrorInterceptor": "procbus.temporal.interceptors",
     "application_error": "procbus.temporal.errors",
     "connect_client": "procbus.temporal.client",
+    "ProcbusPayloadConverter": "procbus.temporal.payloads",
+    "client_data_converter": "procbus.temporal.payloads",
+    "load_payload_codec": "procbus.temporal.payloads",
     "procbus_data_converter": "procbus.temporal.payloads",
+    "with_procbus_payloads": "procbus.temporal.payloads",
     "procbus_runtime": "procbus.temporal.client",
     "workflow_ui_url": "procbus.temporal.client",
     "AttributeSetup": "procbus.temporal.search_attributes",
@@ -48,17 +58,21 @@ __all__ = [
     "AttributeSetup",
     "FaultInterceptor",
     "ProcbusErrorInterceptor",
+    "ProcbusPayloadConverter",
     "Registration",
     "Signer",
     "application_error",
+    "client_data_converter",
     "client_signer",
     "connect_client",
     "ensure_search_attributes",
+    "load_payload_codec",
     "procbus_data_converter",
     "procbus_runtime",
     "require_search_attributes",
     "setup_command",
     "signed_client",
+    "with_procbus_payloads",
     "workflow_ui_url",
 ]
 

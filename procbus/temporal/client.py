@@ -22,7 +22,7 @@ from procbus.config import Settings
 from procbus.errors import StackError
 from procbus.temporal.auth import Signer, SigningInterceptor
 from procbus.temporal.connection import TemporalOptions, configured_temporal
-from procbus.temporal.payloads import procbus_data_converter
+from procbus.temporal.payloads import client_data_converter
 
 
 class _DropLateActivityCompletion(logging.Filter):
@@ -90,15 +90,17 @@ async def connect_client(
     Args:
         address: the Temporal server's host:port.
         namespace: the Temporal namespace.
-        settings: TLS and API key to connect with (PROCBUS_TEMPORAL_*, else TEMPORAL_*); none
-            when None.
+        settings: TLS, API key (PROCBUS_TEMPORAL_*, else TEMPORAL_*) and payload codec
+            (PROCBUS_PAYLOAD_CODEC) to connect with; none when None.
         metrics_address: where a worker built on the client serves metrics, if anywhere.
         signer: every workflow the client starts carries this principal's token.
         options: TLS, API key and gRPC metadata (a resolved address's); else the settings'.
 
     Raises:
         StackError: when the server cannot be reached or refuses the client.
+        ConfigError: when the settings' payload codec cannot be loaded.
     """
+    data_converter = client_data_converter(settings.payload_codec if settings else None)
     if options is None and settings is not None:
         options = configured_temporal(settings).options
     options = options or TemporalOptions()
@@ -111,7 +113,7 @@ async def connect_client(
                 tls=options.tls,
                 api_key=options.api_key,
                 rpc_metadata=options.rpc_metadata,
-                data_converter=procbus_data_converter,
+                data_converter=data_converter,
                 runtime=procbus_runtime(metrics_address),
                 interceptors=[SigningInterceptor(signer)] if signer is not None else [],
             )
