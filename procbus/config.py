@@ -34,6 +34,12 @@ def _check_host_port(value: str, what: str) -> str:
     return value
 
 
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(f"expected letters, digits, '_', '.', '-' (1-200), got {value!r}")
+    return value
+
+
 class Settings(BaseSettings):
     """What procbus connects to and where it keeps its files."""
 
@@ -42,13 +48,31 @@ class Settings(BaseSettings):
     )
 
     temporal_address: str | None = Field(
-        default=None, description="host:port of a Temporal frontend; unset: the embedded server"
+        default=None,
+        description="host:port of a Temporal frontend; unset: TEMPORAL_ADDRESS, else the "
+        "temporal.toml profile's, else the running `procbus dev`'s",
     )
-    temporal_namespace: str = Field(default="default", description="Temporal namespace")
+    temporal_namespace: str = Field(
+        default="default",
+        description="Temporal namespace; unset: TEMPORAL_NAMESPACE, else the temporal.toml "
+        "profile's, else default (or the running `procbus dev`'s)",
+    )
+    temporal_profile: str | None = Field(
+        default=None,
+        description="profile of Temporal's client configuration file (TEMPORAL_CONFIG_FILE, "
+        "else ~/.config/temporalio/temporal.toml) for what PROCBUS_TEMPORAL_* leave unset; "
+        "unset: TEMPORAL_PROFILE, else default",
+    )
     temporal_tls_cert: Path | None = Field(default=None, description="client certificate (mTLS)")
     temporal_tls_key: Path | None = Field(default=None, description="client private key (mTLS)")
     temporal_tls_ca: Path | None = Field(default=None, description="server CA certificate")
     temporal_api_key: SecretStr | None = Field(default=None, description="Temporal Cloud API key")
+    payload_codec: str | None = Field(
+        default=None,
+        description="package.module:factory, a callable returning the temporalio PayloadCodec "
+        "(e.g. your encryption) the CLI and `procbus worker` encode and decode payloads with; "
+        "imported from the working folder too",
+    )
     task_queue: str = Field(default="procbus", description="task queue of the procbus workers")
     database_url: SecretStr | None = Field(
         default=None, description="postgresql:// URL; unset: the embedded PostgreSQL"
@@ -137,6 +161,12 @@ class Settings(BaseSettings):
         default=15.0,
         gt=0,
         description="a worker that has not heartbeaten for this long drops out of the bus",
+    )
+    worker_shutdown_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="a stopping worker (SIGTERM, Ctrl-C) lets its running steps finish for this "
+        "long before it cancels them (Temporal's graceful shutdown timeout); 0: at once",
     )
 
     # Retention (the Retention workflow, started by a Temporal Schedule): ages in seconds.
@@ -240,6 +270,16 @@ class Settings(BaseSettings):
     def _temporal_address(cls, value: str | None) -> str | None:
         return None if not value else _check_host_port(value, "the Temporal frontend")
 
+    @field_validator("payload_codec")
+    @classmethod
+    def _payload_codec(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        module, _, factory = value.partition(":")
+        if not (factory.isidentifier() and all(part.isidentifier() for part in module.split("."))):
+            raise ValueError(f"expected package.module:factory, got {value!r}")
+        return value
+
     @field_validator("worker_id")
     @classmethod
     def _worker_id(cls, value: str | None) -> str | None:
@@ -248,9 +288,12 @@ class Settings(BaseSettings):
     @field_validator("temporal_namespace", "task_queue")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(f"expected letters, digits, '_', '.', '-' (1-200), got {value!r}")
-        return value
+        return _check_name(value)
+
+    @field_validator("temporal_profile")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        return _check_name(value) if value else None
 
     @field_validator("database_url")
     @classmethod

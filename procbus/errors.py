@@ -61,6 +61,10 @@ class StackError(ProcbusError):
     """The embedded stack cannot start, or no stack is reachable."""
 
 
+class SearchAttributesNotSet(ProcbusError):
+    """A Temporal namespace lacks procbus's search attributes, or has one of another type."""
+
+
 class MigrationError(ProcbusError):
     """The database schema cannot be brought up to date."""
 
@@ -172,3 +176,26 @@ def validation_findings(error: ValidationError) -> str:
         + str(found["msg"]).removeprefix("Value error, ")
         for found in error.errors(include_url=False)
     )
+
+
+# What Temporal's payload converter raises (a KeyError) for an encoding it cannot read.
+UNKNOWN_PAYLOAD_ENCODING = "Unknown payload encoding "
+
+
+def encoded_payload_error(error: BaseException) -> ConfigError | None:
+    """Return the one-line error for payloads a codec procbus was not given encoded, when that
+    is what `error` (or what caused it) is; None for any other error."""
+    seen: set[int] = set()
+    found: BaseException | None = error
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        message = str(found.args[0]) if isinstance(found, KeyError) and found.args else ""
+        if message.startswith(UNKNOWN_PAYLOAD_ENCODING):
+            encoding = message.removeprefix(UNKNOWN_PAYLOAD_ENCODING)
+            return ConfigError(
+                f"Temporal payloads are encoded (encoding {encoding!r}) by a payload codec "
+                "procbus was not given: set PROCBUS_PAYLOAD_CODEC=package.module:factory, the "
+                "factory of your temporalio PayloadCodec"
+            )
+        found = found.__cause__ or found.__context__
+    return None

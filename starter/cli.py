@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 from typer.exceptions import TyperException
 
-from procbus.errors import ConfigError, ProcbusError
+from procbus.errors import ConfigError, ProcbusError, encoded_payload_error
 from procbus.starter.access import acl_app
 from procbus.starter.locks import lock_app
 from procbus.starter.output import console, print_error, print_json, styled
@@ -20,6 +20,7 @@ from procbus.starter.procedures import proc_app
 from procbus.starter.scenes import DEMO_STEPS
 from procbus.starter.schedules import schedule_app
 from procbus.starter.tables import namespace_app, table_app
+from procbus.starter.temporal import temporal_app
 from procbus.starter.topics import topic_app
 from procbus.starter.workers import workers_app
 
@@ -47,8 +48,56 @@ app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(acl_app, name="acl")
 app.add_typer(workers_app, name="workers")
+app.add_typer(temporal_app, name="temporal")
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"procbus {version('procbus')}", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def connection_flags(
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        metavar="HOST:PORT",
+        help="The Temporal frontend: over PROCBUS_TEMPORAL_ADDRESS, TEMPORAL_ADDRESS and the "
+        "temporal.toml profile.",
+    ),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        help="The Temporal namespace: over PROCBUS_TEMPORAL_NAMESPACE, TEMPORAL_NAMESPACE and "
+        "the temporal.toml profile.",
+    ),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        help="The profile of Temporal's temporal.toml to connect with: over "
+        "PROCBUS_TEMPORAL_PROFILE and TEMPORAL_PROFILE.",
+    ),
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print procbus's version and exit.",
+    ),
+) -> None:
+    # A flag is its PROCBUS_ setting, for this command and every process it starts.
+    for name, value in (
+        ("PROCBUS_TEMPORAL_ADDRESS", address),
+        ("PROCBUS_TEMPORAL_NAMESPACE", namespace),
+        ("PROCBUS_TEMPORAL_PROFILE", profile),
+    ):
+        if value is not None:
+            os.environ[name] = value
 
 
 def _settings() -> Settings:
@@ -163,10 +212,10 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
     """Apply the pending migrations, then the changed functions files; safe from two at once."""
     from procbus.db import connect
     from procbus.db.migrate import applied_migrations, migrate
-    from procbus.stack import resolve_addresses
+    from procbus.stack import resolve_database_url
 
     async def apply() -> tuple[list[str], list[str], int]:
-        connection = await connect(resolve_addresses(_settings()).database_url)
+        connection = await connect(resolve_database_url(_settings()))
         try:
             applied = await migrate(connection)
             total = len(await applied_migrations(connection))
@@ -211,6 +260,12 @@ def main() -> None:
         else:
             print_error(error.format_message())
         code = error.exit_code
+    except Exception as error:  # payloads of a user's codec, read without it: one line
+        encoded = encoded_payload_error(error)
+        if encoded is None:
+            raise
+        print_error(str(encoded))
+        code = 2
     if "opentelemetry.trace" in sys.modules:  # traced: send what the exporter still holds
         from procbus.core import flush_traces
 

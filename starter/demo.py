@@ -91,6 +91,7 @@ async def run_demo(
             services.namespace,
             settings,
             signer=client_signer(settings),
+            options=services.temporal_options,
         )
         pool = await create_pool(services.database_url)
         report = DemoReport(

@@ -34,11 +34,9 @@ async def _lock_table() -> AsyncIterator[LockTable]:
     from procbus.config import load_settings
     from procbus.db import create_pool
     from procbus.locks import LockTable
-    from procbus.stack import resolve_addresses
+    from procbus.stack import resolve_database_url
 
-    pool = await create_pool(
-        resolve_addresses(load_settings()).database_url, min_size=1, max_size=1
-    )
+    pool = await create_pool(resolve_database_url(load_settings()), min_size=1, max_size=1)
     try:
         yield LockTable(pool)
     finally:

@@ -32,11 +32,9 @@ async def _pool() -> AsyncIterator[asyncpg.Pool]:
     """A pool on the configured (or running) stack's database: the application's own."""
     from procbus.config import load_settings
     from procbus.db import create_pool
-    from procbus.stack import resolve_addresses
+    from procbus.stack import resolve_database_url
 
-    pool = await create_pool(
-        resolve_addresses(load_settings()).database_url, min_size=1, max_size=2
-    )
+    pool = await create_pool(resolve_database_url(load_settings()), min_size=1, max_size=2)
     try:
         yield pool
     finally:

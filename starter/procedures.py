@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from procbus.procedures import ProcedureInput, ProcedureStatus
-    from procbus.stack import ServiceAddresses
+    from procbus.stack import TemporalAddresses
 
 JSON_OPTION = typer.Option(False, "--json", help="Print the result as JSON.")
 WAIT_OPTION = typer.Option(
@@ -240,7 +240,7 @@ async def start(
     return await follow(client, procedure_id, json_output, None)
 
 
-async def _client(principal: str | None = None) -> tuple[Client, ServiceAddresses]:
+async def _client(principal: str | None = None) -> tuple[Client, TemporalAddresses]:
     """A Temporal client on the configured (or running) stack, signing its starts as
     `principal` (or the default one); no database needed."""
     from procbus.starter.scripts import connect

@@ -56,11 +56,9 @@ async def catalog() -> AsyncIterator[Catalog]:
     from procbus.config import load_settings
     from procbus.db import create_pool
     from procbus.lakehouse import Catalog
-    from procbus.stack import resolve_addresses
+    from procbus.stack import resolve_database_url
 
-    pool = await create_pool(
-        resolve_addresses(load_settings()).database_url, min_size=1, max_size=2
-    )
+    pool = await create_pool(resolve_database_url(load_settings()), min_size=1, max_size=2)
     try:
         yield Catalog(pool)
     finally:

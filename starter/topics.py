@@ -35,12 +35,12 @@ async def _topics() -> AsyncIterator[Topics]:
     from procbus.config import load_settings
     from procbus.core import parse_allowlist
     from procbus.db import create_pool
-    from procbus.stack import resolve_addresses
+    from procbus.stack import resolve_database_url
     from procbus.topics import Topics
 
     settings = load_settings()
     allowlist = parse_allowlist(settings.endpoint_allowlist)
-    pool = await create_pool(resolve_addresses(settings).database_url, min_size=1, max_size=2)
+    pool = await create_pool(resolve_database_url(settings), min_size=1, max_size=2)
     try:
         yield Topics(
             pool,

@@ -28,11 +28,9 @@ def workers_list(
         from procbus.bus import Membership
         from procbus.config import load_settings
         from procbus.db import create_pool
-        from procbus.stack import resolve_addresses
+        from procbus.stack import resolve_database_url
 
-        pool = await create_pool(
-            resolve_addresses(load_settings()).database_url, min_size=1, max_size=1
-        )
+        pool = await create_pool(resolve_database_url(load_settings()), min_size=1, max_size=1)
         try:
             members = await Membership(pool).members(live_only=not all_members)
         finally:

@@ -95,9 +95,15 @@ def signed_as(client: Client, principal: str) -> Client:
 
 
 def subprocess_environment(state_dir: Path, **settings: str) -> dict[str, str]:
-    """The environment for a procbus subprocess: only its own state, no inherited PROCBUS_."""
+    """The environment for a procbus subprocess: only its own state, no inherited PROCBUS_ or
+    TEMPORAL_ settings, no temporal.toml of the user's (procbus reads Temporal's too)."""
     # JAVA_TOOL_OPTIONS comes along: the run's JVM options (tests/conftest.py sets them).
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PROCBUS_")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PROCBUS_", "TEMPORAL_"))
+    }
+    env["TEMPORAL_CONFIG_FILE"] = os.devnull
     env["PROCBUS_STATE_DIR"] = str(state_dir)
     env.update({f"PROCBUS_{key.upper()}": value for key, value in settings.items()})
     return env

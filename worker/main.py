@@ -143,12 +143,18 @@ def build_worker(
     unless given: the production default). Spark starts on `spark_master` when the first Spark
     job runs; loads read only under `load_roots` (unset: the warehouse's incoming/ folder).
     The engine's interceptors, runner and activities come from `plugin` (`serve`'s runs the bus
-    member and the outbox relay too), else from a plugin that runs neither; `user_activities`
-    are those of users' procedures among `workflows`.
+    member and the outbox relay too), else from a plugin that runs neither and stops at once
+    (no graceful shutdown timeout); `user_activities` are those of users' procedures among
+    `workflows`.
     """
     auth = auth or WorkerAuth()
     plugin = plugin or ProcbusPlugin(
-        Settings(), pool=pool, auth=auth, bus_member=False, outbox_relay=False, faults=faults
+        Settings(worker_shutdown_seconds=0),
+        pool=pool,
+        auth=auth,
+        bus_member=False,
+        outbox_relay=False,
+        faults=faults,
     )
     # incoming/ made at once: where to put a load's input is plain to see.
     (warehouse_root / INCOMING).mkdir(parents=True, exist_ok=True)
@@ -235,7 +241,11 @@ async def serve(
     `auth` defaults to the settings' (a production worker: unauthenticated starts refused
     unless they say). `user` adds users' procedures and their activities."""
     client = await connect_client(
-        services.temporal_address, services.namespace, settings, metrics_address=metrics_address
+        services.temporal_address,
+        services.namespace,
+        settings,
+        metrics_address=metrics_address,
+        options=services.temporal_options,
     )
     metrics = None
     if metrics_address is not None:

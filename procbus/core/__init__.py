@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from procbus.core.outcomes import MemberResult as MemberResult
     from procbus.core.sdk_private import defined_activity_name as defined_activity_name
     from procbus.core.sdk_private import is_activity as is_activity
+    from procbus.core.sdk_private import mark_never_started as mark_never_started
     from procbus.core.sdk_private import workflow_definition as workflow_definition
     from procbus.core.sdk_private import workflow_span_recorder as workflow_span_recorder
     from procbus.core.search_attributes import PROCEDURE_STATE as PROCEDURE_STATE
@@ -129,6 +130,7 @@ _MODULE_OF = {
     "MemberResult": "procbus.core.outcomes",
     "defined_activity_name": "procbus.core.sdk_private",
     "is_activity": "procbus.core.sdk_private",
+    "mark_never_started": "procbus.core.sdk_private",
     "workflow_definition": "procbus.core.sdk_private",
     "workflow_span_recorder": "procbus.core.sdk_private",
     "PROCEDURE_STATE": "procbus.core.search_attributes",
@@ -194,6 +196,7 @@ __all__ = [
     "is_activity",
     "lease_keeper_id",
     "literal_address",
+    "mark_never_started",
     "masked",
     "member_activity_id",
     "namespace_resource",

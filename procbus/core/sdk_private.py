@@ -10,9 +10,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity, workflow
+
+if TYPE_CHECKING:
+    from temporalio.worker import Worker
 
 # Temporal's tracing interceptor; loaded by whoever installs it (ProcbusPlugin), else no spans.
 TRACING_MODULE = "temporalio.contrib.opentelemetry"
@@ -71,3 +74,9 @@ def workflow_span_recorder() -> SpanRecorder | None:
         interceptor._completed_span(name, additional_attributes=attributes, exception=exception)
 
     return record
+
+
+def mark_never_started(worker: Worker) -> None:
+    """Mark `worker` shut down, for a plugin that refuses to run it: `async with Worker` waits
+    for a shutdown that only a started worker completes, and would wait forever."""
+    worker._shutdown_complete_event.set()

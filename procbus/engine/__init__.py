@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from procbus.engine.inputs import checked as checked
     from procbus.engine.inputs import invalid_input as invalid_input
     from procbus.engine.procedure import Procedure as Procedure
+    from procbus.engine.runner import procbus_runner as procbus_runner
     from procbus.engine.runner import workflow_runner as workflow_runner
 
 # Public name -> the module that defines it.
@@ -27,6 +28,7 @@ _MODULE_OF = {
     "checked": "procbus.engine.inputs",
     "invalid_input": "procbus.engine.inputs",
     "Procedure": "procbus.engine.procedure",
+    "procbus_runner": "procbus.engine.runner",
     "workflow_runner": "procbus.engine.runner",
 }
 
@@ -37,6 +39,7 @@ __all__ = [
     "broadcast_failure",
     "checked",
     "invalid_input",
+    "procbus_runner",
     "workflow_runner",
 ]
 

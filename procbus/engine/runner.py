@@ -11,9 +11,11 @@ restrictions, procbus's built-in procedures (procbus.workflows) as much as a use
 
 from __future__ import annotations
 
+import dataclasses
 import pkgutil
 from pathlib import Path
 
+from temporalio.worker import WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 # The sandbox passes a module through with every module under it, so procbus's own built-in
@@ -35,3 +37,21 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSED_THROUGH)
     )
+
+
+def procbus_runner(runner: WorkflowRunner | None) -> WorkflowRunner:
+    """Return `runner` with procbus imported once: a user's own sandbox, restrictions kept.
+
+    A sandboxed runner gets procbus's passthrough modules added to its restrictions; any other
+    (Temporal's UnsandboxedWorkflowRunner, a runner of the user's own) is returned as it is.
+
+    Args:
+        runner: the worker's runner so far; procbus's sandbox runner when None.
+    """
+    if runner is None:
+        return workflow_runner()
+    if isinstance(runner, SandboxedWorkflowRunner):
+        return dataclasses.replace(
+            runner, restrictions=runner.restrictions.with_passthrough_modules(*PASSED_THROUGH)
+        )
+    return runner

@@ -3,12 +3,18 @@
     client = await Client.connect(address, plugins=[ProcbusPlugin(settings)])
     worker = Worker(client, task_queue="my-queue", workflows=[MyProcedure], activities=[...])
 
-On a client it sets procbus's data converter (pydantic models as JSON, so the `temporal` CLI can
-start procedures); on every worker built from that client (or given the plugin itself) it adds
-the error and fault interceptors, procbus's sandbox runner and the engine's own activities
-(principal checks, locks, a child's undo stack, the bus's member list), and while the worker
-runs it keeps a PostgreSQL pool, the worker's bus membership, the outbox relay and (from the
-first `spark_job` step on) a Spark session going.
+It adapts what the user set rather than replacing it, as Temporal's contrib plugins do. On a
+client it puts procbus's payload converter (pydantic models as JSON, so the `temporal` CLI can
+start procedures) into the client's data converter, whose payload codec and failure converter
+stay; on every worker built from that client (or given the plugin itself) it appends the error
+and fault interceptors to the worker's, adds procbus's passthrough modules to the worker's
+sandbox restrictions, adds the engine's own activities (principal checks, locks, a child's
+undo stack, the bus's member list) and sets a graceful shutdown timeout
+(PROCBUS_WORKER_SHUTDOWN_SECONDS, unless the worker sets one). A worker on a namespace without
+procbus's search attributes refuses to start. While its workers run it keeps a PostgreSQL pool,
+the process's bus membership, the outbox relay and (from the first `spark_job` step on) a Spark
+session going: started with the first worker that runs, shared by the others, stopped with the
+last (the member's queue and the relay's default task queue are the first worker's).
 `bus_member=False` and `outbox_relay=False` leave those out for a worker that runs no
 broadcasting procedure or shares its task queue with one that relays. procbus's own worker
 (worker/main.py) is built on the same plugin.
@@ -18,19 +24,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from datetime import timedelta
 
 import asyncpg
 from opentelemetry.trace import TracerProvider
+from temporalio.client import Client
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor, Worker, WorkerConfig
 
 from procbus.auth import DEV_PRINCIPAL, WorkerAuth, ensure_dev_key
 from procbus.bus import BusMember, Membership, default_member_id, member_task_queue
 from procbus.config import Settings
-from procbus.core import Fault, OutboxMetrics, parse_faults, tracer_configured
+from procbus.core import (
+    Fault,
+    OutboxMetrics,
+    mark_never_started,
+    parse_faults,
+    tracer_configured,
+)
 from procbus.db.pool import unopened_pool
-from procbus.engine import workflow_runner
+from procbus.engine import procbus_runner
 from procbus.errors import ProcbusError
 from procbus.hooks import OutboxRelay
 from procbus.lakehouse import DescriptorCache
@@ -42,8 +57,13 @@ from procbus.plugin.locks import LockActivities
 from procbus.plugin.member import MemberGuard, bus_member, not_joined_yet
 from procbus.plugin.procedures import ProcedureActivities
 from procbus.plugin.spark import SparkJobs
-from procbus.stack import resolve_addresses
-from procbus.temporal import FaultInterceptor, ProcbusErrorInterceptor, procbus_data_converter
+from procbus.stack import resolve_database_url, uses_embedded_stack
+from procbus.temporal import (
+    FaultInterceptor,
+    ProcbusErrorInterceptor,
+    require_search_attributes,
+    with_procbus_payloads,
+)
 from procbus.temporal.heartbeats import StepHeartbeats
 
 PLUGIN_NAME = "procbus.ProcbusPlugin"
@@ -105,6 +125,36 @@ def engine_activities(pool: asyncpg.Pool, auth: WorkerAuth) -> list[Callable[...
     ]
 
 
+@dataclasses.dataclass
+class _Services:
+    """A plugin's pool, bus member and relay, run for as long as one of its workers runs."""
+
+    task: asyncio.Task[None]
+    stop: asyncio.Event
+    namespace: str  # the Temporal namespace its member and relay serve
+    workers: int = 0  # its workers running now
+
+
+# The member IDs this process's plugins have joined the bus as.
+_JOINED_MEMBERS: set[str] = set()
+
+
+@contextlib.contextmanager
+def _joined_once(member_id: str) -> Iterator[None]:
+    # A second member under one ID takes the bus messages of the first: refused before it joins.
+    if member_id in _JOINED_MEMBERS:
+        raise ProcbusError(
+            f"another ProcbusPlugin in this process has joined the bus as {member_id!r}: run "
+            "this process's workers with one plugin (they share its pool and bus member), or "
+            "give each plugin its own worker ID (ProcbusPlugin(Settings(worker_id=...)))"
+        )
+    _JOINED_MEMBERS.add(member_id)
+    try:
+        yield
+    finally:
+        _JOINED_MEMBERS.discard(member_id)
+
+
 class ProcbusPlugin(SimplePlugin):
     """procbus on a Temporal client and its workers (see the module's docstring).
 
@@ -152,13 +202,15 @@ class ProcbusPlugin(SimplePlugin):
             tracer_provider=tracer_provider,
         )
         self._member_queues: set[str] = set()
-        self._serving: str | None = None  # the task queue of the worker this plugin runs
+        self._running: _Services | None = None  # the services its running workers share
+        self._checked_namespaces: set[str] = set()  # those with procbus's search attributes
         if tracing is None:
             tracing = tracer_provider is not None or self.settings.otel or tracer_configured()
         self.tracing = tracing
         super().__init__(
             PLUGIN_NAME,
-            data_converter=procbus_data_converter,
+            # Adapted, not replaced: the user's codec, failure converter and sandbox are kept.
+            data_converter=with_procbus_payloads,
             interceptors=[
                 # Outermost: a step held up inside (an injected delay) heartbeats like a slow one.
                 StepHeartbeats(),
@@ -167,16 +219,15 @@ class ProcbusPlugin(SimplePlugin):
                 MemberGuard(lambda: self.member),
                 *([tracing_interceptor(tracer_provider)] if self.tracing else []),
             ],
-            workflow_runner=workflow_runner(),
+            workflow_runner=procbus_runner,
         )
 
     def _resolve(self) -> None:
         if self._database_url is not None:
             return
-        addresses = resolve_addresses(self.settings)
-        self._database_url = addresses.database_url
+        self._database_url = resolve_database_url(self.settings)
         if self._auth is None:
-            embedded = addresses.source == "embedded"
+            embedded = uses_embedded_stack(self.settings)
             self._auth = (dev_worker_auth if embedded else worker_auth)(self.settings)
 
     @property
@@ -199,6 +250,10 @@ class ProcbusPlugin(SimplePlugin):
         if config.get("task_queue") in self._member_queues:
             return config  # the plugin's own bus-member worker: set up by the plugin already
         config = super().configure_worker(config)
+        if not config.get("graceful_shutdown_timeout"):  # the SDK's default, 0: set none
+            config["graceful_shutdown_timeout"] = timedelta(
+                seconds=self.settings.worker_shutdown_seconds
+            )
         config["activities"] = [
             *config.get("activities", []),
             *engine_activities(self.pool, self.auth),
@@ -209,31 +264,95 @@ class ProcbusPlugin(SimplePlugin):
         if worker.task_queue in self._member_queues:
             await next(worker)
             return
-        if self._serving is not None:
-            # One bus member and one relay per plugin: a second worker would join under the
-            # same member ID and take it over from the first.
-            raise ProcbusError(
-                f"this ProcbusPlugin already runs the worker on {self._serving!r}: give the "
-                f"worker on {worker.task_queue!r} its own plugin "
-                "(Worker(..., plugins=[ProcbusPlugin(...)]) on a client without one)"
-            )
-        self._serving = worker.task_queue
+        services = await self._start(worker)
         try:
-            async with self._services(worker):
+            # In the worker's own task: its activities see the jobs through a context variable.
+            with self.spark_jobs.serving():
                 await next(worker)
         finally:
-            self._serving = None
+            await self._leave(services)
+
+    async def _start(self, worker: Worker) -> _Services:
+        """Join the plugin's services once they run; a worker refused here never starts."""
+        try:
+            await self._require_search_attributes(worker.client)
+            services = await self._join(worker)
+        except BaseException:
+            mark_never_started(worker)
+            raise
+        try:
+            await self._until_ready(services)
+        except BaseException:
+            mark_never_started(worker)
+            await self._leave(services)
+            raise
+        return services
+
+    async def _require_search_attributes(self, client: Client) -> None:
+        # One list call per namespace: procedures on one without them fail at their first step.
+        if client.namespace not in self._checked_namespaces:
+            await require_search_attributes(client, client.namespace)
+            self._checked_namespaces.add(client.namespace)
+
+    async def _join(self, worker: Worker) -> _Services:
+        """The plugin's services, started by its first running worker, shared by the others."""
+        while (running := self._running) is not None and running.stop.is_set():
+            if running.task.done():
+                break
+            await asyncio.wait([running.task])  # the last worker's services are still stopping
+        if running is None or running.task.done():
+            stop = asyncio.Event()
+            task = asyncio.create_task(self._serve(worker, stop))
+            running = self._running = _Services(task, stop, worker.client.namespace)
+        elif running.namespace != worker.client.namespace:
+            # The bus member and the relay run in one namespace: the first worker's.
+            raise ProcbusError(
+                f"this ProcbusPlugin serves workers in Temporal namespace {running.namespace!r}; "
+                f"the worker on {worker.task_queue!r} is in {worker.client.namespace!r}: give it "
+                "a ProcbusPlugin of its own with its own worker ID "
+                "(ProcbusPlugin(Settings(worker_id=...)), or PROCBUS_WORKER_ID)"
+            )
+        running.workers += 1
+        return running
+
+    async def _until_ready(self, services: _Services) -> None:
+        ready = asyncio.ensure_future(self.ready.wait())
+        try:
+            await asyncio.wait([ready, services.task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ready.cancel()
+        if services.task.done():  # they did not start: the first worker gets why
+            services.task.result()
+            raise ProcbusError("the ProcbusPlugin's services stopped before its worker started")
+
+    async def _leave(self, services: _Services) -> None:
+        services.workers -= 1
+        if services.workers > 0:
+            return
+        services.stop.set()
+        if not self.ready.is_set():
+            services.task.cancel()  # its last worker gave up before they were up
+        try:
+            await asyncio.wait([services.task])
+        finally:
+            if self._running is services:
+                self._running = None
+        if not services.task.cancelled():
+            services.task.result()
+
+    async def _serve(self, worker: Worker, stop: asyncio.Event) -> None:
+        async with self._services(worker, stop):
+            await stop.wait()
 
     @contextlib.asynccontextmanager
-    async def _services(self, worker: Worker) -> AsyncIterator[None]:
+    async def _services(self, worker: Worker, stop: asyncio.Event) -> AsyncIterator[None]:
         pool = self.pool
         await pool  # opens its connections (a no-op for a pool already open)
-        stop = asyncio.Event()
         try:
             async with contextlib.AsyncExitStack() as running:
-                running.enter_context(self.spark_jobs.serving())
                 if self.runs_bus_member:
                     member_id = self.settings.worker_id or default_member_id()
+                    running.enter_context(_joined_once(member_id))
                     queue = member_task_queue(worker.task_queue, member_id)
                     self._member_queues.add(queue)
                     self.member = await running.enter_async_context(

@@ -116,24 +116,33 @@ class LockActivities:
 
     @activity.defn(name="hold_locks")
     async def hold_locks(self, request: HoldRequest) -> HoldResult:
-        """Renew the leases every third of their TTL until released, cancelled or
-        `max_seconds` passed; LockLost (not retried) if they were taken away meanwhile.
+        """Renew the leases every third of their TTL until released, cancelled, the worker
+        stops or `max_seconds` passed; LockLost (not retried) if they were taken away meanwhile.
         Returns the leases' expiry it left, for the next run of the keeper."""
         released = self._released.setdefault(request.holder, asyncio.Event())
         loop = asyncio.get_running_loop()
         until = loop.time() + request.max_seconds
         leased_until = request.leased_until
+        # A stopping worker hands the keeping to the next run at once: its graceful shutdown
+        # waits for steps, not for this.
+        ending = [
+            asyncio.ensure_future(released.wait()),
+            asyncio.ensure_future(activity.wait_for_worker_shutdown()),
+        ]
         try:
-            while loop.time() < until and not released.is_set():
+            while loop.time() < until and not any(task.done() for task in ending):
                 leased_until = await self.table.renew(
                     request.holder, request.grants, request.lease_seconds, leased_until
                 )
                 if leased_until is None:
                     break  # released by the procedure
                 activity.heartbeat()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(released.wait(), request.lease_seconds / 3)
+                await asyncio.wait(
+                    ending, timeout=request.lease_seconds / 3, return_when=asyncio.FIRST_COMPLETED
+                )
         finally:
+            for task in ending:
+                task.cancel()
             if self._released.get(request.holder) is released:
                 del self._released[request.holder]
         return HoldResult(leased_until=leased_until)

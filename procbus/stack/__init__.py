@@ -10,9 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from procbus.stack.addresses import ServiceAddresses as ServiceAddresses
+    from procbus.stack.addresses import TemporalAddresses as TemporalAddresses
     from procbus.stack.addresses import embedded_addresses as embedded_addresses
     from procbus.stack.addresses import mask_password as mask_password
     from procbus.stack.addresses import resolve_addresses as resolve_addresses
+    from procbus.stack.addresses import resolve_database_url as resolve_database_url
+    from procbus.stack.addresses import resolve_temporal as resolve_temporal
+    from procbus.stack.addresses import uses_embedded_stack as uses_embedded_stack
     from procbus.stack.check import StackCheckInput as StackCheckInput
     from procbus.stack.check import StackCheckResult as StackCheckResult
     from procbus.stack.check import record_stack_check as record_stack_check
@@ -33,9 +37,13 @@ if TYPE_CHECKING:
 # Public name -> the module that defines it.
 _MODULE_OF = {
     "ServiceAddresses": "procbus.stack.addresses",
+    "TemporalAddresses": "procbus.stack.addresses",
     "embedded_addresses": "procbus.stack.addresses",
     "mask_password": "procbus.stack.addresses",
     "resolve_addresses": "procbus.stack.addresses",
+    "resolve_database_url": "procbus.stack.addresses",
+    "resolve_temporal": "procbus.stack.addresses",
+    "uses_embedded_stack": "procbus.stack.addresses",
     "StackCheckInput": "procbus.stack.check",
     "StackCheckResult": "procbus.stack.check",
     "record_stack_check": "procbus.stack.check",
@@ -64,16 +72,20 @@ __all__ = [
     "ServiceAddresses",
     "StackCheckInput",
     "StackCheckResult",
+    "TemporalAddresses",
     "check_status",
     "embedded_addresses",
     "free_port",
     "mask_password",
     "record_stack_check",
     "resolve_addresses",
+    "resolve_database_url",
+    "resolve_temporal",
     "run_temporal_cli",
     "service_dir",
     "temporal_binary",
     "temporal_cli_environment",
+    "uses_embedded_stack",
     "wait_for_port",
 ]
 

@@ -14,7 +14,12 @@ from temporalio.client import Client
 from procbus.config import Settings
 from procbus.db import connect
 from procbus.errors import ProcbusError
-from procbus.stack.addresses import ServiceAddresses, mask_password, resolve_addresses
+from procbus.stack.addresses import (
+    TemporalAddresses,
+    mask_password,
+    resolve_database_url,
+    resolve_temporal,
+)
 from procbus.temporal import connect_client
 
 # An idle worker long-polls for about a minute at a time: a poll seen within this window means
@@ -53,6 +58,10 @@ async def _check_database(url: str) -> ComponentStatus:
     return ComponentStatus(name="postgresql", up=True, detail=f"PostgreSQL {version}")
 
 
+async def _not_configured(reason: str) -> ComponentStatus:
+    return ComponentStatus(name="postgresql", up=False, detail=reason)
+
+
 async def live_pollers(client: Client, task_queue: str) -> list[str]:
     """Identities of the workers that polled `task_queue` for workflow tasks lately."""
     response = await client.workflow_service.describe_task_queue(
@@ -71,11 +80,16 @@ async def live_pollers(client: Client, task_queue: str) -> list[str]:
 
 
 async def _check_temporal(
-    services: ServiceAddresses, settings: Settings
+    services: TemporalAddresses, settings: Settings
 ) -> tuple[ComponentStatus, ComponentStatus]:
     try:
         client = await asyncio.wait_for(
-            connect_client(services.temporal_address, services.namespace, settings),
+            connect_client(
+                services.temporal_address,
+                services.namespace,
+                settings,
+                options=services.temporal_options,
+            ),
             CHECK_TIMEOUT_SECONDS,
         )
         system = await client.workflow_service.get_system_info(GetSystemInfoRequest())
@@ -105,7 +119,7 @@ async def check_status(settings: Settings) -> StackStatus:
         settings: procbus's settings.
     """
     try:
-        services = resolve_addresses(settings)
+        services = resolve_temporal(settings)
     except ProcbusError as error:
         return StackStatus(
             up=False,
@@ -117,8 +131,15 @@ async def check_status(settings: Settings) -> StackStatus:
             task_queue=settings.task_queue,
             components=[ComponentStatus(name="stack", up=False, detail=str(error))],
         )
+    database_url: str | None = None
+    try:
+        url = resolve_database_url(settings)
+    except ProcbusError as error:  # Temporal is still checked: say what is up
+        database_check = _not_configured(str(error))
+    else:
+        database_url, database_check = url, _check_database(url)
     database, (temporal, worker) = await asyncio.gather(
-        _check_database(services.database_url), _check_temporal(services, settings)
+        database_check, _check_temporal(services, settings)
     )
     components = [temporal, database, worker]
     return StackStatus(
@@ -127,7 +148,7 @@ async def check_status(settings: Settings) -> StackStatus:
         temporal_address=services.temporal_address,
         namespace=services.namespace,
         ui_url=services.ui_url,
-        database_url=mask_password(services.database_url),
+        database_url=mask_password(database_url) if database_url else None,
         task_queue=services.task_queue,
         metrics_url=services.metrics_url,
         components=components,

@@ -1,6 +1,7 @@
 """The Temporal adapter: the client factory and runtime, the data converter, the signing client
-interceptor, fault injection for drills, and the mapping of procbus errors to Temporal's. The
-top of the library: nothing else in procbus imports it but the embedded stack.
+interceptor, fault injection for drills, the mapping of procbus errors to Temporal's, and
+procbus's search attributes on a namespace. The top of the library: nothing else in procbus
+imports it but the embedded stack.
 
 Its names are imported when first asked for: a CLI command that only connects a client would
 otherwise import temporalio.worker too (the interceptors), about 60 ms of every call."""
@@ -16,7 +17,20 @@ if TYPE_CHECKING:
     from procbus.temporal.errors import application_error
     from procbus.temporal.faults import FaultInterceptor
     from procbus.temporal.interceptors import ProcbusErrorInterceptor
-    from procbus.temporal.payloads import procbus_data_converter
+    from procbus.temporal.payloads import (
+        ProcbusPayloadConverter,
+        client_data_converter,
+        load_payload_codec,
+        procbus_data_converter,
+        with_procbus_payloads,
+    )
+    from procbus.temporal.search_attributes import (
+        AttributeSetup,
+        Registration,
+        ensure_search_attributes,
+        require_search_attributes,
+        setup_command,
+    )
 
 _MODULE_OF = {
     "Signer": "procbus.temporal.auth",
@@ -26,21 +40,39 @@ _MODULE_OF = {
     "ProcbusErrorInterceptor": "procbus.temporal.interceptors",
     "application_error": "procbus.temporal.errors",
     "connect_client": "procbus.temporal.client",
+    "ProcbusPayloadConverter": "procbus.temporal.payloads",
+    "client_data_converter": "procbus.temporal.payloads",
+    "load_payload_codec": "procbus.temporal.payloads",
     "procbus_data_converter": "procbus.temporal.payloads",
+    "with_procbus_payloads": "procbus.temporal.payloads",
     "procbus_runtime": "procbus.temporal.client",
     "workflow_ui_url": "procbus.temporal.client",
+    "AttributeSetup": "procbus.temporal.search_attributes",
+    "Registration": "procbus.temporal.search_attributes",
+    "ensure_search_attributes": "procbus.temporal.search_attributes",
+    "require_search_attributes": "procbus.temporal.search_attributes",
+    "setup_command": "procbus.temporal.search_attributes",
 }
 
 __all__ = [
+    "AttributeSetup",
     "FaultInterceptor",
     "ProcbusErrorInterceptor",
+    "ProcbusPayloadConverter",
+    "Registration",
     "Signer",
     "application_error",
+    "client_data_converter",
     "client_signer",
     "connect_client",
+    "ensure_search_attributes",
+    "load_payload_codec",
     "procbus_data_converter",
     "procbus_runtime",
+    "require_search_attributes",
+    "setup_command",
     "signed_client",
+    "with_procbus_payloads",
     "workflow_ui_url",
 ]
 

@@ -1,4 +1,4 @@
-"""Temporal clients for procbus: pydantic payloads, TLS or API key from the settings."""
+"""Temporal clients for procbus: pydantic payloads; TLS, API key from the configuration."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 import time
 from functools import cache
 
-from temporalio.client import Client, TLSConfig
+from temporalio.client import Client
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
@@ -21,7 +21,8 @@ from temporalio.service import RPCError
 from procbus.config import Settings
 from procbus.errors import StackError
 from procbus.temporal.auth import Signer, SigningInterceptor
-from procbus.temporal.payloads import procbus_data_converter
+from procbus.temporal.connection import TemporalOptions, configured_temporal
+from procbus.temporal.payloads import client_data_converter
 
 
 class _DropLateActivityCompletion(logging.Filter):
@@ -69,21 +70,6 @@ def procbus_runtime(metrics_address: str | None = None) -> Runtime:
     return runtime
 
 
-def tls_config(settings: Settings) -> TLSConfig | bool:
-    if not settings.uses_tls:
-        # Temporal Cloud with an API key still speaks TLS, with the system's CA roots.
-        return settings.temporal_api_key is not None
-    return TLSConfig(
-        server_root_ca_cert=settings.temporal_tls_ca.read_bytes()
-        if settings.temporal_tls_ca
-        else None,
-        client_cert=settings.temporal_tls_cert.read_bytes() if settings.temporal_tls_cert else None,
-        client_private_key=settings.temporal_tls_key.read_bytes()
-        if settings.temporal_tls_key
-        else None,
-    )
-
-
 STARTING_SERVER_WAIT_SECONDS = 60.0
 _STARTING_SERVER = "not healthy yet"
 
@@ -95,6 +81,7 @@ async def connect_client(
     *,
     metrics_address: str | None = None,
     signer: Signer | None = None,
+    options: TemporalOptions | None = None,
 ) -> Client:
     """Connect a client whose payloads are pydantic models as JSON.
 
@@ -103,28 +90,30 @@ async def connect_client(
     Args:
         address: the Temporal server's host:port.
         namespace: the Temporal namespace.
-        settings: TLS and API key to connect with; none when None.
+        settings: TLS, API key (PROCBUS_TEMPORAL_*, else TEMPORAL_*) and payload codec
+            (PROCBUS_PAYLOAD_CODEC) to connect with; none when None.
         metrics_address: where a worker built on the client serves metrics, if anywhere.
         signer: every workflow the client starts carries this principal's token.
+        options: TLS, API key and gRPC metadata (a resolved address's); else the settings'.
 
     Raises:
         StackError: when the server cannot be reached or refuses the client.
+        ConfigError: when the settings' payload codec cannot be loaded.
     """
-    tls: TLSConfig | bool = False
-    api_key = None
-    if settings is not None:
-        tls = tls_config(settings)
-        if settings.temporal_api_key is not None:
-            api_key = settings.temporal_api_key.get_secret_value()
+    data_converter = client_data_converter(settings.payload_codec if settings else None)
+    if options is None and settings is not None:
+        options = configured_temporal(settings).options
+    options = options or TemporalOptions()
     deadline = time.monotonic() + STARTING_SERVER_WAIT_SECONDS
     while True:
         try:
             return await Client.connect(
                 address,
                 namespace=namespace,
-                tls=tls,
-                api_key=api_key,
-                data_converter=procbus_data_converter,
+                tls=options.tls,
+                api_key=options.api_key,
+                rpc_metadata=options.rpc_metadata,
+                data_converter=data_converter,
                 runtime=procbus_runtime(metrics_address),
                 interceptors=[SigningInterceptor(signer)] if signer is not None else [],
             )

@@ -10,17 +10,21 @@ message naming each bad or missing field; nothing else happens.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import pydantic
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultPayloadConverter, PayloadCodec
 from temporalio.exceptions import ApplicationError
 
 from procbus.core import WorkflowInput
-from procbus.errors import ErrorType, validation_findings
+from procbus.errors import ConfigError, ErrorType, validation_findings
 from procbus.temporal.errors import application_error
 
 
@@ -61,3 +65,87 @@ class ProcbusPayloadConverter(PydanticPayloadConverter):
 
 
 procbus_data_converter = DataConverter(payload_converter_class=ProcbusPayloadConverter)
+
+# Payload converters procbus's takes the place of: it converts all they do (pydantic's JSON for
+# anything JSON can carry), and procbus's own inputs and results are pydantic models.
+REPLACEABLE_PAYLOAD_CONVERTERS = (DefaultPayloadConverter, PydanticPayloadConverter)
+
+
+def with_procbus_payloads(converter: DataConverter | None) -> DataConverter:
+    """Return `converter` with procbus's payload converter, the rest of it kept.
+
+    The payload codec (a user's encryption), the failure converter and external storage stay
+    as they are, so the codec encodes procbus's payloads too.
+
+    Args:
+        converter: the client's data converter so far; procbus's own when None.
+
+    Raises:
+        ConfigError: when `converter` has a payload converter of its own, which procbus would
+            replace (it reads and writes its models as pydantic JSON).
+    """
+    if converter is None:
+        return procbus_data_converter
+    current = converter.payload_converter_class
+    if issubclass(current, ProcbusPayloadConverter):
+        return converter
+    if current not in REPLACEABLE_PAYLOAD_CONVERTERS:
+        raise ConfigError(
+            f"ProcbusPlugin cannot use the payload converter {current.__qualname__}: procbus "
+            "reads and writes its models as pydantic JSON with its own converter; derive yours "
+            "from procbus.temporal.ProcbusPayloadConverter (your payload codec and failure "
+            "converter are kept as they are)"
+        )
+    return dataclasses.replace(converter, payload_converter_class=ProcbusPayloadConverter)
+
+
+def load_payload_codec(path: str, setting: str = "PROCBUS_PAYLOAD_CODEC") -> PayloadCodec:
+    """Return the payload codec the callable at `path` ("package.module:factory") makes.
+
+    Args:
+        path: where the factory is, imported from the working folder too (as `python -m`).
+        setting: the setting `path` came from, named in errors.
+
+    Raises:
+        ConfigError: when the module does not import, has no such callable, or what it
+            returns is no temporalio.converter.PayloadCodec.
+    """
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigError(f"{setting}={path}: expected package.module:factory")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # any failure of the user's module is reported the same way
+        raise ConfigError(
+            f"{setting}={path}: module {module_name!r} does not import: "
+            f"{type(error).__name__}: {error}"
+        ) from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ConfigError(f"{setting}={path}: module {module_name!r} has no callable {attribute!r}")
+    try:
+        codec = factory()
+    except Exception as error:
+        raise ConfigError(
+            f"{setting}={path}: {attribute}() failed: {type(error).__name__}: {error}"
+        ) from None
+    if not isinstance(codec, PayloadCodec):
+        raise ConfigError(
+            f"{setting}={path}: {attribute}() returned {type(codec).__qualname__}, not a "
+            "temporalio.converter.PayloadCodec"
+        )
+    return codec
+
+
+def client_data_converter(payload_codec: str | None) -> DataConverter:
+    """Return procbus's data converter, with the codec `payload_codec` names (if any).
+
+    Raises:
+        ConfigError: when the codec cannot be loaded (see load_payload_codec).
+    """
+    if payload_codec is None:
+        return procbus_data_converter
+    codec = load_payload_codec(payload_codec)
+    return dataclasses.replace(procbus_data_converter, payload_codec=codec)

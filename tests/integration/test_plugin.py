@@ -32,7 +32,7 @@ from examples.user_procedures import (
 from procbus import ProcbusPlugin
 from procbus.bus.membership import Membership
 from procbus.config import Settings
-from procbus.errors import ConfigError, ProcbusError
+from procbus.errors import ConfigError
 from procbus.stack.temporal_server import temporal_binary
 from procbus.worker.extensions import load_user_procedures
 from procbus.worker.main import WORKFLOWS
@@ -129,20 +129,6 @@ async def test_a_users_worker_runs_its_procedure_with_only_the_plugin(
         assert "validation error" in str(refused.value.cause)
     # The worker stopped: its membership ended with it.
     assert await Membership(pool).members() == []
-
-
-async def test_one_plugin_runs_one_worker(database_url: str, temporal_address: str) -> None:
-    plugin = ProcbusPlugin(
-        user_settings(database_url, temporal_address, f"user-{uuid.uuid4().hex[:6]}"),
-        outbox_relay=False,
-    )
-    client = await Client.connect(temporal_address, plugins=[plugin])
-    first = Worker(client, task_queue=f"a-{uuid.uuid4().hex}", workflows=[RefreshCaches])
-    second = Worker(client, task_queue=f"b-{uuid.uuid4().hex}", workflows=[RefreshCaches])
-    async with first:
-        await asyncio.wait_for(plugin.ready.wait(), 30)
-        with pytest.raises(ProcbusError, match="already runs the worker on 'a-"):
-            await second.run()
 
 
 async def test_a_worker_without_the_bus_does_not_join_it(

@@ -217,11 +217,22 @@ def check_command_line(line: str, tree: dict[tuple[str, ...], tuple[Any, Any]]) 
     except ValueError:
         words = line.split()
     path: tuple[str, ...] = ("procbus",)
+    value_next = False
     for index, word in enumerate(words[1:], start=1):
+        if value_next:  # a group option's value: `procbus --namespace staging proc list`
+            value_next = False
+            continue
         command, context = tree[path]
         if hasattr(command, "list_commands"):
             if word in ("--help", "..."):
                 return None
+            if word.startswith("-"):
+                option = word.split("=")[0]
+                given = [p for p in command.get_params(context) if option in p.opts]
+                if not given:
+                    return f"{' '.join(path)} has no option {option!r}"
+                value_next = "=" not in word and not getattr(given[0], "is_flag", False)
+                continue
             names = word.split("|")
             if not all((*path, name) in tree for name in names):
                 return f"no command {' '.join((*path, word))!r}"

@@ -22,6 +22,7 @@ from procbus.core.sdk_private import (
     TRACING_MODULE,
     defined_activity_name,
     is_activity,
+    mark_never_started,
     workflow_definition,
     workflow_span_recorder,
 )
@@ -162,6 +163,20 @@ def test_outside_a_traced_workflow_no_span_is_recorded(monkeypatch: pytest.Monke
     )
     monkeypatch.delitem(sys.modules, TRACING_MODULE)
     assert workflow_span_recorder() is None
+
+
+def test_a_worker_refused_before_it_ran_can_be_marked_shut_down() -> None:
+    """`mark_never_started` sets the event `Worker.shutdown` waits for (no worker built here:
+    tests/integration/test_temporal_setup.py refuses a real one)."""
+    from temporalio.worker import Worker
+
+    assert "self._shutdown_complete_event = asyncio.Event()" in inspect.getsource(Worker), changed(
+        "worker.Worker._shutdown_complete_event"
+    )
+    assert "self._shutdown_complete_event.wait()" in inspect.getsource(Worker.shutdown), changed(
+        "worker.Worker.shutdown"
+    )
+    assert "_shutdown_complete_event.set()" in inspect.getsource(mark_never_started)
 
 
 def _private_members() -> set[str]:

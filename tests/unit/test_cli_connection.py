@@ -1,0 +1,36 @@
+"""The CLI's Temporal-only commands on a Temporal configured alone: no database URL asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from procbus.config import setting_names
+from procbus.errors import StackError
+from procbus.stack.processes import free_port
+from procbus.starter.cli import app
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in setting_names():
+        monkeypatch.delenv(name, raising=False)
+    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PROCBUS_STATE_DIR", str(tmp_path / "state"))  # no dev stack
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("variable", ["PROCBUS_TEMPORAL_ADDRESS", "TEMPORAL_ADDRESS"])
+@pytest.mark.parametrize("command", [["proc", "list"], ["proc", "status", "p-1"]])
+def test_a_status_read_goes_to_the_configured_temporal_without_a_database_url(
+    monkeypatch: pytest.MonkeyPatch, variable: str, command: list[str]
+) -> None:
+    address = f"127.0.0.1:{free_port()}"  # nothing listens: the error says where it went
+    monkeypatch.setenv(variable, address)
+    result = CliRunner().invoke(app, command)
+    assert isinstance(result.exception, StackError), result.output
+    assert f"cannot reach the Temporal server at {address}" in str(result.exception)
