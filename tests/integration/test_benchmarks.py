@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.bench_runs import BENCH, bench_module, run_smoke, smoke_env
+from tests.source_parse import parse
 
 harness = bench_module("harness")
 BENCHMARKS = harness.benchmarks(root_only=False)
@@ -28,7 +29,7 @@ def run_inside_others(names: list[str]) -> dict[str, str]:
         source = (BENCH / f"{name}.py").read_text()
         if "\nBENCHES = " not in source:
             continue  # parsing every one would cost each test process 0.07 s
-        for node in ast.parse(source).body:
+        for node in parse(source).body:
             if isinstance(node, ast.Assign) and "BENCHES" in {
                 target.id for target in node.targets if isinstance(target, ast.Name)
             }:

@@ -82,8 +82,9 @@ async def submission_of(pool: asyncpg.Pool, job_key: str) -> str:
 
 
 # The module's cluster starts in this test's set-up; on a busy host that alone took minutes.
+# Beside the whole suite on 2 cores, two turns of drivers took 85-315 s, once over 420 s.
 @pytest.mark.timeout(1200)
-async def test_a_load_runs_as_a_driver_on_the_cluster_and_its_progress_is_heartbeated(
+async def test_loads_started_together_take_turns_for_drivers_and_each_ends_as_its_input_says(
     cluster: SparkCluster,
     client: Client,
     pool: asyncpg.Pool,
@@ -91,26 +92,35 @@ async def test_a_load_runs_as_a_driver_on_the_cluster_and_its_progress_is_heartb
     warehouse: Path,
     tmp_path: Path,
 ) -> None:
+    """A load runs as a driver on the cluster and its progress is heartbeated; bad input is
+    refused by the driver in its own words. Unbounded, drivers started together would hold all
+    of this cluster's cores and memory (4 of each, 1 per driver) and leave their executors none,
+    and every job would wait forever. The master runs at most `spark.deploy.maxDrivers` (2) at
+    once and queues the rest, which procbus waits on as submitted: of these three loads started
+    together, one waits its turn, and each ends as its input says."""
     table = await make_table(pool, warehouse)
-    bad = write_csv(tmp_path / "bad.csv", 0, 20, bad_amount_at=3)
     async with cluster_worker(client, pool, task_queue, warehouse, cluster):
         # Enough rows that the driver is seen running: its progress comes through the master.
-        source = write_csv(tmp_path / "a.csv", 0, 300_000)
-        handle = await start_load(client, task_queue, source)
-        submission_id = await submission_of(pool, load_job_key(handle))
-        progress: dict[str, Any] = await wait_for_running_job(client, handle.id)
-        result = await handle.result()
+        big = await start_load(client, task_queue, write_csv(tmp_path / "a.csv", 0, 300_000))
+        small = await start_load(client, task_queue, write_csv(tmp_path / "b.csv", 300_000, 100))
         # Bad input on the cluster: the driver's own error, the column named, nothing committed.
-        refusing = await start_load(client, task_queue, bad)
-        with pytest.raises(WorkflowFailureError):
-            await refusing.result()
+        refusing = await start_load(
+            client, task_queue, write_csv(tmp_path / "bad.csv", 0, 20, bad_amount_at=3)
+        )
+        submission_id = await submission_of(pool, load_job_key(big))
+        progress: dict[str, Any] = await wait_for_running_job(client, big.id)
+        async with asyncio.timeout(720):
+            results = await asyncio.gather(big.result(), small.result())
+            with pytest.raises(WorkflowFailureError):
+                await refusing.result()
         refused = await status_of(client, refusing.id)
     assert submission_id.startswith("driver-")
     assert progress["phase"] == "running" and progress["tasks_total"] > 0
     assert cluster.driver_state(submission_id) == "FINISHED"
-    assert result.records == 300_000
+    assert [result.records for result in results] == [300_000, 100]
     current = await Catalog(pool).table_files("sales", "orders")
-    assert rows_of(read_snapshot(current)) == expected_rows(0, 300_000)
+    assert rows_of(read_snapshot(current)) == expected_rows(0, 300_100)
+    assert len(await Catalog(pool).list_snapshots("sales", "orders")) == 2
     assert refused.state is ProcedureState.ROLLED_BACK
     assert "column 'amount' of sales.orders is double" in (refused.error or ""), refused.error
     assert table_files_on_disk(table) == only_committed_files(table, current)
@@ -278,36 +288,6 @@ async def test_a_load_whose_driver_is_killed_runs_again_as_a_new_attempt_and_com
     assert result.records == 500
     assert rows_of(read_snapshot(current)) == expected_rows(0, 500)
     assert table_files_on_disk(table) == only_committed_files(table, current)
-
-
-@pytest.mark.timeout(900)
-async def test_loads_started_together_take_turns_for_drivers_and_all_commit(
-    cluster: SparkCluster,
-    client: Client,
-    pool: asyncpg.Pool,
-    task_queue: str,
-    warehouse: Path,
-    tmp_path: Path,
-) -> None:
-    """Unbounded, drivers started together would hold all of this cluster's cores and memory
-    (4 of each, 1 per driver) and leave their executors none, and every job would wait forever.
-    The master runs at most `spark.deploy.maxDrivers` (2) at once and queues the rest, which
-    procbus waits on as submitted: of three loads, one waits its turn."""
-    await make_table(pool, warehouse)
-    loads = 3
-    async with cluster_worker(client, pool, task_queue, warehouse, cluster):
-        handles = [
-            await start_load(client, task_queue, write_csv(tmp_path / f"{n}.csv", n * 100, 100))
-            for n in range(loads)
-        ]
-        # Two turns of drivers beside the whole suite on 2 cores: 85-315 s seen, and once over
-        # 420 s while the two running drivers' jobs could only run one after the other.
-        async with asyncio.timeout(720):
-            results = await asyncio.gather(*(handle.result() for handle in handles))
-    assert [result.records for result in results] == [100] * loads
-    current = await Catalog(pool).table_files("sales", "orders")
-    assert rows_of(read_snapshot(current)) == expected_rows(0, 100 * loads)
-    assert len(await Catalog(pool).list_snapshots("sales", "orders")) == loads
 
 
 async def test_a_compaction_of_thousands_of_files_reaches_its_driver_whole(

@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.source_parse import parse
+
 PROJECT = Path(__file__).resolve().parents[2]
 LIBRARY = PROJECT / "procbus"
 EXAMPLES = PROJECT / "examples"
@@ -30,7 +32,7 @@ def exports(package: str) -> frozenset[str]:
     init = LIBRARY / package.removeprefix("procbus.") / "__init__.py"
     if not init.exists():
         return frozenset()
-    for node in ast.parse(init.read_text()).body:
+    for node in parse(init.read_text()).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
         ):
@@ -40,7 +42,7 @@ def exports(package: str) -> frozenset[str]:
 
 def reaches_in(path: Path) -> Iterator[str]:
     importer = module_name(path)
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
             continue
         parts = node.module.split(".")

@@ -20,6 +20,7 @@ from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
 from procbus.lakehouse import pyiceberg_private, table_metadata
 from procbus.lakehouse.pyiceberg_private import PRIVATE_USES, PrivateUse
 from procbus.lakehouse.schemas import parse_columns
+from tests.source_parse import parse
 
 PROJECT = Path(__file__).resolve().parents[2]
 MODULE = "procbus/lakehouse/pyiceberg_private.py"
@@ -191,7 +192,7 @@ def test_nothing_but_pyiceberg_private_touches_a_private_pyiceberg_name() -> Non
         relative = path.relative_to(PROJECT)
         if any(part.startswith(".") for part in relative.parts) or relative.as_posix() in EXEMPT:
             continue
-        for line, name in private_uses_in(ast.parse(path.read_text(), str(path))):
+        for line, name in private_uses_in(parse(path.read_text(), str(path))):
             offending.append(f"{relative}:{line}: {name}")
     assert not offending, (
         f"pyiceberg's private names are {MODULE}'s alone (add what you need there, with a "
@@ -214,7 +215,7 @@ def test_the_guard_finds_each_kind_of_private_use() -> None:
         "    def run(self):\n"
         "        return self._updates, self._own\n"
     )
-    assert private_uses_in(ast.parse(source)) == [
+    assert private_uses_in(parse(source)) == [
         (2, "_apply_table_update"),
         (4, "_parse_metadata_version"),
         (5, "_updates"),

@@ -26,6 +26,7 @@ from procbus.core.sdk_private import (
     workflow_definition,
     workflow_span_recorder,
 )
+from tests.source_parse import parse
 
 PROJECT = Path(__file__).parents[2]
 MODULE = "procbus/core/sdk_private.py"
@@ -237,7 +238,7 @@ def _uses(path: Path, private_members: set[str]) -> Iterator[str]:
     source = path.read_text()
     if "__temporal_" in source:
         yield "an attribute `__temporal_...` that temporalio's decorators set"
-    tree = ast.parse(source)
+    tree = parse(source)
     temporal = _temporalio_names(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
