@@ -50,11 +50,11 @@ def pid_alive(pid: int) -> bool:
 
 
 async def until(condition: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
-    """The first truthy value of `condition`, asked in this process: a wait that asks the
-    `procbus` CLI instead pays about half a CPU-second a question."""
+    """The first truthy value of `condition`, or its last one once `timeout` passed (the caller's
+    assertion says what is wrong), asked in this process: a wait that asks the `procbus` CLI
+    instead pays about half a CPU-second a question."""
     deadline = time.monotonic() + timeout
-    while not (value := await condition()):
-        assert time.monotonic() < deadline, "timed out"
+    while not (value := await condition()) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
     return value
 
@@ -126,7 +126,7 @@ class DevStack:
     def wait_in_temporal(
         self, condition: Callable[[Client], Awaitable[T]], timeout: float = 60.0
     ) -> T:
-        """The first truthy value of `condition` on a client of the stack's Temporal."""
+        """`until` `condition` holds, on a client of the stack's Temporal."""
 
         async def run() -> T:
             client = await self.temporal()
@@ -137,7 +137,7 @@ class DevStack:
     def wait_in_database(
         self, condition: Callable[[asyncpg.Pool], Awaitable[T]], timeout: float = 60.0
     ) -> T:
-        """The first truthy value of `condition` on a pool of the stack's database."""
+        """`until` `condition` holds, on a pool of the stack's database."""
 
         async def run() -> T:
             pool = await create_pool(str(self.stack()["database_url"]), min_size=1, max_size=1)

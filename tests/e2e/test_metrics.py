@@ -47,7 +47,7 @@ def wait_for_step(stack: DevStack, procedure_id: str, step: str) -> None:
         except ProcbusError:  # not answered yet
             return False
 
-    stack.wait_in_temporal(running, timeout=60)
+    assert stack.wait_in_temporal(running, timeout=60), f"{procedure_id} did not reach {step}"
 
 
 def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
