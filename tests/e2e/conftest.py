@@ -22,6 +22,7 @@ from temporalio.client import Client
 from procbus.db import create_pool
 from procbus.stack.ephemeral import service_dir
 from procbus.stack.processes import free_port
+from procbus.stack.state import read_live_stack
 from procbus.stack.status import live_pollers
 from procbus.temporal import connect_client
 from tests.services import subprocess_environment
@@ -106,13 +107,15 @@ class DevStack:
 
     async def is_up(self) -> bool:
         """What `procbus status` exits 0 for: Temporal and PostgreSQL answer, a worker polls."""
-        stack = self.stack()
+        stack = read_live_stack(self.state_dir)  # as `procbus status` reads it
+        if stack is None:
+            return False
         try:
             async with asyncio.timeout(10):
-                client = await self.temporal()
-                if not await live_pollers(client, str(stack["task_queue"])):
+                client = await connect_client(stack.temporal_address, stack.namespace)
+                if not await live_pollers(client, stack.task_queue):
                     return False
-                connection = await asyncpg.connect(str(stack["database_url"]))
+                connection = await asyncpg.connect(stack.database_url)
                 await connection.close()
         except Exception:  # not up yet
             return False
