@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -9,18 +10,26 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
+import asyncpg
 import pytest
+from temporalio.client import Client
 
+from procbus.db import create_pool
 from procbus.stack.ephemeral import service_dir
 from procbus.stack.processes import free_port
+from procbus.stack.state import read_live_stack
+from procbus.stack.status import live_pollers
+from procbus.temporal import connect_client
 from tests.services import subprocess_environment
 
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 STACK_START_SECONDS = 120
+T = TypeVar("T")
 
 
 def procbus(
@@ -39,6 +48,16 @@ def pid_alive(pid: int) -> bool:
     # A zombie is dead too: it only waits for its parent to read its status.
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().split(")")[-1].split()[0] != "Z"
+
+
+async def until(condition: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
+    """The first truthy value of `condition`, or its last one once `timeout` passed (the caller's
+    assertion says what is wrong), asked in this process: a wait that asks the `procbus` CLI
+    instead pays about half a CPU-second a question."""
+    deadline = time.monotonic() + timeout
+    while not (value := await condition()) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    return value
 
 
 def wait_until_dead(pids: list[int], timeout: float = 30) -> list[int]:
@@ -72,14 +91,11 @@ class DevStack:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"procbus dev exited {self.process.returncode}: {self.log()}")
-            # stack.json appears once the servers are up: only then is asking `procbus status`
-            # (about a second of CPU a time, on a busy machine several times a start) worth it.
-            if (self.state_dir / "stack.json").exists():
-                if procbus(self.env, "status", "--json").returncode == 0:
-                    return
-                time.sleep(0.5)
-            else:
-                time.sleep(0.1)
+            # stack.json appears once the servers are up; then what `procbus status` checks is
+            # asked in this process (the CLI costs half a CPU-second a time, several a start).
+            if (self.state_dir / "stack.json").exists() and asyncio.run(self.is_up()):
+                return
+            time.sleep(0.1)
         raise AssertionError(f"procbus dev was not up after {STACK_START_SECONDS}s: {self.log()}")
 
     def log(self) -> str:
@@ -88,6 +104,52 @@ class DevStack:
     def stack(self) -> dict[str, object]:
         loaded: dict[str, object] = json.loads((self.state_dir / "stack.json").read_text())
         return loaded
+
+    async def is_up(self) -> bool:
+        """What `procbus status` exits 0 for: Temporal and PostgreSQL answer, a worker polls."""
+        stack = read_live_stack(self.state_dir)  # as `procbus status` reads it
+        if stack is None:
+            return False
+        try:
+            async with asyncio.timeout(10):
+                client = await connect_client(stack.temporal_address, stack.namespace)
+                if not await live_pollers(client, stack.task_queue):
+                    return False
+                connection = await asyncpg.connect(stack.database_url)
+                await connection.close()
+        except Exception:  # not up yet
+            return False
+        return True
+
+    async def temporal(self) -> Client:
+        """A client on the stack's Temporal, with procbus's converter (as the CLI's)."""
+        stack = self.stack()
+        return await connect_client(str(stack["temporal_address"]), str(stack["namespace"]))
+
+    def wait_in_temporal(
+        self, condition: Callable[[Client], Awaitable[T]], timeout: float = 60.0
+    ) -> T:
+        """`until` `condition` holds, on a client of the stack's Temporal."""
+
+        async def run() -> T:
+            client = await self.temporal()
+            return await until(lambda: condition(client), timeout)
+
+        return asyncio.run(run())
+
+    def wait_in_database(
+        self, condition: Callable[[asyncpg.Pool], Awaitable[T]], timeout: float = 60.0
+    ) -> T:
+        """`until` `condition` holds, on a pool of the stack's database."""
+
+        async def run() -> T:
+            pool = await create_pool(str(self.stack()["database_url"]), min_size=1, max_size=1)
+            try:
+                return await until(lambda: condition(pool), timeout)
+            finally:
+                await pool.close()
+
+        return asyncio.run(run())
 
     def server_pids(self) -> list[int]:
         stack = self.stack()

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+from temporalio.client import Client
 
 from procbus.core.metrics import (
     LOCK_WAIT_SECONDS,
@@ -18,6 +19,8 @@ from procbus.core.metrics import (
     TOPIC_DEAD_LETTERS,
     TOPIC_DEPTH,
 )
+from procbus.errors import ProcbusError
+from procbus.procedures.client import procedure_status
 from procbus.stack.processes import free_port
 from tests.e2e.conftest import DevStack, procbus
 from tests.services import subprocess_environment
@@ -34,15 +37,17 @@ def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return found
 
 
-def wait_for_step(env: dict[str, str], procedure_id: str, step: str) -> None:
-    """Until the procedure runs `step` (a procedure runs its steps with its locks held)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = procbus(env, "proc", "status", procedure_id, "--json")
-        if status.returncode == 0 and json.loads(status.stdout).get("step_running") == step:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{procedure_id} did not reach {step}")
+def wait_for_step(stack: DevStack, procedure_id: str, step: str) -> None:
+    """Until the procedure runs `step` (a procedure runs its steps with its locks held), as
+    `procbus proc status` would say, asked in this process."""
+
+    async def running(client: Client) -> bool:
+        try:
+            return (await procedure_status(client, procedure_id)).step_running == step
+        except ProcbusError:  # not answered yet
+            return False
+
+    assert stack.wait_in_temporal(running, timeout=60), f"{procedure_id} did not reach {step}"
 
 
 def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
@@ -71,7 +76,7 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         assert procbus(env, "namespace", "create", "sales", "--wait").returncode == 0
         creating = procbus(env, "table", "create", "sales.orders", "--schema", "id:int")
         table_id = creating.stdout.split()[0]
-        wait_for_step(env, table_id, "create_layout")  # CreateTable holds IX on sales now
+        wait_for_step(stack, table_id, "create_layout")  # CreateTable holds IX on sales now
         deleting = procbus(env, "namespace", "delete", "sales", "--wait")
         assert deleting.returncode == 1  # waited, then refused: the namespace holds the table
         assert procbus(env, "proc", "wait", table_id).returncode == 0

@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
+from procbus.procedures.client import list_procedures
 from procbus.stack.processes import free_port
 from tests.e2e.conftest import PROCBUS, DevStack, procbus
 from tests.services import subprocess_environment
@@ -120,13 +122,13 @@ def test_table_lifecycle_and_bad_input(module_dev_stack: DevStack) -> None:
     assert tables(dev_stack) == others
     assert not Path(described["location"]).exists()
 
-    deadline = time.monotonic() + 30  # the list comes from visibility, a moment behind
-    while True:
-        listed = json.loads(ok(dev_stack, "proc", "list", "--type", "DeleteTable", "--json"))
-        states = {p["procedure_id"]: p["state"] for p in listed if p["procedure_id"] not in earlier}
-        if states.get(procedure_id) == "SUCCEEDED" or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
+    async def visible(client: Client) -> bool:  # the list comes from visibility, a moment behind
+        listed = await list_procedures(client, procedure_type="DeleteTable")
+        return any(p.procedure_id == procedure_id and p.state == "SUCCEEDED" for p in listed)
+
+    dev_stack.wait_in_temporal(visible, timeout=30)
+    listed = json.loads(ok(dev_stack, "proc", "list", "--type", "DeleteTable", "--json"))
+    states = {p["procedure_id"]: p["state"] for p in listed if p["procedure_id"] not in earlier}
     assert states.get(procedure_id) == "SUCCEEDED"
     # And the one the starter script ran; the two refused in preflight rolled back.
     assert sorted(states.values()) == ["ROLLED_BACK", "ROLLED_BACK", "SUCCEEDED", "SUCCEEDED"]

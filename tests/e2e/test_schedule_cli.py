@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 from temporalio.client import Client
 
+from procbus.procedures.client import list_procedures
 from tests.e2e.conftest import DevStack, procbus
 
 MIB = 1024 * 1024
@@ -34,13 +33,15 @@ def refused(stack: DevStack, *args: str) -> str:
     return result.stderr
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0) -> Any:
-    """The first truthy value of `condition` (visibility is a second or so behind)."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.3)
-    return value
+def wait_for_listing(stack: DevStack, listing: bool, *names: str) -> None:
+    """Until Temporal's visibility (a second or so behind) lists every one of `names`, or none
+    (`listing` False), asked in this process: `schedule list` is then asked once."""
+
+    async def settled(client: Client) -> bool:
+        listed = {entry.id async for entry in await client.list_schedules()}
+        return all((name in listed) == listing for name in names)
+
+    stack.wait_in_temporal(settled, timeout=30)
 
 
 def listed(stack: DevStack) -> dict[str, dict[str, Any]]:
@@ -141,7 +142,9 @@ def test_schedules_from_the_cli(dev_stack: DevStack) -> None:
 
     # The list shows it, next to the outbox sweep's schedule the worker made (not procbus's
     # CLI's: its workflow type is its procedure).
-    schedules = wait_for(lambda: (found := listed(dev_stack)) and "hourly" in found and found)
+    wait_for_listing(dev_stack, True, "hourly")
+    schedules = listed(dev_stack)
+    assert "hourly" in schedules
     compactions = {name for name, s in schedules.items() if s["procedure"] == "compact"}
     assert compactions == {"hourly"}
     assert schedules["procbus-outbox-sweep"]["procedure"] == "OutboxSweep"
@@ -197,11 +200,13 @@ def test_schedules_from_the_cli(dev_stack: DevStack) -> None:
     assert workflow_type == "CompactTable"
     assert (request["table"], request["target_file_size"]) == ("sales.orders", 64 * MIB)
 
-    def procedure() -> dict[str, Any] | None:
-        found = json.loads(ok(dev_stack, "proc", "list", "--json"))
-        return next((p for p in found if p["procedure_id"] == workflow_id), None)
+    async def visible(client: Client) -> bool:
+        return workflow_id in {p.procedure_id for p in await list_procedures(client)}
 
-    run = wait_for(procedure)
+    dev_stack.wait_in_temporal(visible, timeout=30)  # visibility, as `proc list` reads it
+    found = json.loads(ok(dev_stack, "proc", "list", "--json"))
+    run = next((p for p in found if p["procedure_id"] == workflow_id), None)
+    assert run is not None, found
     assert (run["procedure_type"], run["target"]) == ("CompactTable", "sales.orders")
     view = described(dev_stack, "nightly")
     assert [action["workflow_id"] for action in view["recent_actions"]] == [workflow_id]
@@ -212,4 +217,5 @@ def test_schedules_from_the_cli(dev_stack: DevStack) -> None:
     for command in ("describe", "pause", "unpause", "trigger", "delete"):
         stderr = refused(dev_stack, "schedule", command, "nightly")
         assert "schedule 'nightly' does not exist" in stderr, stderr
-    wait_for(lambda: not {"hourly", "nightly"} & set(listed(dev_stack)))
+    wait_for_listing(dev_stack, False, "hourly", "nightly")
+    assert not {"hourly", "nightly"} & set(listed(dev_stack))

@@ -7,12 +7,14 @@ import json
 import time
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
 from standardwebhooks.webhooks import Webhook
 
 from procbus.delivery.kafka import read_committed
 from procbus.stack.kafka import KafkaBroker
 from procbus.starter.receiver import WebhookReceiver
+from procbus.topics import Topics
 from tests.e2e.conftest import DevStack, procbus
 
 
@@ -98,7 +100,11 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> 
         loaded: dict[str, object] = json.loads(ok(dev_stack, "topic", "stats", "orders", "--json"))
         return loaded
 
-    wait_for(lambda: stats()["dead_letters"] == 1)
+    async def dead_letters(pool: asyncpg.Pool) -> bool:
+        return (await Topics(pool).stats("orders")).dead_letters == 1
+
+    dev_stack.wait_in_database(dead_letters, timeout=30)  # what `topic stats` says, in-process
+    assert stats()["dead_letters"] == 1
     [dead] = json.loads(ok(dev_stack, "topic", "dead-letters", "orders", "--json"))
     assert (dead["key"], dead["attempts"], dead["payload"]) == ("bad", 1, {"n": 1})
     receiver.failing = set()
@@ -106,8 +112,14 @@ def test_topics_from_the_cli(dev_stack: DevStack, receiver: WebhookReceiver) -> 
     wait_for(lambda: len(receiver.accepted) == 4)
     assert receiver.accepted[-1].event["data"] == {"n": 1}
     assert receiver.accepted[-1].headers["webhook-id"] == dead["webhook_id"]
-    wait_for(lambda: stats()["depth"] == 0 and stats()["delivered"] == 4)
+
+    async def settled(pool: asyncpg.Pool) -> bool:
+        found = await Topics(pool).stats("orders")
+        return found.depth == 0 and found.delivered == 4
+
+    dev_stack.wait_in_database(settled, timeout=30)
     final = stats()
+    assert (final["depth"], final["delivered"]) == (0, 4)
     assert (final["dead_lettered"], final["dead_letters"], final["enabled"]) == (1, 0, True)
     rotated = json.loads(ok(dev_stack, "topic", "rotate-secret", "orders", "--json"))["secret"]
     time.sleep(1.5)  # the delivery reads the topic's secrets again every second

@@ -30,8 +30,10 @@ from pathlib import Path
 import asyncpg
 import pyarrow.parquet as pq
 import pytest
+from temporalio.client import Client
 
 from procbus.bus.membership import Membership
+from procbus.procedures.client import procedure_status
 from procbus.stack.temporal_server import temporal_binary
 from tests.integration.webhook_receiver import WebhookReceiver
 from tests.services import TEST_AUTH_ENV, run_command, subprocess_environment
@@ -181,6 +183,7 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
     fresh_venv: Path,
     database_url: str,
     temporal_address: str,
+    client: Client,
     pool: asyncpg.Pool,
     tmp_path: Path,
 ) -> None:
@@ -288,8 +291,8 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
                     *temporal_start(workflow_id, day, drill_queue, wait=False), timeout=60
                 )
                 assert code == 0, out + err
-            async with asyncio.timeout(60):
-                while (await status("totals-4")).get("step_running") != "compute":
+            async with asyncio.timeout(60):  # asked in this process: a CLI call costs more
+                while (await procedure_status(client, "totals-4")).step_running != "compute":
                     await asyncio.sleep(0.3)
             code, out, err = await cli(
                 "proc", "abort", "totals-4", "--reason", "wrong orders file", "--json"
