@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -10,10 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
@@ -70,6 +71,17 @@ def wait_until_dead(pids: list[int], timeout: float = 30) -> list[int]:
     return [pid for pid in pids if pid_alive(pid)]
 
 
+def run_to_end(coroutine: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(coroutine)`, in a thread of its own where this one runs an event loop
+    already (Playwright's sync API runs one in the test's thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
+
+
 @dataclass
 class DevStack:
     """A `procbus dev` subprocess on its own state folder and free ports."""
@@ -93,7 +105,7 @@ class DevStack:
                 raise AssertionError(f"procbus dev exited {self.process.returncode}: {self.log()}")
             # stack.json appears once the servers are up; then what `procbus status` checks is
             # asked in this process (the CLI costs half a CPU-second a time, several a start).
-            if (self.state_dir / "stack.json").exists() and asyncio.run(self.is_up()):
+            if (self.state_dir / "stack.json").exists() and run_to_end(self.is_up()):
                 return
             time.sleep(0.1)
         raise AssertionError(f"procbus dev was not up after {STACK_START_SECONDS}s: {self.log()}")
@@ -135,7 +147,7 @@ class DevStack:
             client = await self.temporal()
             return await until(lambda: condition(client), timeout)
 
-        return asyncio.run(run())
+        return run_to_end(run())
 
     def wait_in_database(
         self, condition: Callable[[asyncpg.Pool], Awaitable[T]], timeout: float = 60.0
@@ -149,7 +161,7 @@ class DevStack:
             finally:
                 await pool.close()
 
-        return asyncio.run(run())
+        return run_to_end(run())
 
     def server_pids(self) -> list[int]:
         stack = self.stack()
