@@ -194,7 +194,7 @@ def test_a_codec_setting_not_shaped_module_colon_factory_is_refused(
 def test_the_settings_version_a_worker_and_a_workers_own_versioning_stays() -> None:
     def configured(settings: Settings, **config: Any) -> WorkerConfig:
         plugin = ProcbusPlugin(settings, pool=cast(Any, object()), auth=WorkerAuth())
-        client = SimpleNamespace(config=lambda active_config: {})  # no interceptors of its own
+        client = SimpleNamespace(config=lambda **_: {})  # no interceptors of its own
         worker = {"client": client, "task_queue": "q", **config}
         return plugin.configure_worker(cast(WorkerConfig, worker))
 
