@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import OutboxActivities
@@ -12,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.hooks.outbox import SweepRequest, SweepResult
 
 
-@workflow.defn(name=OUTBOX_SWEEP)
+@workflow.defn(name=OUTBOX_SWEEP, versioning_behavior=VersioningBehavior.PINNED)
 class OutboxSweep:
     """Perform committed outbox rows the workers' relay left behind (started by a Schedule)."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -25,7 +25,7 @@ KINDS = (
 )
 
 
-@workflow.defn(name=RETENTION)
+@workflow.defn(name=RETENTION, versioning_behavior=VersioningBehavior.PINNED)
 class Retention:
     """Delete what is past its retention, one activity per kind (a Temporal Schedule starts it)."""
 

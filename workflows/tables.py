@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from temporalio import workflow
+from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import TableActivities
@@ -31,7 +32,7 @@ from procbus.engine import Procedure, checked
 CREATE_TABLE_EVICTS_AFTER_UNDO = "procbus-create-table-evicts-after-undo"
 
 
-@workflow.defn(name="CreateTable")
+@workflow.defn(name="CreateTable", versioning_behavior=VersioningBehavior.PINNED)
 class CreateTable(Procedure[CreateTableInput, TableResult]):
     """Create a table in its folder, the catalog and every worker's cache; its creator is admin."""
 
@@ -111,7 +112,7 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
 DELETE_TABLE_EVICTS_AFTER_REMOVAL = "procbus-delete-table-evicts-after-removal"
 
 
-@workflow.defn(name="DeleteTable")
+@workflow.defn(name="DeleteTable", versioning_behavior=VersioningBehavior.PINNED)
 class DeleteTable(Procedure[DeleteTableInput, TableResult]):
     """Delete a table from every worker's cache and the catalog, then its data."""
 
