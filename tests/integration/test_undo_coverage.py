@@ -22,7 +22,6 @@ from examples.user_procedures import (
 )
 from procbus.lakehouse.cache import DescriptorCache
 from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
-from procbus.testing.pytest_plugin import ProcbusServices
 from procbus.testing.undo import CutKind, UndoCoverage
 from procbus.workflows.namespaces import CreateNamespace
 from procbus.workflows.tables import CreateTable, DeleteTable
@@ -38,8 +37,10 @@ def worker_workflows() -> Sequence[type]:
 
 
 @pytest.fixture(scope="session")
-def procbus_services(temporal_address: str, postgres_url: str) -> ProcbusServices:
+def procbus_services(temporal_address: str, postgres_url: str) -> Any:
     """The plugin's fixtures on the suite's own servers and template: no server of their own."""
+    from procbus.testing.pytest_plugin import ProcbusServices
+
     return ProcbusServices(temporal_address, "default", postgres_url, TEMPLATE_DATABASE)
 
 
@@ -78,6 +79,15 @@ class TableStates:
         ]
 
 
+async def create_sales(client: Client, task_queue: str) -> None:
+    await client.execute_workflow(
+        CreateNamespace.run,
+        CreateNamespaceInput(namespace="sales"),
+        id=f"ns-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue,
+    )
+
+
 async def test_create_table_undo_coverage(
     client: Client,
     start_worker: Any,
@@ -88,12 +98,7 @@ async def test_create_table_undo_coverage(
     cache = DescriptorCache()
     states = TableStates(pool, warehouse, cache)
     async with start_worker(cache=cache):
-        await client.execute_workflow(
-            CreateNamespace.run,
-            CreateNamespaceInput(namespace="sales"),
-            id=f"ns-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue,
-        )
+        await create_sales(client, task_queue)
 
     async def prepare(request: CreateTableInput) -> None:
         await states.remember(request.table)
@@ -116,3 +121,80 @@ async def test_create_table_undo_coverage(
     print(report.summary())
     report.assert_covered()
     assert report.total == 15
+
+
+async def test_delete_table_undo_coverage(
+    client: Client,
+    start_worker: Any,
+    task_queue: str,
+    pool: asyncpg.Pool,
+    warehouse: Path,
+) -> None:
+    cache = DescriptorCache()
+    states = TableStates(pool, warehouse, cache)
+    async with start_worker(cache=cache):
+        await create_sales(client, task_queue)
+
+    async def prepare(request: DeleteTableInput) -> None:
+        await client.execute_workflow(
+            CreateTable.run,
+            CreateTableInput(table=request.table, columns="id:bigint"),
+            id=f"create-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        await states.remember(request.table)
+
+    async def missing(request: DeleteTableInput) -> list[str]:
+        after = await states.now(request.table)
+        left = after.tables or after.files or after.cached
+        return [f"{request.table} not deleted: {after}"] if left else []
+
+    coverage = UndoCoverage(
+        client=client,
+        task_queue=task_queue,
+        start_worker=lambda faults: start_worker(faults=faults, cache=cache),
+        procedure="DeleteTable",
+        make_input=lambda name: DeleteTableInput(table=f"sales.{name}"),
+        residue=lambda request: states.residue(request.table),
+        missing=missing,
+        prepare=prepare,
+    )
+    report = await coverage.run()
+    print(report.summary())
+    report.assert_covered()
+    assert report.pivot == "remove_from_catalog"
+
+
+def noted(notes: Path) -> list[str]:
+    """The tables the user's system holds a note for (examples/user_procedures.py)."""
+    text = notes.read_text() if notes.exists() else ""
+    return [line.split(" ", 1)[1] for line in text.splitlines()]
+
+
+async def test_a_users_procedure_undo_coverage(
+    procbus_undo_coverage: Any, procbus_pool: asyncpg.Pool, tmp_path: Path
+) -> None:
+    """What a user writes for their own procedure, with the plugin's fixtures."""
+    notes = tmp_path / "notes"
+
+    async def residue(request: RefreshInput) -> list[str]:
+        held = await procbus_pool.fetchval('SELECT count(*) FROM "procbus_locks"')
+        left = [f"a note for {request.table}"] if request.table in noted(notes) else []
+        return left + ([f"{held} locks still held"] if held else [])
+
+    async def missing(request: RefreshInput) -> list[str]:
+        return [] if request.table in noted(notes) else [f"no note for {request.table}"]
+
+    coverage = procbus_undo_coverage(
+        workflows=[RefreshCaches],
+        activities=[note_refresh, forget_refresh, refuse_refresh],
+        procedure="RefreshCaches",
+        make_input=lambda name: RefreshInput(table=name, notes=str(notes)),
+        residue=residue,
+        missing=missing,
+        kinds=[*CutKind],
+    )
+    report = await coverage.run()
+    print(report.summary())
+    report.assert_covered()
+    assert (report.proven, report.total) == (8, 8)
