@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -91,7 +92,8 @@ async def _make_template(server_url: str, name: str) -> None:
 
 @contextlib.contextmanager
 def _servers(config: pytest.Config) -> Iterator[tuple[str, str]]:
-    address, url = (_option(config, f"procbus_{what}") for what in ("temporal_address", "database_url"))
+    address = _option(config, "procbus_temporal_address")
+    url = _option(config, "procbus_database_url")
     if address and url:
         yield address, url
         return
@@ -171,12 +173,15 @@ def procbus_worker(
 
     @contextlib.asynccontextmanager
     async def start(
-        *, workflows: Sequence[type], activities: Sequence[Callable[..., Any]] = (), faults: str = ""
+        *,
+        workflows: Sequence[type],
+        activities: Sequence[Callable[..., Any]] = (),
+        faults: str = "",
     ) -> AsyncIterator[Worker]:
         worker_id = f"test-{uuid.uuid4().hex[:8]}"
         settings = Settings(
             temporal_address=procbus_services.temporal_address,
-            database_url=procbus_database_url,
+            database_url=SecretStr(procbus_database_url),
             worker_id=worker_id,
             state_dir=tmp_path_factory.mktemp("procbus-state"),
         )

@@ -44,10 +44,9 @@ class TableStates:
         name = table.split(".", 1)[1]
         folder = self.warehouse / NAMESPACE / name
         files = [folder, *folder.rglob("*")] if folder.exists() else []
+        listed = [t.qualified_name for t in await self.catalog.list_tables()]
         return TableState(
-            tables=tuple(
-                t.qualified_name for t in await self.catalog.list_tables() if t.qualified_name == table
-            ),
+            tables=tuple(qualified for qualified in listed if qualified == table),
             files=tuple(sorted(str(path.relative_to(self.warehouse)) for path in files)),
             events=tuple(
                 (e["event_type"], e["table_name"])
@@ -142,4 +141,3 @@ class TableCoverage:
             kinds=self.kinds,
             steps=steps,
         )
-

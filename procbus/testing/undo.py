@@ -94,6 +94,7 @@ class UndoCoverageReport:
     procedure: str
     steps: list[str]
     pivot: str | None
+    clean_seconds: float  # the clean run's, worker start included like each cut point's
     results: list[CutResult] = field(default_factory=list)
 
     @property
@@ -112,7 +113,8 @@ class UndoCoverageReport:
         """Return the report as text: one line per cut point, then the count proven."""
         pivot = f", pivot {self.pivot}" if self.pivot else ", no pivot"
         head = f"undo coverage of {self.procedure} (steps {', '.join(self.steps)}{pivot})"
-        lines = [head, *(result.line() for result in self.results)]
+        clean = f"ok   {'clean run':<40} {'SUCCEEDED':<12} {self.clean_seconds:6.2f} s"
+        lines = [head, clean, *(result.line() for result in self.results)]
         lines.append(f"cut points proven: {self.proven} / {self.total}")
         return "\n".join(lines)
 
@@ -161,10 +163,13 @@ class UndoCoverage(Generic[InputT]):
 
     async def run(self) -> UndoCoverageReport:
         """Return the report of a clean run's steps and of every cut point."""
+        started = time.monotonic()
         clean = await self._clean_run()
         steps = clean.steps_done
         pivot = steps.index(clean.pivot_step) if clean.pivot_step in steps else len(steps)
-        report = UndoCoverageReport(self.procedure, steps, clean.pivot_step)
+        report = UndoCoverageReport(
+            self.procedure, steps, clean.pivot_step, time.monotonic() - started
+        )
         broadcasts = set(clean.broadcasts)
         for index, step in enumerate(steps):
             if self.steps is not None and step not in self.steps:
@@ -236,7 +241,7 @@ class UndoCoverage(Generic[InputT]):
         )
 
     async def _until_running(self, handle: WorkflowHandle[Any, Any], step: str) -> None:
-        while (await self._status(handle)).step_running != step:
+        while (await self._status(handle)).step_running != step:  # noqa: ASYNC110 (a query)
             await asyncio.sleep(0.05)
 
     async def _outcome(self, handle: WorkflowHandle[Any, Any]) -> ProcedureState:
@@ -246,7 +251,8 @@ class UndoCoverage(Generic[InputT]):
 
     @staticmethod
     async def _status(handle: WorkflowHandle[Any, Any]) -> ProcedureStatus:
-        return await handle.query("status", result_type=ProcedureStatus)
+        status: ProcedureStatus = await handle.query("status", result_type=ProcedureStatus)
+        return status
 
     def _run_name(self, what: str) -> str:
         return f"{what}_{uuid.uuid4().hex[:6]}".replace("-", "_").lower()
