@@ -166,7 +166,7 @@ def procbus_worker(
     a worker with ProcbusPlugin running your workflows and activities, the fault rules in
     PROCBUS_FAULTS syntax applied, until the block ends.
     """
-    from procbus.auth.policy import WorkerAuth
+    from procbus.auth import WorkerAuth
     from procbus.config import Settings
     from procbus.core import parse_faults
     from procbus.plugin import ProcbusPlugin

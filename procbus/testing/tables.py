@@ -12,9 +12,13 @@ from pathlib import Path
 import asyncpg
 from temporalio.client import Client
 
-from procbus.lakehouse.cache import DescriptorCache
-from procbus.lakehouse.catalog import Catalog
-from procbus.lakehouse.models import CreateNamespaceInput, CreateTableInput, DeleteTableInput
+from procbus.lakehouse import (
+    Catalog,
+    CreateNamespaceInput,
+    CreateTableInput,
+    DeleteTableInput,
+    DescriptorCache,
+)
 from procbus.testing.undo import DEFAULT_KINDS, CutKind, StartWorker, UndoCoverage
 
 NAMESPACE = "sales"
