@@ -38,9 +38,11 @@ class CutKind(StrEnum):
     FAIL_BEFORE = "fail_before"  # the step fails before its action runs
     FAIL_AFTER = "fail_after"  # the action runs, its result is lost
     CANCEL = "cancel"  # the procedure is cancelled while the step runs
-    KILL = "kill"  # the worker stops mid-step; another one takes the work over
+    KILL = "kill"  # the worker stops mid-step; another one takes the work over, or undoes it
 
 
+# How often a run that has not ended is asked whether it is STUCK.
+STUCK_POLL_SECONDS = 1.0
 # What the suite can afford by default; KILL waits for the step's timeout.
 DEFAULT_KINDS = (CutKind.FAIL_BEFORE, CutKind.FAIL_AFTER, CutKind.CANCEL)
 
@@ -56,11 +58,12 @@ class CutPoint:
     @property
     def expected(self) -> tuple[ProcedureState, ...]:
         """The ends this cut may have: rolled back before the pivot, finished past it."""
-        if self.past_pivot or self.kind is CutKind.KILL:
+        if self.past_pivot:
             return (ProcedureState.SUCCEEDED,)
-        if self.pivot and self.kind is CutKind.CANCEL:
-            # A pivot whose write committed before the cancel reached it finishes instead.
-            return (ProcedureState.ROLLED_BACK, ProcedureState.SUCCEEDED)
+        if self.kind is CutKind.KILL or (self.pivot and self.kind is CutKind.CANCEL):
+            # Another worker takes the step over, or a broadcast fails on the stopped worker's
+            # member; a pivot whose write committed before the cancel reached it finishes.
+            return (ProcedureState.SUCCEEDED, ProcedureState.ROLLED_BACK)
         return (ProcedureState.ROLLED_BACK,)
 
     def __str__(self) -> str:
@@ -199,7 +202,10 @@ class UndoCoverage(Generic[InputT]):
         state, error = None, None
         try:
             async with asyncio.timeout(self.timeout_seconds):
-                state = await self._interrupted_run(cut, self._target(cut, broadcast), request)
+                status = await self._interrupted_run(cut, self._target(cut, broadcast), request)
+            state = status.state
+            if state is ProcedureState.STUCK:
+                error = f"STUCK at {status.stuck_step}: {status.stuck_error}"
         except TimeoutError:
             error = f"not ended after {self.timeout_seconds:g} s"
         check = self.residue if state is ProcedureState.ROLLED_BACK else self.missing
@@ -210,7 +216,9 @@ class UndoCoverage(Generic[InputT]):
         step = f"{cut.step}.{self.phases.get(cut.step, 'apply')}" if broadcast else cut.step
         return f"{self.procedure}.{step}"
 
-    async def _interrupted_run(self, cut: CutPoint, target: str, request: InputT) -> ProcedureState:
+    async def _interrupted_run(
+        self, cut: CutPoint, target: str, request: InputT
+    ) -> ProcedureStatus:
         # Past the pivot a fault fires once: the roll-forward must get past it.
         once = "=1" if cut.past_pivot else ""
         if cut.kind in (CutKind.FAIL_BEFORE, CutKind.FAIL_AFTER):
@@ -244,10 +252,22 @@ class UndoCoverage(Generic[InputT]):
         while (await self._status(handle)).step_running != step:  # noqa: ASYNC110 (a query)
             await asyncio.sleep(0.05)
 
-    async def _outcome(self, handle: WorkflowHandle[Any, Any]) -> ProcedureState:
+    async def _outcome(self, handle: WorkflowHandle[Any, Any]) -> ProcedureStatus:
+        """Return the run's status once it ended, or once STUCK (it waits for an operator)."""
+        ended = asyncio.ensure_future(self._ended(handle))
+        try:
+            while not (await asyncio.wait({ended}, timeout=STUCK_POLL_SECONDS))[0]:
+                status = await self._status(handle)
+                if status.state is ProcedureState.STUCK:
+                    return status
+        finally:
+            ended.cancel()
+        return await self._status(handle)
+
+    @staticmethod
+    async def _ended(handle: WorkflowHandle[Any, Any]) -> None:
         with contextlib.suppress(WorkflowFailureError):
             await handle.result()
-        return (await self._status(handle)).state
 
     @staticmethod
     async def _status(handle: WorkflowHandle[Any, Any]) -> ProcedureStatus:
