@@ -2,9 +2,10 @@
 
 A cut point is where a run is interrupted: a step fails before its action runs, a step's action
 runs and its result is lost, the procedure is cancelled while a step runs, or the worker running
-a step stops mid-step. Before the pivot every cut must end ROLLED_BACK with no residue (the
-user's `residue` check returns nothing); past it, the procedure must finish (SUCCEEDED, and the
-user's `missing` check returns nothing). Faults are procbus's own (PROCBUS_FAULTS rules, applied
+a step stops mid-step. Before the pivot a cut must end ROLLED_BACK with no residue (the user's
+`residue` check returns nothing); past it, the procedure must finish (SUCCEEDED, and the user's
+`missing` check returns nothing); a stopped worker, or a cancel at the pivot, may end either way
+(`CutPoint.expected`). Faults are procbus's own (PROCBUS_FAULTS rules, applied
 by the worker the kit starts for each cut); nothing here patches the procedure.
 """
 
@@ -43,7 +44,7 @@ class CutKind(StrEnum):
 
 # How often a run that has not ended is asked whether it is STUCK.
 STUCK_POLL_SECONDS = 1.0
-# What the suite can afford by default; KILL waits for the step's timeout.
+# What a test suite can afford by default; KILL starts two workers a cut.
 DEFAULT_KINDS = (CutKind.FAIL_BEFORE, CutKind.FAIL_AFTER, CutKind.CANCEL)
 
 
@@ -173,6 +174,9 @@ class UndoCoverage(Generic[InputT]):
         report = UndoCoverageReport(
             self.procedure, steps, clean.pivot_step, time.monotonic() - started
         )
+        unknown = sorted(set(self.steps or ()) - set(steps))
+        if unknown:
+            raise ValueError(f"{self.procedure} has no steps {unknown}: its steps are {steps}")
         broadcasts = set(clean.broadcasts)
         for index, step in enumerate(steps):
             if self.steps is not None and step not in self.steps:
