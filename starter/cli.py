@@ -121,8 +121,11 @@ def dev(
     SIGTERM stops everything it started.
     """
     from procbus.starter.dev import run_dev
+    from procbus.starter.logs import configure_logging
 
-    _run(run_dev(_settings(), quiet=quiet))
+    settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
+    _run(run_dev(settings, quiet=quiet))
 
 
 @app.command()
@@ -167,6 +170,7 @@ def worker(
 ) -> None:
     """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
     from procbus.stack import resolve_addresses
+    from procbus.starter.logs import configure_logging
     from procbus.worker import run_worker
     from procbus.worker.extensions import entry_point_modules, load_user_procedures
     from procbus.worker.main import WORKFLOWS
@@ -174,6 +178,7 @@ def worker(
     # Before any service is touched: a module that cannot run stops the worker here.
     user = load_user_procedures([*workflows, *entry_point_modules()], WORKFLOWS)
     settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
     services = resolve_addresses(settings)
     console.print(
         f"worker on task queue {services.task_queue!r} at {services.temporal_address} "
