@@ -8,7 +8,7 @@ replays, so each state change counts once.
 
 from __future__ import annotations
 
-from temporalio.common import MetricCounter, MetricGauge, MetricMeter
+from temporalio.common import MetricCounter, MetricGauge, MetricGaugeFloat, MetricMeter
 
 # Counter {procedure_type, state}: procedures entering each state (RUNNING, WAITING, ...).
 PROCEDURE_STATES = "procbus_procedure_states"
@@ -29,6 +29,8 @@ TOPIC_DEPTH = "procbus_topic_depth"
 TOPIC_DEAD_LETTERS = "procbus_topic_dead_letters"
 # Counter {topic}: entries delivered (acknowledged by the endpoint).
 TOPIC_DELIVERED = "procbus_topic_delivered"
+# Gauge {topic}, seconds: age of the oldest entry waiting (a pipeline's lag).
+TOPIC_OLDEST_SECONDS = "procbus_topic_oldest_seconds"
 
 # Every metric procbus defines, for the docs (docs/how-to/metrics.md) and the tests.
 PROCBUS_METRICS = (
@@ -41,6 +43,7 @@ PROCBUS_METRICS = (
     TOPIC_DEPTH,
     TOPIC_DEAD_LETTERS,
     TOPIC_DELIVERED,
+    TOPIC_OLDEST_SECONDS,
 )
 
 
@@ -60,11 +63,15 @@ class OutboxMetrics:
 
 
 class TopicMetrics:
-    """What a topic's delivery reports: its depth, its dead letters, what it delivered."""
+    """What a topic's delivery reports: its depth, its dead letters, what it delivered, and the
+    age of its oldest entry waiting."""
 
     def __init__(self, meter: MetricMeter) -> None:
         self.depth: MetricGauge = meter.create_gauge(TOPIC_DEPTH, "entries waiting for delivery")
         self.dead_letters: MetricGauge = meter.create_gauge(TOPIC_DEAD_LETTERS, "dead letters kept")
         self.delivered: MetricCounter = meter.create_counter(
             TOPIC_DELIVERED, "entries the endpoint acknowledged"
+        )
+        self.oldest_seconds: MetricGaugeFloat = meter.create_gauge_float(
+            TOPIC_OLDEST_SECONDS, "age in seconds of the oldest entry waiting"
         )
