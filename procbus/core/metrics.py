@@ -23,6 +23,9 @@ OUTBOX_PERFORMED = "procbus_outbox_performed"
 # Counter: Temporal calls of outbox rows that failed (the row is tried again later).
 OUTBOX_FAILURES = "procbus_outbox_failures"
 
+# Gauge: procedures STUCK now in the worker's namespace (waiting for an operator).
+STUCK_PROCEDURES = "procbus_stuck_procedures"
+
 # Gauge {topic}: committed entries waiting for delivery.
 TOPIC_DEPTH = "procbus_topic_depth"
 # Gauge {topic}: dead letters kept.
@@ -40,6 +43,7 @@ PROCBUS_METRICS = (
     OUTBOX_BACKLOG,
     OUTBOX_PERFORMED,
     OUTBOX_FAILURES,
+    STUCK_PROCEDURES,
     TOPIC_DEPTH,
     TOPIC_DEAD_LETTERS,
     TOPIC_DELIVERED,
@@ -60,6 +64,11 @@ class OutboxMetrics:
         self.failures: MetricCounter = meter.create_counter(
             OUTBOX_FAILURES, "Temporal calls of outbox rows that failed and wait for a retry"
         )
+
+
+def stuck_procedures_gauge(meter: MetricMeter) -> MetricGauge:
+    """The gauge of the procedures STUCK now (procbus.procedures.report_stuck sets it)."""
+    return meter.create_gauge(STUCK_PROCEDURES, "procedures STUCK now, waiting for an operator")
 
 
 class TopicMetrics:
