@@ -10,6 +10,6 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY worker ./worker
 COPY starter ./starter
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[all]"
 ENV PROCBUS_STATE_DIR=/var/lib/procbus
 CMD ["procbus", "worker"]

@@ -15,8 +15,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import DataConverter, PayloadCodec
 
-from procbus import ProcbusPlugin
-from procbus.config import Settings
+from procbus import ProcbusPlugin, Settings
 
 # --8<-- [start:codec]
 ENCODING = b"binary/zlib"

@@ -119,20 +119,13 @@ class RefreshCaches(Procedure[RefreshInput, RefreshResult]):
 
 # --8<-- [start:worker]
 async def run_my_worker(task_queue: str) -> None:
-    from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from procbus import ProcbusPlugin
-    from procbus.config import Settings
-    from procbus.stack import resolve_addresses
+    import procbus
+    from procbus import ProcbusPlugin, Settings
 
     settings = Settings()  # PROCBUS_TEMPORAL_ADDRESS, PROCBUS_DATABASE_URL, ... or `procbus dev`
-    services = resolve_addresses(settings)
-    client = await Client.connect(
-        services.temporal_address,
-        namespace=services.namespace,
-        plugins=[ProcbusPlugin(settings)],
-    )
+    client = await procbus.connect(settings, plugins=[ProcbusPlugin(settings)])
     worker = Worker(
         client,
         task_queue=task_queue,

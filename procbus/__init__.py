@@ -5,7 +5,9 @@ What a user's own code needs is imported from here:
     from procbus import Procedure, ProcbusPlugin, ProcedureInput, invalid_input, spark_job, step_key
 
 with the step helpers in their mechanisms (`procbus.hooks` and `procbus.topics` to publish in a
-step's transaction, `procbus.bus.models` for what a broadcast tells every worker).
+step's transaction, `procbus.bus.models` for what a broadcast tells every worker), and a
+Temporal client connected as the `procbus` CLI connects (the same settings; the running
+`procbus dev` when none names a server): `await connect(plugins=[ProcbusPlugin(Settings())])`.
 
 procbus's own application (its built-in procedures, activities, worker and CLI) installs under
 this namespace too, as procbus.workflows, procbus.activities, procbus.worker and procbus.starter
@@ -26,6 +28,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from procbus.config import Settings as Settings
     from procbus.engine import Procedure as Procedure
     from procbus.engine import invalid_input as invalid_input
     from procbus.engine import workflow_runner as workflow_runner
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from procbus.plugin import spark_job as spark_job
     from procbus.procedures import ProcedureInput as ProcedureInput
     from procbus.procedures import step_key as step_key
+    from procbus.stack import connect as connect
 
 # Public name -> the module that defines it.
 _PUBLIC = {
@@ -43,12 +47,16 @@ _PUBLIC = {
     "spark_job": "procbus.plugin.spark",
     "step_key": "procbus.procedures",
     "ProcedureInput": "procbus.procedures",
+    "Settings": "procbus.config",
+    "connect": "procbus.stack.connect",
 }
 
 __all__ = [
     "ProcbusPlugin",
     "Procedure",
     "ProcedureInput",
+    "Settings",
+    "connect",
     "invalid_input",
     "spark_job",
     "step_key",

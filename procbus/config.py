@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from procbus.core import (
@@ -120,6 +128,16 @@ class Settings(BaseSettings):
         description="OpenTelemetry traces from procbus's workers: Temporal's tracing interceptor "
         "and procbus's spans (steps, undos, lock waits, broadcasts) through the configured "
         "tracer provider; also on whenever one is configured",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] | None = Field(
+        default=None,
+        description="what `procbus worker` and `procbus dev` log on stderr: this level and "
+        "above; unset: warnings and errors, their message only",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text (time, level, logger, message) or json (one object a line: time, "
+        "level, logger, message, exc_info) for a log collector",
     )
 
     events_topic: str | None = Field(
@@ -254,6 +272,13 @@ class Settings(BaseSettings):
         default=None,
         description="fault injection for drills, e.g. CreateTable.add_to_catalog:fail_after",
     )
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.upper() if info.field_name == "log_level" else value.lower()
 
     @field_validator("faults")
     @classmethod

@@ -8,6 +8,8 @@ take their non-retryable lists from here. Pure: safe to import in the workflow s
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from enum import StrEnum
 from typing import TYPE_CHECKING, ClassVar
 
@@ -71,6 +73,43 @@ class MigrationError(ProcbusError):
 
 class MigrationHistoryError(MigrationError):
     """The database's migrations began otherwise (before a squash): only a reset helps."""
+
+
+class MissingExtra(ProcbusError, ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it."""
+
+
+# The optional parts of procbus: `pip install 'procbus[EXTRA]'` brings what each needs.
+EXTRAS = {
+    "spark": "Spark jobs (`spark_job` steps, loads and compactions)",
+    "lake": "the lake's Apache Iceberg tables and the change pipeline",
+    "kafka": "kafka:// topic endpoints",
+    "amqp": "amqp:// topic endpoints",
+    "dev": "the embedded stack (`procbus dev`): PostgreSQL and the Temporal CLI",
+}
+
+
+@contextlib.contextmanager
+def needs_extra(extra: str) -> Iterator[None]:
+    """Turn a missing optional dependency, imported inside, into MissingExtra naming `extra`.
+
+        with needs_extra("spark"):
+            from pyspark.sql import SparkSession
+
+    Args:
+        extra: the extra of procbus's distribution that installs what is imported (EXTRAS).
+    """
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").partition(".")[0]
+        if not missing or missing == "procbus":
+            raise  # not an optional dependency: procbus itself is broken
+        raise MissingExtra(
+            f"{EXTRAS[extra]} need {missing}, which is not installed: "
+            f"pip install 'procbus[{extra}]'",
+            name=error.name,
+        ) from error
 
 
 class SparkUnavailable(ProcbusError):

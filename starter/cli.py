@@ -14,7 +14,7 @@ from typer.exceptions import TyperException
 from procbus.errors import ConfigError, ProcbusError, encoded_payload_error
 from procbus.starter.access import acl_app
 from procbus.starter.locks import lock_app
-from procbus.starter.output import console, print_error, print_json, styled
+from procbus.starter.output import console, print_error, print_json, print_json_error, styled
 from procbus.starter.pipelines import capture_app, pipeline_app
 from procbus.starter.procedures import proc_app
 from procbus.starter.scenes import DEMO_STEPS
@@ -121,8 +121,11 @@ def dev(
     SIGTERM stops everything it started.
     """
     from procbus.starter.dev import run_dev
+    from procbus.starter.logs import configure_logging
 
-    _run(run_dev(_settings(), quiet=quiet))
+    settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
+    _run(run_dev(settings, quiet=quiet))
 
 
 @app.command()
@@ -167,6 +170,7 @@ def worker(
 ) -> None:
     """Run a worker against the configured services (PROCBUS_TEMPORAL_ADDRESS, ...)."""
     from procbus.stack import resolve_addresses
+    from procbus.starter.logs import configure_logging
     from procbus.worker import run_worker
     from procbus.worker.extensions import entry_point_modules, load_user_procedures
     from procbus.worker.main import WORKFLOWS
@@ -174,6 +178,7 @@ def worker(
     # Before any service is touched: a module that cannot run stops the worker here.
     user = load_user_procedures([*workflows, *entry_point_modules()], WORKFLOWS)
     settings = _settings()
+    configure_logging(settings.log_level, settings.log_format)
     services = resolve_addresses(settings)
     console.print(
         f"worker on task queue {services.task_queue!r} at {services.temporal_address} "
@@ -238,39 +243,51 @@ def db_migrate(json_output: bool = JSON_OPTION) -> None:
         console.print(f"nothing to apply; schema at version {total}")
 
 
-def main() -> None:
-    """Run the `procbus` CLI: one line per user error, a hard exit (temporalio sdk-python #300)."""
-    code = 0
+def run(argv: list[str]) -> int:
+    """Run the `procbus` CLI on `argv`; return its exit code.
+
+    A user error is one line on stderr, or with `--json` one JSON object there
+    ({"type", "message", "exit_code"}): stdout keeps only results.
+    """
+    as_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
     try:
-        returned = app(standalone_mode=False)
+        returned = app(args=argv, prog_name="procbus", standalone_mode=False)
         # Without standalone mode click returns the code of typer.Exit instead of raising it.
-        code = returned if isinstance(returned, int) else 0
+        return returned if isinstance(returned, int) else 0
     except ConfigError as error:
-        print_error(str(error))
-        code = 2
+        return _report(error, str(error), 2, as_json)
     except ProcbusError as error:
-        print_error(str(error))
-        code = 1
-    except typer.Abort:
-        print_error("aborted")
-        code = 130
+        return _report(error, str(error), 1, as_json)
+    except typer.Abort as error:
+        return _report(error, "aborted", 130, as_json)
     except KeyboardInterrupt:
-        code = 130
+        return 130
     except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
+        return exit_.code if isinstance(exit_.code, int) else 1
     except TyperException as error:  # usage errors: unknown option, missing argument, ...
         show = getattr(error, "show", None)
-        if callable(show):
-            show()
-        else:
-            print_error(error.format_message())
-        code = error.exit_code
+        if as_json or not callable(show):
+            return _report(error, error.format_message(), error.exit_code, as_json)
+        show()
+        return error.exit_code
     except Exception as error:  # payloads of a user's codec, read without it: one line
         encoded = encoded_payload_error(error)
         if encoded is None:
             raise
-        print_error(str(encoded))
-        code = 2
+        return _report(encoded, str(encoded), 2, as_json)
+
+
+def _report(error: BaseException, message: str, exit_code: int, as_json: bool) -> int:
+    if as_json:
+        print_json_error(type(error).__name__, message, exit_code)
+    else:
+        print_error(message)
+    return exit_code
+
+
+def main() -> None:
+    """Run the `procbus` CLI: one line per user error, a hard exit (temporalio sdk-python #300)."""
+    code = run(sys.argv[1:])
     if "opentelemetry.trace" in sys.modules:  # traced: send what the exporter still holds
         from procbus.core import flush_traces
 

@@ -61,3 +61,10 @@ def print_error(message: str) -> None:
     error_console.print(
         Text.assemble(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True
     )
+
+
+def print_json_error(kind: str, message: str, exit_code: int) -> None:
+    """An error as one JSON object on stderr, for `--json`: its type, message and exit code."""
+    record = {"type": kind, "message": message, "exit_code": exit_code}
+    sys.stderr.write(json.dumps(record) + "\n")
+    sys.stderr.flush()

@@ -30,7 +30,13 @@ from procbus.activities import (
 from procbus.auth import WorkerAuth
 from procbus.bus import BusMember, default_member_id, member_task_queue
 from procbus.config import Settings
-from procbus.core import Fault, KafkaCredentials, OutboxMetrics, parse_allowlist
+from procbus.core import (
+    Fault,
+    KafkaCredentials,
+    OutboxMetrics,
+    parse_allowlist,
+    stuck_procedures_gauge,
+)
 from procbus.db import create_pool
 from procbus.db.pool import until_reachable
 from procbus.delivery import DELIVERY_POLL_MAX_SECONDS, keep_owners
@@ -45,6 +51,7 @@ from procbus.plugin import (
     worker_interceptors,
 )
 from procbus.plugin import bus_member as joined_bus
+from procbus.procedures import report_stuck
 from procbus.retention import RetentionRequest, ensure_retention_schedule
 from procbus.spark import SparkBackend
 from procbus.stack import ServiceAddresses, resolve_addresses
@@ -247,9 +254,10 @@ async def serve(
         metrics_address=metrics_address,
         options=services.temporal_options,
     )
-    metrics = None
+    metrics = stuck = None
     if metrics_address is not None:
-        metrics = OutboxMetrics(procbus_runtime(metrics_address).metric_meter)
+        meter = procbus_runtime(metrics_address).metric_meter
+        metrics, stuck = OutboxMetrics(meter), stuck_procedures_gauge(meter)
     # Started while PostgreSQL is down or restarting: it waits, saying so, rather than exit.
     pool = await until_reachable(lambda: create_pool(services.database_url), "worker starting")
     auth = auth or worker_auth(settings)
@@ -293,6 +301,8 @@ async def serve(
                 # Every topic gets its one delivery workflow.
                 keep_owners(client, Topics(pool).list_topics, services.task_queue, stop),
                 stop_when_taken_over(member, stop),
+                # With metrics served: the namespace's STUCK procedures, counted every 30 s.
+                *([report_stuck(client, stuck, stop)] if stuck is not None else []),
             )
     finally:
         await pool.close()

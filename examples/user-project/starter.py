@@ -11,12 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import WorkflowFailureError
 from workflows.daily_totals import DailyTotalsInput, PublishDailyTotals
 
-from procbus import ProcbusPlugin
-from procbus.config import Settings
-from procbus.stack import resolve_addresses
+import procbus
+from procbus import ProcbusPlugin, Settings
 from worker import TASK_QUEUE
 
 
@@ -28,10 +27,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--id", default=None, help="the procedure ID (default: totals-DAY)")
     args = parser.parse_args(argv)
     settings = Settings()
-    services = resolve_addresses(settings)
-    client = await Client.connect(
-        services.temporal_address, namespace=services.namespace, plugins=[ProcbusPlugin(settings)]
-    )
+    client = await procbus.connect(settings, plugins=[ProcbusPlugin(settings)])
     request = DailyTotalsInput(
         day=args.day, orders=str(args.orders.absolute()), reports=str(args.reports.absolute())
     )

@@ -12,30 +12,26 @@ import signal
 import sys
 
 from activities.totals import TotalsActivities, compute_totals, create_schema, discard_totals
-from temporalio.client import Client
 from temporalio.worker import Worker
 from workflows.daily_totals import PublishDailyTotals
 
-from procbus import ProcbusPlugin
-from procbus.config import Settings
+import procbus
+from procbus import ProcbusPlugin, Settings
 from procbus.db import create_pool
-from procbus.stack import resolve_addresses
+from procbus.stack import resolve_database_url
 
 TASK_QUEUE = os.environ.get("SALES_TASK_QUEUE", "sales-reports")
 
 
 async def main() -> None:
     settings = Settings()
-    services = resolve_addresses(settings)
-    pool = await create_pool(services.database_url)
+    pool = await create_pool(resolve_database_url(settings))
     try:
         await create_schema(pool)
         # The plugin brings procbus's converter, interceptors, lock and bus activities, the
         # worker's bus membership, the outbox relay and the Spark session of `compute_totals`.
         plugin = ProcbusPlugin(settings, pool=pool)
-        client = await Client.connect(
-            services.temporal_address, namespace=services.namespace, plugins=[plugin]
-        )
+        client = await procbus.connect(settings, plugins=[plugin])
         worker = Worker(
             client,
             task_queue=TASK_QUEUE,

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from procbus.core.metrics import PROCEDURE_STATES as PROCEDURE_STATES
     from procbus.core.metrics import OutboxMetrics as OutboxMetrics
     from procbus.core.metrics import TopicMetrics as TopicMetrics
+    from procbus.core.metrics import stuck_procedures_gauge as stuck_procedures_gauge
     from procbus.core.names import ALL_TABLES as ALL_TABLES
     from procbus.core.names import LOAD_FOLDER as LOAD_FOLDER
     from procbus.core.names import check_member_id as check_member_id
@@ -114,6 +115,7 @@ _MODULE_OF = {
     "OutboxMetrics": "procbus.core.metrics",
     "PROCEDURE_STATES": "procbus.core.metrics",
     "TopicMetrics": "procbus.core.metrics",
+    "stuck_procedures_gauge": "procbus.core.metrics",
     "ALL_TABLES": "procbus.core.names",
     "LOAD_FOLDER": "procbus.core.names",
     "check_member_id": "procbus.core.names",
@@ -209,6 +211,7 @@ __all__ = [
     "refused_address",
     "step_key_of",
     "step_of",
+    "stuck_procedures_gauge",
     "table_resource",
     "tracer_configured",
     "validate_name",

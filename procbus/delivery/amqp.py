@@ -12,15 +12,18 @@ import contextlib
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, FieldValue
-from aiormq.connection import TransportFactory
-from aiormq.exceptions import AMQPConnectionError
 from yarl import URL
 
 from procbus.core import Endpoint
 from procbus.delivery.clients import BATCH_ID_HEADER, EndpointClient, Message, Outcome, Sent
 from procbus.delivery.resolution import checked_addresses
+from procbus.errors import needs_extra
+
+with needs_extra("amqp"):
+    import aio_pika
+    from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange, FieldValue
+    from aiormq.connection import TransportFactory
+    from aiormq.exceptions import AMQPConnectionError
 
 CONFIRM_TIMEOUT_SECONDS = 10.0
 ERROR_TEXT_LIMIT = 200

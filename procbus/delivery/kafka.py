@@ -35,9 +35,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from pydantic_core import to_json
 
 from procbus.core import (
@@ -57,7 +54,12 @@ from procbus.delivery.clients import (
     event_body,
 )
 from procbus.delivery.resolution import refused_resolution
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, needs_extra
+
+with needs_extra("kafka"):
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
 
 SEND_TIMEOUT_SECONDS = 10.0
 # The brokers a cluster names are checked again this often (a cluster may add brokers).
@@ -524,7 +526,8 @@ def read_committed(
         TimeoutError: with `count=None` (read every partition to its end), when that took
             longer than `timeout_seconds`.
     """
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    with needs_extra("kafka"):
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap_servers, "logger": LOGGER}
     partitions = AdminClient(settings).list_topics(timeout=timeout_seconds).topics[topic].partitions

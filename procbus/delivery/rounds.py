@@ -175,6 +175,7 @@ class DeliveryRounds:
             gauges = await self.queue.gauges(topic.name)
             self.metrics.depth.set(gauges.depth, self._attributes)
             self.metrics.dead_letters.set(gauges.dead_letters, self._attributes)
+            self.metrics.oldest_seconds.set(gauges.oldest_seconds, self._attributes)
             self._gauges_due = time.monotonic() + GAUGES_EVERY_SECONDS
         if done.claimed:
             self._waits = idle_waits(self.poll_max_seconds)

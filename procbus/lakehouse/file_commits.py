@@ -7,14 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from pyiceberg.manifest import ManifestContent
-from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation, Snapshot
-
-from procbus.errors import InvalidRequest, SnapshotConflict
+from procbus.errors import InvalidRequest, SnapshotConflict, needs_extra
 from procbus.lakehouse.pyiceberg_private import Rewrite, RowDelta, StagingTransaction
 from procbus.lakehouse.snapshot_reads import live_data_files
 from procbus.lakehouse.table_metadata import DELETE_PATH_FIELD_ID, StagingCatalog
+
+with needs_extra("lake"):
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Operation, Snapshot
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile as IcebergDataFile
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 def data_files(table: Table, paths: Iterable[str]) -> list[IcebergDataFile]:
     """Iceberg's record of Parquet files written for `table` (from their footers: rows, sizes,
     column bounds, partition); InvalidRequest for a file that does not fit the schema."""
-    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+    with needs_extra("lake"):
+        from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
     try:
         return [parquet_file_to_data_file(table.io, table.metadata, path) for path in paths]
@@ -43,7 +45,8 @@ def stage_commit(
     remove is no longer live (another commit replaced it first), or when a commit after
     snapshot `based_on` (the one the rewrite read) deleted rows of one by position: the
     rewritten files would bring those rows back."""
-    from pyiceberg.exceptions import ValidationException
+    with needs_extra("lake"):
+        from pyiceberg.exceptions import ValidationException
 
     staging = table.catalog
     assert isinstance(staging, StagingCatalog)
@@ -94,7 +97,8 @@ def _deletes_of_none_but(
 ) -> list[IcebergDataFile]:
     """The live delete files that name rows of `removes` and of no file in `remaining`: once
     those files go, the deletes delete nothing, and the rewrite drops them too."""
-    import pyarrow.parquet as parquet
+    with needs_extra("lake"):
+        import pyarrow.parquet as parquet
 
     current = table.current_snapshot()
     if current is None:

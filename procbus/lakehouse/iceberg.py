@@ -4,8 +4,7 @@ loading a table from its catalog row; file_commits: appends and compactions; row
 row-level changes with position deletes; snapshot_reads: snapshots, their files, their rows;
 snapshot_expiry: retention; pyiceberg_private: every use of pyiceberg's private API."""
 
-from pyiceberg.table import Table
-
+from procbus.errors import needs_extra
 from procbus.lakehouse.file_commits import data_files, stage_commit
 from procbus.lakehouse.naming import (
     CATALOG_NAME,
@@ -63,6 +62,9 @@ from procbus.lakehouse.table_metadata import (
     table_schema,
 )
 from procbus.lakehouse.warehouse import file_uri, local_path, path_in, uri_in
+
+with needs_extra("lake"):
+    from pyiceberg.table import Table
 
 __all__ = [
     "CATALOG_NAME",

@@ -18,6 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from procbus.errors import needs_extra
+
 if TYPE_CHECKING:  # imported where used: the settings read this module's default
     import numpy
     import pyarrow
@@ -41,8 +43,9 @@ class FileKeys:
 
     def positions_of(self, wanted: pyarrow.Array) -> pyarrow.Array:
         """The positions (int64, ascending) of the rows whose key is in `wanted` (each once)."""
-        import numpy
-        import pyarrow
+        with needs_extra("lake"):
+            import numpy
+            import pyarrow
 
         # Sorted, each search starts where the last ended: far fewer cache misses.
         values = numpy.sort(wanted.drop_null().cast(self.key_type).to_numpy())
@@ -61,7 +64,8 @@ class FileKeys:
     @classmethod
     def of(cls, column: pyarrow.ChunkedArray | pyarrow.Array) -> FileKeys:
         """Sort a file's key column (no nulls), keeping each key's position."""
-        import numpy
+        with needs_extra("lake"):
+            import numpy
 
         values = column.to_numpy()
         order = numpy.argsort(values, kind="stable").astype(numpy.int64, copy=False)
@@ -69,7 +73,8 @@ class FileKeys:
 
 
 def indexable(column_type: pyarrow.DataType) -> bool:
-    import pyarrow
+    with needs_extra("lake"):
+        import pyarrow
 
     return bool(pyarrow.types.is_integer(column_type))
 

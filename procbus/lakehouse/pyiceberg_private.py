@@ -15,27 +15,30 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pyiceberg.catalog import MetastoreCatalog
-from pyiceberg.manifest import (
-    DataFile,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
-    ManifestWriterV2,
-)
-from pyiceberg.table import Transaction
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Summary
-from pyiceberg.table.update import (
-    TableUpdate,
-    _apply_table_update,
-    _TableMetadataUpdateContext,
-    _update_table_metadata_log,
-)
-from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
-from pyiceberg.typedef import EMPTY_DICT, TableVersion
-from pyiceberg.utils.datetime import datetime_to_millis
+from procbus.errors import needs_extra
+
+with needs_extra("lake"):
+    from pyiceberg.catalog import MetastoreCatalog
+    from pyiceberg.manifest import (
+        DataFile,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+        ManifestFile,
+        ManifestWriterV2,
+    )
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Summary
+    from pyiceberg.table.update import (
+        TableUpdate,
+        _apply_table_update,
+        _TableMetadataUpdateContext,
+        _update_table_metadata_log,
+    )
+    from pyiceberg.table.update.snapshot import _MergeAppendFiles, _OverwriteFiles
+    from pyiceberg.typedef import EMPTY_DICT, TableVersion
+    from pyiceberg.utils.datetime import datetime_to_millis
 
 
 @dataclass(frozen=True)

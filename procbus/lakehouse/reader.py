@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from procbus.errors import needs_extra
 from procbus.lakehouse.data import TableFiles
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
 def arrow_type(spark_type: str) -> pyarrow.DataType:
     """The Arrow type Spark writes to Parquet for a column type of the catalog."""
     # pyarrow loads only where table files are read: importing this module stays cheap.
-    import pyarrow
+    with needs_extra("lake"):
+        import pyarrow
 
     simple = {
         "boolean": pyarrow.bool_(),
@@ -79,7 +81,8 @@ def _read(snapshot: TableFiles, limit: int | None) -> tuple[pyarrow.Table, int]:
     """The snapshot's first `limit` rows as Arrow, in the table's columns and types, and how
     many rows it holds in all (deletes applied)."""
     # pyarrow and pyiceberg load only where table files are read: importing this stays cheap.
-    import pyarrow
+    with needs_extra("lake"):
+        import pyarrow
 
     from procbus.lakehouse import snapshot_reads, table_metadata
 

@@ -11,12 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from pyiceberg.manifest import DataFileContent
-from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.types import PrimitiveType
-
+from procbus.errors import needs_extra
 from procbus.lakehouse.file_commits import data_files
 from procbus.lakehouse.key_index import KEY_INDEX
 from procbus.lakehouse.pyiceberg_private import RowDelta, StagingTransaction, data_file_record
@@ -29,13 +24,21 @@ from procbus.lakehouse.table_metadata import (
     iceberg_type,
 )
 
+with needs_extra("lake"):
+    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.types import PrimitiveType
+
 if TYPE_CHECKING:
     import pyarrow
     from pyiceberg.manifest import DataFile as IcebergDataFile
 
 
 def position_delete_schema() -> pyarrow.Schema:
-    import pyarrow
+    with needs_extra("lake"):
+        import pyarrow
 
     def field(name: str, kind: pyarrow.DataType, field_id: int) -> pyarrow.Field:
         return pyarrow.field(
@@ -61,7 +64,8 @@ def positions_of(
     """Where the rows with these keys are in `files` (file_path, pos), sorted as the spec asks.
     Only the key columns are read, several files at once, or found in those the worker keeps
     sorted (KEY_INDEX); a file whose column bounds exclude every key is skipped."""
-    import pyarrow
+    with needs_extra("lake"):
+        import pyarrow
 
     wanted = keys.group_by(keys.column_names).aggregate([])  # each key once
     may_hold = _bounds_test(table, wanted)
@@ -94,9 +98,10 @@ def _positions_in(
 ) -> tuple[pyarrow.Array, pyarrow.Table | None]:
     """The positions in one data file of the rows whose key is in `wanted` (each key once); and
     the one-column key it read to find them, for KEY_INDEX to keep (None: found there)."""
-    import pyarrow
-    import pyarrow.compute as compute
-    import pyarrow.parquet as parquet
+    with needs_extra("lake"):
+        import pyarrow
+        import pyarrow.compute as compute
+        import pyarrow.parquet as parquet
 
     key_names = wanted.column_names
     if len(key_names) == 1:
@@ -119,7 +124,8 @@ def _bounds_test(table: Table, keys: pyarrow.Table) -> Callable[[IcebergDataFile
     """Whether a data file's bounds on a one-column key leave room for any of `keys`: the keys
     sorted once, then one binary search a file (a table of some thousand files is tested in
     milliseconds, where a pass over the keys for each file took most of a commit)."""
-    from pyiceberg.conversions import from_bytes
+    with needs_extra("lake"):
+        from pyiceberg.conversions import from_bytes
 
     if keys.num_rows == 0:
         return lambda file: False
@@ -147,9 +153,10 @@ def _bounds_test(table: Table, keys: pyarrow.Table) -> Callable[[IcebergDataFile
 def write_position_deletes(table: Table, positions: pyarrow.Table, name: str) -> IcebergDataFile:
     """Write `positions` as a position-delete file of `table`, named `name`; its record, with
     the bounds of the paths it names so readers match it only to those files."""
-    import pyarrow.parquet as parquet
-    from pyiceberg.manifest import FileFormat
-    from pyiceberg.typedef import Record
+    with needs_extra("lake"):
+        import pyarrow.parquet as parquet
+        from pyiceberg.manifest import FileFormat
+        from pyiceberg.typedef import Record
 
     location = table.location_provider().new_data_location(name)
     with table.io.new_output(location).create(overwrite=False) as stream:

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
-
+from procbus.errors import needs_extra
 from procbus.lakehouse.naming import METADATA_FOLDER
 from procbus.lakehouse.warehouse import DATA_FOLDER, file_uri, local_path
+
+with needs_extra("lake"):
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 
 @dataclass(frozen=True)

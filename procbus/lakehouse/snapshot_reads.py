@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, ManifestFile
-from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
-
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, needs_extra
 from procbus.lakehouse.naming import SnapshotSummary
+
+with needs_extra("lake"):
+    from pyiceberg.manifest import DataFileContent, ManifestContent, ManifestEntry, ManifestFile
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
 if TYPE_CHECKING:
     import pyarrow

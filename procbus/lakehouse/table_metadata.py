@@ -26,40 +26,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pyiceberg.catalog.noop import NoopCatalog
-from pyiceberg.exceptions import ValidationError
-from pyiceberg.io import load_file_io
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile, ToOutputFile
-from pyiceberg.table import CommitTableResponse, Table, TableProperties
-from pyiceberg.table.locations import load_location_provider
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
-from pyiceberg.table.name_mapping import create_mapping_from_schema
-from pyiceberg.table.snapshots import Operation, Summary
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IcebergType,
-    IntegerType,
-    LongType,
-    NestedField,
-    StringType,
-    TimestamptzType,
-)
-
-from procbus.errors import InvalidRequest
+from procbus.errors import InvalidRequest, needs_extra
 from procbus.lakehouse.naming import CATALOG_NAME, METADATA_FOLDER
 from procbus.lakehouse.pyiceberg_private import next_metadata_version, updated_metadata
 from procbus.lakehouse.schemas import Column
 from procbus.lakehouse.warehouse import file_uri, local_path
+
+with needs_extra("lake"):
+    from pyiceberg.catalog.noop import NoopCatalog
+    from pyiceberg.exceptions import ValidationError
+    from pyiceberg.io import load_file_io
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.serializers import FromInputFile, ToOutputFile
+    from pyiceberg.table import CommitTableResponse, Table, TableProperties
+    from pyiceberg.table.locations import load_location_provider
+    from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
+    from pyiceberg.table.snapshots import Operation, Summary
+    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+    from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import (
+        BinaryType,
+        BooleanType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        FloatType,
+        IcebergType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestamptzType,
+    )
 
 FORMAT_VERSION: Literal[2] = 2
 # Small data manifests are merged into one once a table has this many (Iceberg's default: 100).

@@ -16,6 +16,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from procbus.errors import needs_extra
 from procbus.lakehouse import TableDescriptor
 from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.reader import arrow_type
@@ -68,7 +69,8 @@ def reduce_changes(
     """The rows to add (each changed key's newest image, none for a key it last deleted), in
     the table's columns and types, and every key the batch changed."""
     # pyarrow loads only where table files are written: importing this module stays cheap.
-    import pyarrow
+    with needs_extra("lake"):
+        import pyarrow
 
     count = len(changes)
     key_values = [changes.values[key] for key in keys]
@@ -107,7 +109,8 @@ def _as_arrow(column_type: str, values: list[Any]) -> list[Any]:
 
 def write_rows(rows: pyarrow.Table, folder: Path, token: str) -> list[DataFile]:
     """The rows as one Parquet file under the table's data folder (none for no rows)."""
-    import pyarrow.parquet as parquet
+    with needs_extra("lake"):
+        import pyarrow.parquet as parquet
 
     if rows.num_rows == 0:
         return []

@@ -6,6 +6,8 @@ What the CLI uses, and what a starter script can use instead of raw Temporal cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -20,7 +22,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import MetricGauge, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -32,6 +34,8 @@ from procbus.procedures.models import (
     ProcedureStatus,
     SkipRequest,
 )
+
+log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25
 # A status query that waits longer than this is given up and asked again.
@@ -194,6 +198,27 @@ async def list_procedures(
             )
         )
     return summaries
+
+
+async def count_stuck(client: Client) -> int:
+    """Return how many procedures of the client's namespace are STUCK now (still running,
+    waiting for an operator to retry or skip their failing undo)."""
+    found = await client.count_workflows("ProcedureState = 'STUCK' AND ExecutionStatus = 'Running'")
+    return found.count
+
+
+async def report_stuck(
+    client: Client, gauge: MetricGauge, stop: asyncio.Event, every_seconds: float = 30.0
+) -> None:
+    """Set `gauge` to count_stuck every `every_seconds` until `stop` is set; a count that
+    fails (Temporal unreachable for a while) leaves the last value and is tried again."""
+    while not stop.is_set():
+        try:
+            gauge.set(await count_stuck(client))
+        except RPCError as error:
+            log.warning("cannot count STUCK procedures: %s", error)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every_seconds)
 
 
 async def wait_for_procedure(

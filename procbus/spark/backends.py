@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from procbus.errors import ProcbusError, SparkJobCancelled, SparkJobFailed
+from procbus.errors import ProcbusError, SparkJobCancelled, SparkJobFailed, needs_extra
 from procbus.spark.specs import CompactJob, LoadJob, run_spec
 
 if TYPE_CHECKING:
@@ -113,7 +113,8 @@ def spark_error_text(error: BaseException) -> str:
     """Spark's own message for a failed job, without the JVM's stack: its first line, or, for
     an exception raised in a Python worker (a UDF), the line that names that exception."""
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.errors import PySparkException
+    with needs_extra("spark"):
+        from pyspark.errors import PySparkException
 
     if isinstance(error, PySparkException):
         text = error.getMessage() if hasattr(error, "getMessage") else str(error)

@@ -18,13 +18,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from py4j.protocol import Py4JNetworkError
 from pydantic import TypeAdapter
-from pyspark.sql import SparkSession
 
-from procbus.errors import ProcbusError
+from procbus.errors import ProcbusError, needs_extra
 from procbus.spark.backends import spark_error_text
 from procbus.spark.specs import CompactJob, JobOutcome, JobSpec, LoadJob, outcome_file, run_spec
+
+with needs_extra("spark"):
+    from py4j.protocol import Py4JNetworkError
+with needs_extra("spark"):
+    from pyspark.sql import SparkSession
 
 # The exit status of a driver whose JVM went before the job ended (no outcome is left).
 DRIVER_LOST = 3

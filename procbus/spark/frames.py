@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from procbus.errors import needs_extra
 from procbus.lakehouse import TableDescriptor
 from procbus.lakehouse.data import DataFile
 
@@ -34,7 +35,8 @@ def read_files(
     """The live rows of the given data files of a table: each file's position deletes (a
     change apply's) left out."""
     # pyspark and pyiceberg load only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import functions
+    with needs_extra("spark"):
+        from pyspark.sql import functions
 
     from procbus.lakehouse import iceberg
 
@@ -76,7 +78,8 @@ def partitioned_writer(table: TableDescriptor, frame: DataFrame) -> DataFrameWri
     """A writer of `frame` into a fresh folder, one folder per partition value, every column
     kept in the files; timestamps as standard Parquet (not INT96), as Iceberg reads them."""
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import functions
+    with needs_extra("spark"):
+        from pyspark.sql import functions
 
     frame.sparkSession.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     if not table.partition_by:

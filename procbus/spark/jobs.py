@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from procbus.errors import InvalidRequest, ProcbusError, SparkJobFailed
+from procbus.errors import InvalidRequest, ProcbusError, SparkJobFailed, needs_extra
 from procbus.lakehouse import InputFormat, TableDescriptor
 from procbus.lakehouse.data import DataFile
 from procbus.spark.frames import partitioned_writer, read_files, schema_ddl
@@ -99,7 +99,8 @@ def typed_csv(spark: SparkSession, table: TableDescriptor, source: str) -> DataF
     """CSV parsed straight into the table's types, its columns in the header's order; a value
     that does not parse fails the job (FAILFAST)."""
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import functions
+    with needs_extra("spark"):
+        from pyspark.sql import functions
 
     header = csv_header(spark, source)  # the source missing: InvalidRequest
     given = check_columns(table, header)
@@ -119,7 +120,8 @@ def conformed(table: TableDescriptor, frame: DataFrame) -> tuple[DataFrame, list
     """The input cast to the table's schema, and per column a count of values that did not fit
     (present in the input, null after the cast). Missing or extra columns: InvalidRequest."""
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import functions
+    with needs_extra("spark"):
+        from pyspark.sql import functions
 
     given = check_columns(table, frame.columns)
     wanted = [column.name for column in table.columns]
@@ -164,8 +166,9 @@ def load(
     `output`. InvalidRequest naming the column if a value does not fit; SparkJobFailed naming
     Spark's error conditions, never its message, if Spark failed otherwise."""
     # py4j and pyspark load only where a job runs: importing procbus.spark stays cheap.
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
+    with needs_extra("spark"):
+        from py4j.protocol import Py4JJavaError
+        from pyspark.errors import PySparkException
 
     try:
         _load(spark, table, source, input_format, output)
@@ -195,7 +198,8 @@ def _load(
     output: Path,
 ) -> None:
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import Observation
+    with needs_extra("spark"):
+        from pyspark.sql import Observation
 
     if input_format is InputFormat.CSV:
         try:
@@ -222,7 +226,8 @@ def _load(
 def java_causes(error: BaseException) -> list[tuple[str, str]]:
     """Per Java exception behind a Spark error, outermost first: its error condition (for an
     exception of Spark's, else its class name: neither is input) and its own text."""
-    from py4j.protocol import Py4JError
+    with needs_extra("spark"):
+        from py4j.protocol import Py4JError
 
     throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
     causes: list[tuple[str, str]] = []

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from procbus.errors import SparkUnavailable
+from procbus.errors import SparkUnavailable, needs_extra
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,7 +54,8 @@ def spark_session(master: str, warehouse: Path, app_name: str = "procbus") -> Sp
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     # pyspark loads only where a job runs: importing procbus.spark stays cheap.
-    from pyspark.sql import SparkSession
+    with needs_extra("spark"):
+        from pyspark.sql import SparkSession
 
     with _session_lock:
         builder = (

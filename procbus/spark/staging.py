@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import unquote
 
+from procbus.errors import needs_extra
 from procbus.lakehouse.data import DataFile
 from procbus.lakehouse.warehouse import DATA_FOLDER, OutsideTableFolder, inside, remove_if_empty
 from procbus.spark.frames import PARTITION_COPY_PREFIX
@@ -55,7 +56,8 @@ def collect_output(table_folder: Path, attempt_token: str) -> list[DataFile]:
     """The Parquet files an attempt wrote, as they will be named in the catalog: partition from
     the Hive folder names, rows from each file's footer, bytes from the file."""
     # pyarrow loads only where table files are read: importing this module stays cheap.
-    import pyarrow.parquet as parquet
+    with needs_extra("spark"):
+        import pyarrow.parquet as parquet
 
     staging = staging_folder(table_folder, attempt_token)
     files: list[DataFile] = []

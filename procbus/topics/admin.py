@@ -186,7 +186,11 @@ class TopicAdministration(TopicStore):
     async def gauges(self, name: str) -> TopicGauges:
         """Return depth and dead letters, for metrics taken often: `stats` reads the whole queue."""
         row = await self.pool.fetchrow(self.queries["topic_gauges"], name)
-        return TopicGauges(depth=row["depth"], dead_letters=row["dead_letters"])
+        return TopicGauges(
+            depth=row["depth"],
+            dead_letters=row["dead_letters"],
+            oldest_seconds=row["oldest_seconds"] or 0.0,
+        )
 
     async def stats(self, name: str) -> TopicStats:
         """Return a topic's counters and its queue's state, as of one moment.

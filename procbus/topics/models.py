@@ -361,6 +361,9 @@ class TopicGauges(BaseModel):
 
     depth: int = Field(description="committed entries waiting")
     dead_letters: int = Field(description="dead letters kept now")
+    oldest_seconds: float = Field(
+        default=0.0, description="age of the oldest entry waiting; 0 when none waits"
+    )
     last_error: str | None = Field(
         default=None, description="why the oldest waiting entry that failed did, if one did"
     )

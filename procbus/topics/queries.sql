@@ -401,13 +401,17 @@ UPDATE "procbus_topic_entries" SET "id" = $2 WHERE "id" = $1;
 
 -- name: topic_gauges
 -- The depth without reading the queue: the capacity its shards count (committed, reserved and
--- leased) less the reservations, whose rows hold the rest, and less what leases hold unused.
--- Index probes however deep the queue.
+-- leased) less the reservations, whose rows hold the rest, and less what leases hold unused;
+-- the age of its oldest entry. Index probes however deep the queue.
 SELECT
     ((SELECT coalesce(sum("entries"), 0) FROM "procbus_topic_shards" WHERE "topic" = $1)
      - (SELECT count(*) FROM "procbus_topic_reservations" WHERE "topic" = $1)
      - (SELECT "procbus_topic_leased"($1)))::bigint AS "depth",
-    (SELECT count(*) FROM "procbus_topic_dead_letters" WHERE "topic" = $1) AS "dead_letters";
+    (SELECT count(*) FROM "procbus_topic_dead_letters" WHERE "topic" = $1) AS "dead_letters",
+    -- The oldest committed entry still waiting (leased ones too): a pipeline's lag.
+    (SELECT extract(epoch FROM clock_timestamp() - e."created_at")
+     FROM "procbus_topic_entries" AS e WHERE e."topic" = $1
+     ORDER BY e."id" LIMIT 1)::float8 AS "oldest_seconds";
 
 -- name: topic_stats
 SELECT

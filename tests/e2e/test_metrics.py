@@ -16,8 +16,10 @@ from procbus.core.metrics import (
     LOCK_WAIT_SECONDS,
     LOCK_WAITS,
     OUTBOX_BACKLOG,
+    STUCK_PROCEDURES,
     TOPIC_DEAD_LETTERS,
     TOPIC_DEPTH,
+    TOPIC_OLDEST_SECONDS,
 )
 from procbus.errors import ProcbusError
 from procbus.procedures.client import procedure_status
@@ -117,6 +119,10 @@ def test_sdk_and_procbus_metrics_on_one_endpoint(state_dir: Path) -> None:
         [(depth_labels, depth)] = samples(text, TOPIC_DEPTH)
         assert depth_labels["topic"] == "metered" and depth == 2
         assert [value for _, value in samples(text, TOPIC_DEAD_LETTERS)] == [0]
+        [(oldest_labels, oldest)] = samples(text, TOPIC_OLDEST_SECONDS)
+        assert oldest_labels["topic"] == "metered" and oldest > 0
+        # Counted at the worker's start and every 30 s: none of these got stuck.
+        assert [value for _, value in samples(text, STUCK_PROCEDURES)] == [0]
     finally:
         stack.stop()
 

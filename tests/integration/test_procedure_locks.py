@@ -28,7 +28,7 @@ from procbus.locks.models import fence_for
 from procbus.locks.modes import expand, lock_sets_conflict
 from procbus.plugin.locks import LockActivities
 from procbus.plugin.procedures import ProcedureActivities
-from procbus.procedures import AbortRequest, ProcedureState, SkipRequest
+from procbus.procedures import AbortRequest, ProcedureState, SkipRequest, count_stuck
 from procbus.temporal.faults import FaultInterceptor
 from procbus.workflows.namespaces import CreateNamespace, DeleteNamespace
 from procbus.workflows.tables import CreateTable
@@ -391,6 +391,10 @@ async def test_a_stuck_procedure_keeps_its_locks_until_an_operator_skips(
             Ledger.run, request, id=procedure_id, task_queue=task_queue
         )
         await wait_for(client, procedure_id, lambda s: s.state is ProcedureState.STUCK, 60)
+        # Counted for procbus_stuck_procedures once visibility has caught up.
+        async with asyncio.timeout(30):
+            while await count_stuck(client) < 1:
+                await asyncio.sleep(0.2)
         # Half undone: nobody else may touch what it locked.
         assert await holders(locks) == [(procedure_id, "sales", True)]
         await handle.execute_update("skip", SkipRequest(reason="entry a erased by hand"))

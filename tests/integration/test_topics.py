@@ -482,6 +482,19 @@ async def test_the_gauges_count_what_the_stats_count_without_reading_the_queue(
     assert gauges == stats == (3, 1)
 
 
+async def test_the_gauges_give_the_age_of_the_oldest_entry_waiting(topics: Topics) -> None:
+    topic = await make(topics)
+    assert (await topics.gauges(topic)).oldest_seconds == 0.0  # none waits
+    await topics.publish(topic, Event(payload={"n": 1}))
+    await asyncio.sleep(0.2)
+    await topics.publish(topic, Event(payload={"n": 2}))
+    oldest = (await topics.gauges(topic)).oldest_seconds
+    assert 0.2 <= oldest < 60
+    claim = await topics.claim(topic, 1)
+    await topics.settle(claim, [claim.entries[0].id])
+    assert (await topics.gauges(topic)).oldest_seconds < oldest  # the second is younger
+
+
 async def test_entries_past_their_ttl_are_dead_letters_not_dropped(topics: Topics) -> None:
     topic = await make(topics, ttl_seconds=0.2)
     published = await topics.publish(topic, Event(payload={"late": True}))

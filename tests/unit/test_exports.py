@@ -20,6 +20,8 @@ TOP_LEVEL = [
     "ProcbusPlugin",
     "Procedure",
     "ProcedureInput",
+    "Settings",
+    "connect",
     "invalid_input",
     "spark_job",
     "step_key",
