@@ -14,7 +14,7 @@ $(BIN)/python:
 # procbus there: pip's isolated build environment would install it afresh on every install
 # (a fresh `make install`: 57 s with it, 52 s without; resolving alone: 37 s and 12 s).
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=68'
+	$(BIN)/pip install --quiet --upgrade pip 'setuptools>=77'
 	$(BIN)/pip install --quiet --no-build-isolation -e '.[all,test]'
 	touch $(STAMP)
 
