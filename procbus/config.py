@@ -186,17 +186,6 @@ class Settings(BaseSettings):
         description="a stopping worker (SIGTERM, Ctrl-C) lets its running steps finish for this "
         "long before it cancels them (Temporal's graceful shutdown timeout); 0: at once",
     )
-    deployment_name: str | None = Field(
-        default=None,
-        description="Temporal Worker Versioning: the worker deployment `procbus worker` and "
-        "ProcbusPlugin's workers are versions of, with PROCBUS_BUILD_ID; a procedure stays on "
-        "the build it started on. Unset: unversioned workers, any of which takes any "
-        "procedure's next task",
-    )
-    build_id: str | None = Field(
-        default=None,
-        description="this worker's build ID in PROCBUS_DEPLOYMENT_NAME (your release or commit)",
-    )
 
     # Retention (the Retention workflow, started by a Temporal Schedule): ages in seconds.
     outbox_retention_seconds: float = Field(
@@ -326,18 +315,6 @@ class Settings(BaseSettings):
     def _plain_name(cls, value: str) -> str:
         return _check_name(value)
 
-    @field_validator("deployment_name")
-    @classmethod
-    def _deployment_name(cls, value: str | None) -> str | None:
-        if value and "." in value:  # Temporal writes a version as <deployment>.<build ID>
-            raise ValueError(f"expected a name without '.', got {value!r}")
-        return _check_name(value) if value else None
-
-    @field_validator("build_id")
-    @classmethod
-    def _build_id(cls, value: str | None) -> str | None:
-        return _check_name(value) if value else None
-
     @field_validator("temporal_profile")
     @classmethod
     def _profile(cls, value: str | None) -> str | None:
@@ -399,15 +376,6 @@ class Settings(BaseSettings):
         if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
             raise ValueError(
                 "PROCBUS_TEMPORAL_TLS_CERT and PROCBUS_TEMPORAL_TLS_KEY must be set together"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _deployment_pair(self) -> Settings:
-        if (self.deployment_name is None) != (self.build_id is None):
-            raise ValueError(
-                "PROCBUS_DEPLOYMENT_NAME and PROCBUS_BUILD_ID must be set together (Worker "
-                "Versioning), or neither"
             )
         return self
 

@@ -190,11 +190,6 @@ def worker(
             sorted(cls.__name__ for cls in user.workflows if cls.__module__ == module)
         )
         console.print(f"  your procedures from {module}: {names}", highlight=False)
-    if settings.deployment_name is not None:
-        console.print(
-            f"  version {settings.build_id} of worker deployment {settings.deployment_name}",
-            highlight=False,
-        )
     _run(run_worker(settings, user=user))
 
 

@@ -1,11 +1,5 @@
 """Temporal workflows: deterministic orchestration only, all I/O in activities.
 
-Under Worker Versioning (PROCBUS_DEPLOYMENT_NAME) every procedure is PINNED: a rollback replays
-its history, which only the code it started on is sure to match, so it finishes on that build.
-TopicDelivery alone is AUTO_UPGRADE: it never ends (it continues as new), so pinned it would
-keep an old build running for ever; its history is one activity again and again, which any
-build that keeps the loop replays (a change to the loop is made with `workflow.patched`).
-
 The names below load on first use, so each command pays only for what it uses.
 """
 

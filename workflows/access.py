@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import TableActivities
@@ -26,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
 from procbus.engine import Procedure, checked
 
 
-@workflow.defn(name="ChangeAccess", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="ChangeAccess")
 class ChangeAccess(Procedure[ChangeAccessInput, AccessResult]):
     """Grant or revoke one permission on a table or namespace, on every worker at once."""
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.bus import BroadcastInput, BusMessage
@@ -15,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.engine import Broadcaster, BroadcastFailed, broadcast_failure
 
 
-@workflow.defn(name=BROADCAST, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=BROADCAST)
 class Broadcast:
     """One operation to every live member, one phase or two; the result names each member's
     outcome. Its progress is the `broadcast_status` query and the UI's current details."""

@@ -21,7 +21,6 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
@@ -87,7 +86,7 @@ def job_heartbeat_timeout(request: LoadTableInput | CompactTableInput) -> timede
     return timedelta(seconds=request.job_heartbeat_timeout_seconds)
 
 
-@workflow.defn(name="LoadTable", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="LoadTable")
 class LoadTable(Procedure[LoadTableInput, DataResult]):
     """Append files' rows to a table, by a Spark job and one fenced commit."""
 
@@ -143,7 +142,7 @@ class LoadTable(Procedure[LoadTableInput, DataResult]):
         )
 
 
-@workflow.defn(name="CompactTable", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="CompactTable")
 class CompactTable(Procedure[CompactTableInput, DataResult]):
     """Rewrite a table's small files into fewer, larger ones: a Spark job, one fenced commit."""
 

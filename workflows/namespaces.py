@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import TableActivities
@@ -40,7 +39,7 @@ from procbus.engine import Procedure, checked
 CREATE_NAMESPACE_RESETS_GRANTS_AFTER_UNDO = "procbus-create-namespace-resets-grants-after-undo"
 
 
-@workflow.defn(name="CreateNamespace", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="CreateNamespace")
 class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
     """Create a namespace in the catalog; its creator becomes its admin."""
 
@@ -121,7 +120,7 @@ class CreateNamespace(Procedure[CreateNamespaceInput, NamespaceResult]):
 DELETE_NAMESPACE_RESETS_GRANTS = "procbus-delete-namespace-resets-grants"
 
 
-@workflow.defn(name="DeleteNamespace", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="DeleteNamespace")
 class DeleteNamespace(Procedure[DeleteNamespaceInput, NamespaceResult]):
     """Delete an empty namespace and its grants, from the catalog and every worker's cache."""
 

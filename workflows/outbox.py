@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import OutboxActivities
@@ -13,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.hooks.outbox import SweepRequest, SweepResult
 
 
-@workflow.defn(name=OUTBOX_SWEEP, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=OUTBOX_SWEEP)
 class OutboxSweep:
     """Perform committed outbox rows the workers' relay left behind (started by a Schedule)."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -25,7 +25,7 @@ KINDS = (
 )
 
 
-@workflow.defn(name=RETENTION, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=RETENTION)
 class Retention:
     """Delete what is past its retention, one activity per kind (a Temporal Schedule starts it)."""
 

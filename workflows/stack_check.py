@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import StackCheckActivities
@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from procbus.stack import StackCheckInput, StackCheckResult
 
 
-@workflow.defn(name=STACK_CHECK, versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name=STACK_CHECK)
 class StackCheck:
     """Proves the stack works end to end: a worker writes to PostgreSQL and reads it back."""
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from temporalio import workflow
-from temporalio.common import VersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import TableActivities
@@ -32,7 +31,7 @@ from procbus.engine import Procedure, checked
 CREATE_TABLE_EVICTS_AFTER_UNDO = "procbus-create-table-evicts-after-undo"
 
 
-@workflow.defn(name="CreateTable", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="CreateTable")
 class CreateTable(Procedure[CreateTableInput, TableResult]):
     """Create a table in its folder, the catalog and every worker's cache; its creator is admin."""
 
@@ -112,7 +111,7 @@ class CreateTable(Procedure[CreateTableInput, TableResult]):
 DELETE_TABLE_EVICTS_AFTER_REMOVAL = "procbus-delete-table-evicts-after-removal"
 
 
-@workflow.defn(name="DeleteTable", versioning_behavior=VersioningBehavior.PINNED)
+@workflow.defn(name="DeleteTable")
 class DeleteTable(Procedure[DeleteTableInput, TableResult]):
     """Delete a table from every worker's cache and the catalog, then its data."""
 

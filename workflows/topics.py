@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior
+from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from procbus.activities import TopicActivities
@@ -17,8 +17,7 @@ with workflow.unsafe.imports_passed_through():
 RUN_SECONDS = 300.0
 
 
-# Never ends: moves to the current build (see workflows/__init__.py).
-@workflow.defn(name=TOPIC_DELIVERY, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+@workflow.defn(name=TOPIC_DELIVERY)
 class TopicDelivery:
     """The one owner of a topic's queue: runs its delivery activity, continuing as new."""
 

@@ -10,10 +10,7 @@ stay; on every worker built from that client (or given the plugin itself) it app
 and fault interceptors to the worker's, adds procbus's passthrough modules to the worker's
 sandbox restrictions, adds the engine's own activities (principal checks, locks, a child's
 undo stack, the bus's member list) and sets a graceful shutdown timeout
-(PROCBUS_WORKER_SHUTDOWN_SECONDS, unless the worker sets one) and, with PROCBUS_DEPLOYMENT_NAME
-and PROCBUS_BUILD_ID, makes the worker that version of a worker deployment (Temporal's Worker
-Versioning; procedures that choose no behaviour are pinned), unless the worker sets its own
-`deployment_config`. A worker on a namespace without
+(PROCBUS_WORKER_SHUTDOWN_SECONDS, unless the worker sets one). A worker on a namespace without
 procbus's search attributes refuses to start. While its workers run it keeps a PostgreSQL pool,
 the process's bus membership, the outbox relay and (from the first `spark_job` step on) a Spark
 session going: started with the first worker that runs, shared by the others, stopped with the
@@ -34,9 +31,8 @@ from datetime import timedelta
 import asyncpg
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Interceptor, Worker, WorkerConfig, WorkerDeploymentConfig
+from temporalio.worker import Interceptor, Worker, WorkerConfig
 
 from procbus.auth import DEV_PRINCIPAL, WorkerAuth, ensure_dev_key
 from procbus.bus import BusMember, Membership, default_member_id, member_task_queue
@@ -117,22 +113,6 @@ def tracing_interceptor(provider: TracerProvider | None = None) -> Interceptor:
 
     tracer = provider.get_tracer("procbus") if provider is not None else None
     return TracingInterceptor(tracer, always_create_workflow_spans=True)
-
-
-def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
-    """Return the Worker Versioning the settings ask for (PROCBUS_DEPLOYMENT_NAME and
-    PROCBUS_BUILD_ID), or None for an unversioned worker.
-
-    A workflow that chooses no versioning behaviour is pinned: its history replays only on the
-    code it started on, so it finishes on that build.
-    """
-    if settings.deployment_name is None or settings.build_id is None:
-        return None
-    return WorkerDeploymentConfig(
-        version=WorkerDeploymentVersion(settings.deployment_name, settings.build_id),
-        use_worker_versioning=True,
-        default_versioning_behavior=VersioningBehavior.PINNED,
-    )
 
 
 def engine_activities(pool: asyncpg.Pool, auth: WorkerAuth) -> list[Callable[..., object]]:
@@ -274,10 +254,6 @@ class ProcbusPlugin(SimplePlugin):
             config["graceful_shutdown_timeout"] = timedelta(
                 seconds=self.settings.worker_shutdown_seconds
             )
-        versioning = deployment_config(self.settings)
-        # The worker's own versioning (or the SDK's older build IDs) is kept.
-        if versioning and not (config.get("deployment_config") or config.get("build_id")):
-            config["deployment_config"] = versioning
         config["activities"] = [
             *config.get("activities", []),
             *engine_activities(self.pool, self.auth),

@@ -106,23 +106,6 @@ def test_tls_certificate_and_key_go_together(
         load_settings()
 
 
-@pytest.mark.parametrize(
-    ("environment", "says"),
-    [
-        ({"PROCBUS_DEPLOYMENT_NAME": "shop"}, "must be set together"),
-        ({"PROCBUS_BUILD_ID": "b2"}, "must be set together"),
-        ({"PROCBUS_DEPLOYMENT_NAME": "shop.eu", "PROCBUS_BUILD_ID": "b2"}, "without '.'"),
-    ],
-)
-def test_a_worker_deployment_needs_its_name_and_a_build_id(
-    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], says: str
-) -> None:
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(ConfigError, match=says):
-        load_settings()
-
-
 def test_setting_names_cover_the_documented_ones() -> None:
     documented = {
         "PROCBUS_TEMPORAL_ADDRESS",

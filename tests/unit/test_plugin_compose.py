@@ -7,30 +7,22 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import ClientConfig, Interceptor
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverter,
     DefaultPayloadConverter,
 )
-from temporalio.worker import (
-    ReplayerConfig,
-    UnsandboxedWorkflowRunner,
-    WorkerConfig,
-    WorkerDeploymentConfig,
-)
+from temporalio.worker import ReplayerConfig, UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from examples.codec import ENCODING, CompressionCodec
 from procbus import ProcbusPlugin
-from procbus.auth import WorkerAuth
 from procbus.config import Settings, load_settings, setting_names
 from procbus.engine import procbus_runner, workflow_runner
 from procbus.engine.runner import PASSED_THROUGH
@@ -189,22 +181,3 @@ def test_a_codec_setting_not_shaped_module_colon_factory_is_refused(
     monkeypatch.setenv("PROCBUS_PAYLOAD_CODEC", value)
     with pytest.raises(ConfigError, match="PROCBUS_PAYLOAD_CODEC: expected package.module:factory"):
         load_settings()
-
-
-def test_the_settings_version_a_worker_and_a_workers_own_versioning_stays() -> None:
-    def configured(settings: Settings, **config: Any) -> WorkerConfig:
-        plugin = ProcbusPlugin(settings, pool=cast(Any, object()), auth=WorkerAuth())
-        client = SimpleNamespace(config=lambda **_: {})  # no interceptors of its own
-        worker = {"client": client, "task_queue": "q", **config}
-        return plugin.configure_worker(cast(WorkerConfig, worker))
-
-    versioned = configured(Settings(deployment_name="shop", build_id="b2"))
-    assert versioned["deployment_config"] == WorkerDeploymentConfig(
-        WorkerDeploymentVersion("shop", "b2"),
-        use_worker_versioning=True,
-        default_versioning_behavior=VersioningBehavior.PINNED,
-    )
-    own = WorkerDeploymentConfig(WorkerDeploymentVersion("users", "7"), use_worker_versioning=True)
-    kept = configured(Settings(deployment_name="shop", build_id="b2"), deployment_config=own)
-    assert kept["deployment_config"] is own
-    assert configured(Settings()).get("deployment_config") is None  # off unless asked for
