@@ -157,7 +157,7 @@ lint: install
 	$(BIN)/mypy bench  # scripts, not a package: checked on their own
 	$(BIN)/vulture  # dead code ([tool.vulture] in pyproject.toml)
 	cd examples/user-project && MYPYPATH=../.. ../../$(BIN)/mypy --strict --explicit-package-bases \
-	  --ignore-missing-imports workflows activities worker.py starter.py
+	  --ignore-missing-imports workflows activities worker.py starter.py codec.py
 	$(BIN)/lint-imports
 
 # The docs site into site/; strict: a broken link, a page left out of the nav or a missing

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from codec import PAYLOAD_CODEC
 from temporalio.client import WorkflowFailureError
 from workflows.daily_totals import DailyTotalsInput, PublishDailyTotals
 
@@ -26,7 +27,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("reports", type=Path)
     parser.add_argument("--id", default=None, help="the procedure ID (default: totals-DAY)")
     args = parser.parse_args(argv)
-    settings = Settings()
+    settings = Settings(payload_codec=PAYLOAD_CODEC)  # its input and result, encoded
     client = await procbus.connect(settings, plugins=[ProcbusPlugin(settings)])
     request = DailyTotalsInput(
         day=args.day, orders=str(args.orders.absolute()), reports=str(args.reports.absolute())

@@ -1,7 +1,8 @@
-"""The application's worker: its procedures and activities, with procbus's plugin.
+"""The application's worker: its procedures and activities, with procbus's plugin and its codec.
 
-python -m worker        (PROCBUS_* settings say where Temporal and PostgreSQL are;
-                         with none, the running `procbus dev` stack)
+python -m worker        (Temporal's own TEMPORAL_* settings or temporal.toml profile, or
+                         PROCBUS_* ones, say where Temporal is; PROCBUS_DATABASE_URL where
+                         PostgreSQL is; with none, the running `procbus dev` stack)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import sys
 
 from activities.totals import TotalsActivities, compute_totals, create_schema, discard_totals
+from codec import PAYLOAD_CODEC
 from temporalio.worker import Worker
 from workflows.daily_totals import PublishDailyTotals
 
@@ -24,12 +26,13 @@ TASK_QUEUE = os.environ.get("SALES_TASK_QUEUE", "sales-reports")
 
 
 async def main() -> None:
-    settings = Settings()
+    settings = Settings(payload_codec=PAYLOAD_CODEC)
     pool = await create_pool(resolve_database_url(settings))
     try:
         await create_schema(pool)
         # The plugin brings procbus's converter, interceptors, lock and bus activities, the
-        # worker's bus membership, the outbox relay and the Spark session of `compute_totals`.
+        # worker's bus membership, the outbox relay and the Spark session of `compute_totals`;
+        # the client encodes every payload, procbus's too, with the application's codec.
         plugin = ProcbusPlugin(settings, pool=pool)
         client = await procbus.connect(settings, plugins=[plugin])
         worker = Worker(

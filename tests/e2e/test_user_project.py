@@ -1,8 +1,9 @@
 """A user's own Temporal application on procbus, built and run as its user would: procbus's wheel
 built from this checkout and installed into a fresh virtual environment, the user project
-(examples/user-project/, with its own `workflows` and `activities` packages) installed beside
-it, its worker and its starter run from there against a real Temporal and PostgreSQL, and
-driven with the `temporal` CLI and the installed `procbus` CLI.
+(examples/user-project/, with its own `workflows` and `activities` packages and its own payload
+codec) installed beside it, its worker and its starter run from there against a real Temporal
+and PostgreSQL, and driven with the `temporal` CLI and the installed `procbus` CLI. It runs in a
+namespace of its own, reached through a temporal.toml profile as Temporal's own tools reach it.
 
 The fresh environment gets procbus and the project from their wheels only; the third-party
 dependencies (pyspark alone is 300 MB) come from this run's environment through a path file,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -26,16 +28,29 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from decimal import Decimal
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import asyncpg
 import pyarrow.parquet as pq
 import pytest
+from google.protobuf import json_format
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.common.v1 import Payload
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.workflowservice.v1 import (
+    CountWorkflowExecutionsRequest,
+    RegisterNamespaceRequest,
+)
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from procbus.bus.membership import Membership
 from procbus.procedures.client import procedure_status
 from procbus.stack.temporal_server import temporal_binary
+from procbus.temporal import procbus_data_converter
 from tests.integration.webhook_receiver import WebhookReceiver
+from tests.payloads import CORE_MARKER_DATA, history_payloads
 from tests.services import TEST_AUTH_ENV, run_command, subprocess_environment
 
 pytestmark = pytest.mark.spark
@@ -117,6 +132,47 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield venv
 
 
+def project_module(path: str) -> ModuleType:
+    """A module of the user project, loaded from its file (its names would shadow this run's)."""
+    name = "user_project_" + path.removesuffix(".py").replace("/", "_")
+    spec = importlib.util.spec_from_file_location(name, USER_PROJECT / path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+async def create_namespace(client: Client, namespace: str) -> None:
+    """A namespace of the user's on the session's server, once its frontend knows it."""
+    await client.workflow_service.register_namespace(
+        RegisterNamespaceRequest(
+            namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)
+        )
+    )
+    async with asyncio.timeout(30):
+        while True:  # the frontend knows a new namespace once its cache refreshes
+            try:
+                request = ListSearchAttributesRequest(namespace=namespace)
+                await client.operator_service.list_search_attributes(request)
+                return
+            except RPCError:
+                await asyncio.sleep(0.5)
+
+
+async def wait_for_search_attributes(client: Client, namespace: str) -> None:
+    """Until the namespace's visibility knows procbus's search attributes."""
+    query = "ProcedureType = 'PublishDailyTotals'"
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                await client.workflow_service.count_workflow_executions(
+                    CountWorkflowExecutionsRequest(namespace=namespace, query=query)
+                )
+                return
+            except RPCError:
+                await asyncio.sleep(0.5)
+
+
 def run_in(venv: Path, code: str, cwd: Path) -> str:
     result = subprocess.run(
         [str(venv / "bin" / "python"), "-c", code],
@@ -191,30 +247,48 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
     # The user's `workflows` package and procbus's own procedures, side by side.
     where = run_in(
         fresh_venv,
-        "import workflows, activities, procbus.workflows, procbus\n"
+        "import workflows, activities, procbus.workflows, procbus, codec\n"
         "from procbus import Procedure, ProcbusPlugin, spark_job, step_key\n"
         "print(workflows.__file__); print(activities.__file__); print(procbus.__file__)\n"
-        "print(procbus.workflows.__file__)",
+        "print(procbus.workflows.__file__); print(codec.__file__)",
         cwd=tmp_path,
     ).splitlines()
     site = str(fresh_venv / "lib")
     assert all(path.startswith(site) for path in where), where
     assert where[0].endswith("site-packages/workflows/__init__.py")
     assert where[3].endswith("site-packages/procbus/workflows/__init__.py")
+    assert where[4].endswith("site-packages/codec.py")
 
     state = tmp_path / "state"
     reports = tmp_path / "reports"
     procbus_queue = f"procbus-{uuid.uuid4().hex[:8]}"
     user_queue, drill_queue = f"sales-{uuid.uuid4().hex[:8]}", f"drill-{uuid.uuid4().hex[:8]}"
-    settings = {"temporal_address": temporal_address, "database_url": database_url}
+    # The project's own namespace, reached as Temporal's tools reach it: a temporal.toml
+    # profile, no PROCBUS_TEMPORAL_* setting.
+    namespace = f"sales-{uuid.uuid4().hex[:8]}"
+    await create_namespace(client, namespace)
+    profiles = tmp_path / "temporal.toml"
+    profiles.write_text(
+        f'[profile.sales]\naddress = "{temporal_address}"\nnamespace = "{namespace}"\n'
+    )
+    temporal = {"TEMPORAL_CONFIG_FILE": str(profiles), "TEMPORAL_PROFILE": "sales"}
+    codec = project_module("codec.py")
+    settings = {"database_url": database_url}
+    # procbus's own commands and worker get the project's codec by name.
     procbus_env = {
         **TEST_AUTH_ENV,
         **subprocess_environment(
-            state, task_queue=procbus_queue, worker_id="procbus-w", **settings
+            state,
+            task_queue=procbus_queue,
+            worker_id="procbus-w",
+            payload_codec=codec.PAYLOAD_CODEC,
+            **settings,
         ),
+        **temporal,
     }
     user_env = {
         **subprocess_environment(state, worker_id="sales-w", **settings),
+        **temporal,
         "SALES_TASK_QUEUE": user_queue,
     }
     # A second worker of the project for the drills, on a task queue of its own: the pivot
@@ -227,8 +301,10 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
             faults="PublishDailyTotals.compute:delay=8,PublishDailyTotals.publish:fail_before",
             **settings,
         ),
+        **temporal,
         "SALES_TASK_QUEUE": drill_queue,
     }
+    temporal_env = {**subprocess_environment(state), **temporal}  # the `temporal` CLI's
     procbus_cli = str(venv_bin / "procbus")
     python = str(venv_bin / "python")
 
@@ -239,6 +315,13 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
         code, out, err = await cli("proc", "status", procedure_id, "--json")
         assert code == 0, out + err
         return dict(json.loads(out))
+
+    async def decoded(shown: dict[str, Any]) -> Any:
+        """A payload the `temporal` CLI could not decode, decoded with the project's codec."""
+        payload = json_format.ParseDict(shown, Payload())
+        assert payload.metadata["encoding"] == codec.ENCODING, shown
+        [plain] = await codec.SalesCodec().decode([payload])
+        return json.loads(plain.data)
 
     async def residue(day: str) -> tuple[int, bool]:
         rows = await pool.fetchval(
@@ -257,13 +340,27 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
         return [
             str(temporal_binary()),
             "workflow", "execute" if wait else "start",
-            "--address", temporal_address,
             "--type", "PublishDailyTotals",
             "--task-queue", queue,
             "--workflow-id", workflow_id,
             "--input", json.dumps(request),
             "--output", "json",
         ]  # fmt: skip
+
+    # Registered as a user registers them; workers refuse a namespace without them.
+    code, out, err = await cli("temporal", "setup", "--json")
+    assert code == 0, out + err
+    registered = json.loads(out)
+    assert registered["namespace"] == namespace
+    assert {item["outcome"] for item in registered["attributes"]} == {"added"}
+    await wait_for_search_attributes(client, namespace)
+    own = await Client.connect(
+        temporal_address,
+        namespace=namespace,
+        data_converter=dataclasses.replace(
+            procbus_data_converter, payload_codec=codec.SalesCodec()
+        ),
+    )
 
     receiver = WebhookReceiver()
     await receiver.start()
@@ -288,11 +385,13 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
             # The drills first (they take longest): one rolls back at its pivot, one is aborted.
             for workflow_id, day in [("totals-3", "2026-11-27"), ("totals-4", "2026-11-28")]:
                 code, out, err = await run_command(
-                    *temporal_start(workflow_id, day, drill_queue, wait=False), timeout=60
+                    *temporal_start(workflow_id, day, drill_queue, wait=False),
+                    env=temporal_env,
+                    timeout=60,
                 )
                 assert code == 0, out + err
             async with asyncio.timeout(60):  # asked in this process: a CLI call costs more
-                while (await procedure_status(client, "totals-4")).step_running != "compute":
+                while (await procedure_status(own, "totals-4")).step_running != "compute":
                     await asyncio.sleep(0.3)
             code, out, err = await cli(
                 "proc", "abort", "totals-4", "--reason", "wrong orders file", "--json"
@@ -311,15 +410,32 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
             assert {row["region"]: row["orders"] for row in written} == {
                 region: count for region, (count, _) in expected.items()
             }
+            # Every payload of its history went through the project's codec.
+            found = history_payloads(await own.get_workflow_handle("totals-1").fetch_history())
+            assert len(found) > 10
+            plain = {path for path, p in found if p.metadata.get("encoding") != codec.ENCODING}
+            assert plain <= CORE_MARKER_DATA, plain - CORE_MARKER_DATA
+            assert not [path for path, payload in found if b"north" in payload.data]
+            shown = await status("totals-1")  # decoded by the CLI with PROCBUS_PAYLOAD_CODEC
+            assert (shown["state"], shown["target"]) == (
+                "SUCCEEDED",
+                "reports.daily_totals/2026-11-25",
+            )
+            # The profile's namespace, not another's: `default` has no such procedure.
+            code, out, err = await cli("--namespace", "default", "proc", "status", "totals-1")
+            assert code != 0 and "no procedure with ID 'totals-1'" in err, out + err
             events = await receiver.wait_for(1, timeout=60)
             assert events[0]["type"] == "DailyTotals"
             assert as_totals(events[0]["data"]["regions"]) == expected
 
             code, out, err = await run_command(
-                *temporal_start("totals-2", "2026-11-26", user_queue, wait=True), timeout=180
+                *temporal_start("totals-2", "2026-11-26", user_queue, wait=True),
+                env=temporal_env,
+                timeout=180,
             )
             assert code == 0, out + err
-            assert as_totals(json.loads(out)["result"]["regions"]) == expected
+            result = await decoded(json.loads(out)["result"])  # encoded by the project's codec
+            assert as_totals(result["regions"]) == expected
             done = await status("totals-2")
             assert (done["state"], done["steps_done"]) == (
                 "SUCCEEDED",
@@ -329,7 +445,9 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
 
             # Bad input through the `temporal` CLI: refused at once, nothing written.
             code, out, err = await run_command(
-                *temporal_start("totals-bad", "yesterday", user_queue, wait=True), timeout=60
+                *temporal_start("totals-bad", "yesterday", user_queue, wait=True),
+                env=temporal_env,
+                timeout=60,
             )
             assert code != 0
             assert "day must be a date as YYYY-MM-DD, not 'yesterday'" in out + err
@@ -362,12 +480,7 @@ async def test_a_user_project_runs_from_the_built_wheel_in_a_fresh_environment(
 async def test_workers_starting_together_create_the_projects_table_once(pool: asyncpg.Pool) -> None:
     """The project's workers start at the same moment; a bare CREATE TABLE IF NOT EXISTS from
     each failed one of them in a CI run (pg_type's unique index), so they take turns."""
-    spec = importlib.util.spec_from_file_location(
-        "user_project_totals", USER_PROJECT / "activities" / "totals.py"
-    )
-    assert spec is not None and spec.loader is not None
-    totals = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(totals)
+    totals = project_module("activities/totals.py")
     for attempt in range(5):  # a race: each round a fresh table, eight workers at once
         await pool.execute('DROP TABLE IF EXISTS "daily_totals"')
         await asyncio.gather(*(totals.create_schema(pool) for _ in range(8)))

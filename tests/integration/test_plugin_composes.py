@@ -8,14 +8,12 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 from temporalio import activity
-from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -43,19 +41,12 @@ from procbus.engine.runner import PASSED_THROUGH
 from procbus.errors import ProcbusError
 from procbus.procedures import procedure_status
 from procbus.temporal import connect_client
+from tests.payloads import CORE_MARKER_DATA, history_payloads
 from tests.services import run_command, subprocess_environment
 
 PROJECT = Path(__file__).resolve().parents[2]
 PROCBUS = str(Path(sys.executable).parent / "procbus")
 CODEC_SETTING = "examples.codec:CompressionCodec"
-# Never through a codec: the server indexes search attributes; headers by the client's choice.
-UNCODED_FIELDS = frozenset({"search_attributes", "header"})
-# The SDK core's own bookkeeping in markers (a patch's ID, a local activity's sequence and
-# time), never through a codec in any Temporal app; a local activity's result is encoded.
-CORE_MARKER_DATA = frozenset(
-    f".marker_recorded_event_attributes.details[{key}].payloads[0]"
-    for key in ("patch-data", "data")
-)
 
 
 class SeenActivities(Interceptor):
@@ -76,22 +67,6 @@ class _Noting(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         self._seen.append(activity.info().activity_type)
         return await super().execute_activity(input)
-
-
-def payloads_in(value: object, path: str = "") -> Iterator[tuple[str, Payload]]:
-    """Every payload in a protobuf message, with where it is."""
-    if isinstance(value, Payload):
-        yield path, value
-    elif hasattr(value, "ListFields"):
-        for field, child in value.ListFields():
-            if field.name not in UNCODED_FIELDS:
-                yield from payloads_in(child, f"{path}.{field.name}")
-    elif hasattr(value, "values") and callable(value.values):  # a protobuf map
-        for key, child in value.items():
-            yield from payloads_in(child, f"{path}[{key}]")
-    elif not isinstance(value, (str, bytes)) and hasattr(value, "__len__"):  # repeated
-        for index, child in enumerate(value):
-            yield from payloads_in(child, f"{path}[{index}]")
 
 
 def user_settings(database_url: str, temporal_address: str, worker_id: str) -> Settings:
@@ -133,9 +108,7 @@ async def test_a_users_codec_encodes_every_payload_and_procbus_reads_them_throug
         assert {"note_refresh", "acquire_locks"} <= set(interceptor.seen)
 
         history = await client.get_workflow_handle(workflow_id).fetch_history()
-        found = [
-            (path, payload) for event in history.events for path, payload in payloads_in(event)
-        ]
+        found = history_payloads(history)
         assert len(found) > 10
         plain = {path for path, payload in found if payload.metadata.get("encoding") != ENCODING}
         assert plain <= CORE_MARKER_DATA, plain - CORE_MARKER_DATA
