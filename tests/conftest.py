@@ -187,6 +187,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(_exit_status[-1])
 
 
+@pytest.fixture
+def no_configured_services(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No procbus setting, no TEMPORAL_* variable or temporal.toml profile, no `procbus dev`
+    stack: a command sees only what its test sets."""
+    from procbus.config import setting_names
+
+    for name in setting_names():
+        monkeypatch.delenv(name, raising=False)
+    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PROCBUS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def services() -> Iterator[EphemeralServices]:
     # Each xdist worker has its own: Schedules and some workflows have fixed IDs, so two

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
-from procbus.config import setting_names
 from procbus.errors import StackError
 from procbus.stack.processes import free_port
 from procbus.starter.cli import app
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in setting_names():
-        monkeypatch.delenv(name, raising=False)
-    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("PROCBUS_STATE_DIR", str(tmp_path / "state"))  # no dev stack
-    monkeypatch.chdir(tmp_path)
+# No procbus or Temporal setting, profile or dev stack of the machine running the tests.
+pytestmark = pytest.mark.usefixtures("no_configured_services")
 
 
 @pytest.mark.parametrize("variable", ["PROCBUS_TEMPORAL_ADDRESS", "TEMPORAL_ADDRESS"])

@@ -4,23 +4,13 @@ type, message and exit code); stdout keeps only results, and the exit code is th
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from procbus.config import setting_names
 from procbus.starter.cli import run
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in setting_names():
-        monkeypatch.delenv(name, raising=False)
-    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("PROCBUS_STATE_DIR", str(tmp_path / "state"))  # no dev stack
-    monkeypatch.chdir(tmp_path)
+# No procbus or Temporal setting, profile or dev stack of the machine running the tests.
+pytestmark = pytest.mark.usefixtures("no_configured_services")
 
 
 def errors_of(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:

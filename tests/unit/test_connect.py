@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
 import procbus
-from procbus.config import setting_names
 from procbus.errors import ConfigError, StackError
 from procbus.stack.processes import free_port
 from procbus.temporal import ProcbusPayloadConverter
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in setting_names():
-        monkeypatch.delenv(name, raising=False)
-    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TEMPORAL_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("PROCBUS_STATE_DIR", str(tmp_path / "state"))  # no dev stack
-    monkeypatch.chdir(tmp_path)
+# No procbus or Temporal setting, profile or dev stack of the machine running the tests.
+pytestmark = pytest.mark.usefixtures("no_configured_services")
 
 
 async def test_it_connects_where_the_settings_say_with_procbus_payloads_and_the_plugins(
